@@ -1,0 +1,132 @@
+"""The plugin chain: which plugins a job runs, in which order, and what they make of a Pod.
+
+Plugin configuration (SPEC Part 1 §1.1) is the server's defaults, under the job's ``spec.plugins``,
+under the JSON object in the job annotation ``volcano-job-webhook/plugins``; then the dependencies
+Volcano's job admission adds (``requires``: svc for tensorflow, mpi, pytorch, ray; ssh for mpi).
+Plugins run in Volcano's registration order, third-party ones after, by name (§1.2).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .base import Plugin, PodContext, Settings
+from .errors import PluginError
+from .job import Job
+from .pod import Obj, task_name
+from .registry import BUILTIN_ORDER, Registry, default_registry
+
+PLUGINS_ANNOTATION = "volcano-job-webhook/plugins"
+
+
+@dataclass(frozen=True)
+class ChainConfig:
+    """Server-side choices: plugin order, the plugins allowed, plugins every job gets, settings."""
+
+    order: tuple[str, ...] = BUILTIN_ORDER
+    allowed: frozenset[str] | None = None
+    defaults: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    settings: Settings = field(default_factory=Settings)
+
+
+@dataclass
+class Mutation:
+    """What the chain made of one Pod: the new Pod, the plugins that ran, and warnings."""
+
+    pod: Obj
+    plugins: list[str]
+    warnings: list[str]
+
+
+def _annotation_plugins(job: Job) -> dict[str, list[str]]:
+    raw = job.annotations.get(PLUGINS_ANNOTATION)
+    if raw is None:
+        return {}
+    field_name = f"metadata.annotations[{PLUGINS_ANNOTATION}]"
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError as exc:
+        raise PluginError(job.key, "", field_name, f"is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise PluginError(job.key, "", field_name, 'must be a JSON object such as {"jax": ["--port=1234"]}')
+    return value
+
+
+class Chain:
+    """Runs a job's plugins. Pure: no I/O, and inputs are never modified."""
+
+    def __init__(self, registry: Registry | None = None, config: ChainConfig | None = None) -> None:
+        self.registry = registry or default_registry()
+        self.config = config or ChainConfig()
+
+    def plugin_args(self, job: Job) -> dict[str, list[str]]:
+        """The job's effective plugin map, dependencies added, unordered."""
+        merged: dict[str, Any] = {**self.config.defaults, **job.plugins, **_annotation_plugins(job)}
+        for name in list(merged):
+            cls = self.registry.get(name)
+            for dependency in cls.requires if cls else ():
+                merged.setdefault(dependency, [])
+        for name, args in merged.items():
+            if args is None:
+                merged[name] = []
+            elif isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+                raise PluginError(job.key, name, "arguments", f"must be a list of strings, got {args!r}")
+        return merged
+
+    def _rank(self, name: str) -> tuple[int, str]:
+        order = self.config.order
+        return (order.index(name), "") if name in order else (len(order), name)
+
+    def plugins(self, job: Job) -> list[Plugin]:
+        """The job's plugins, built (arguments parsed) and in chain order. Raises
+        :class:`PluginError` for an unknown or disallowed plugin or a bad argument."""
+        out = []
+        for name, args in sorted(self.plugin_args(job).items(), key=lambda item: self._rank(item[0])):
+            cls = self.registry.get(name)
+            if cls is None:
+                known = ", ".join(self.registry.names())
+                raise PluginError(job.key, name, "plugin", f"unknown plugin {name!r} (known: {known})")
+            if self.config.allowed is not None and name not in self.config.allowed:
+                raise PluginError(job.key, name, "plugin", f"plugin {name!r} is not allowed by this server")
+            out.append(cls(job, list(args), self.config.settings))
+        return out
+
+    def check(self, job: Job) -> list[str]:
+        """Validate the job's plugin configuration without a Pod (``/validate``); returns warnings."""
+        warnings: list[str] = []
+        for plugin in self.plugins(job):
+            warnings.extend(plugin.check())
+        return list(dict.fromkeys(warnings))
+
+    def mutate(self, job: Job, pod: Obj) -> Mutation:
+        """Run every plugin on a copy of ``pod``. Raises :class:`PluginError` when the job or the Pod
+        cannot be wired."""
+        plugins = self.plugins(job)
+        name = task_name(pod)
+        task = job.task(name)
+        if task is None:
+            tasks = ", ".join(t.name for t in job.tasks)
+            raise PluginError(job.key, "", "volcano.sh/task-spec", f"the Pod's task {name!r} is not in spec.tasks ({tasks})")
+        ctx = PodContext(
+            job=job,
+            pod=copy.deepcopy(pod),
+            task=task,
+            settings=self.config.settings,
+            injected_init=frozenset().union(*(p.injected_init_containers() for p in plugins)),
+        )
+        for plugin in plugins:
+            ctx.warnings.extend(plugin.check())
+            plugin.mutate(ctx)
+        return Mutation(ctx.pod, [p.name for p in plugins], list(dict.fromkeys(ctx.warnings)))
+
+    def resources(self, job: Job) -> list[Obj]:
+        """Every side object the job's plugins want, in chain order."""
+        out: list[Obj] = []
+        for plugin in self.plugins(job):
+            plugin.check()
+            out.extend(plugin.resources())
+        return out

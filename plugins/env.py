@@ -1,0 +1,22 @@
+"""``env``: every container learns its index within its task (SPEC Part 2 §6.1).
+
+Adds ``VK_TASK_INDEX`` and ``VC_TASK_INDEX`` (the same value) to every container, then every init
+container. Volcano ignores this plugin's arguments; it has no flags, so any argument is an error here.
+"""
+
+from __future__ import annotations
+
+from .base import Plugin, PodContext
+from .pod import ensure_env
+
+INDEX_ENV_NAMES = ("VK_TASK_INDEX", "VC_TASK_INDEX")
+
+
+class EnvPlugin(Plugin):
+    name = "env"
+
+    def mutate(self, ctx: PodContext) -> None:
+        index = ctx.index(self.name)
+        for container in ctx.all_containers():
+            for env_name in INDEX_ENV_NAMES:
+                ensure_env(container, env_name, index)

@@ -1,0 +1,42 @@
+"""Errors raised by the plugin chain.
+
+Every message names the job (``namespace/name``), the plugin and the argument or field at fault, so
+an admission denial or a CLI error can be acted on without reading our source.
+"""
+
+from __future__ import annotations
+
+
+class PluginError(ValueError):
+    """A job's plugin configuration, or a Pod, cannot be wired.
+
+    ``job`` is ``namespace/name``; ``plugin`` the plugin name (or ``""`` for chain-level problems);
+    ``field`` the argument (``--port``) or object field (``spec.tasks``) at fault.
+    """
+
+    def __init__(self, job: str, plugin: str, field: str, reason: str) -> None:
+        self.job = job
+        self.plugin = plugin
+        self.field = field
+        self.reason = reason
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        parts = [f"job {self.job}"]
+        if self.plugin:
+            parts.append(f"plugin {self.plugin}")
+        if self.field:
+            parts.append(self.field)
+        return ": ".join(parts) + f": {self.reason}"
+
+
+class FlagError(ValueError):
+    """A plugin argument list does not parse; raised before the job and plugin are known.
+
+    The chain turns it into a :class:`PluginError` naming the job and the plugin.
+    """
+
+    def __init__(self, flag: str, reason: str) -> None:
+        self.flag = flag
+        self.reason = reason
+        super().__init__(f"{flag}: {reason}" if flag else reason)

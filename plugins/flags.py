@@ -1,0 +1,141 @@
+"""Go ``flag`` package syntax, parsed strictly.
+
+Volcano parses plugin arguments with Go's ``flag.FlagSet`` and only logs failures, so ``--port=abc``
+silently becomes port 0 (SPEC Part 2 §5, §12 item 4). We accept exactly the same syntax and values —
+``--name=value``, ``-name=value``, ``--name value``, bare ``--bool``, Go integer literals such as
+``0x1F`` or ``010`` (octal), the last repeated flag wins — but every failure is an error
+(SPEC Part 1 §1.5).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .errors import FlagError
+
+Kind = Literal["string", "int", "bool"]
+
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+# Go's strconv.ParseInt(s, 0, 64) literal syntax: optional sign, then a prefixed or plain number;
+# underscores only between digits, and only where a base prefix (or a leading 0) makes them legal.
+_GO_INT = re.compile(
+    r"""^[+-]?(?:
+        0[xX](?:_?[0-9a-fA-F])+ |
+        0[bB](?:_?[01])+ |
+        0[oO](?:_?[0-7])+ |
+        0(?:_?[0-7])* |
+        [1-9][0-9]*
+    )$""",
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag of a plugin: its Go name, type, default and accepted range.
+
+    ``aliases`` are other spellings that set the same flag (ray's ``--clientServerPort``);
+    ``minimum``/``maximum`` bound integer values (ports are 1..65535).
+    """
+
+    name: str
+    kind: Kind
+    default: Any
+    help: str = ""
+    aliases: tuple[str, ...] = ()
+    minimum: int | None = None
+    maximum: int | None = None
+
+
+def port_flag(name: str, default: int, help: str = "", aliases: tuple[str, ...] = ()) -> Flag:
+    """An integer flag that must be a TCP port number."""
+    return Flag(name, "int", default, help, aliases, minimum=1, maximum=65535)
+
+
+def parse_go_int(text: str) -> int:
+    """Parse an integer as Go's ``strconv.ParseInt(text, 0, 64)`` would, or raise ``ValueError``."""
+    if not _GO_INT.match(text):
+        raise ValueError(f"invalid syntax {text!r}")
+    sign = -1 if text[0] == "-" else 1
+    body = text.lstrip("+-").replace("_", "")
+    if len(body) > 1 and body[0] == "0" and body[1] not in "xXbBoO":
+        value = int(body[1:], 8)
+    else:
+        value = int(body, 0)
+    value *= sign
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"value out of range {text!r}")
+    return value
+
+
+def parse_go_bool(text: str) -> bool:
+    """Parse a boolean as Go's ``strconv.ParseBool`` would, or raise ``ValueError``."""
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"invalid boolean {text!r} (use true or false)")
+
+
+def _convert(flag: Flag, text: str) -> Any:
+    if flag.kind == "string":
+        return text
+    if flag.kind == "bool":
+        return parse_go_bool(text)
+    value = parse_go_int(text)
+    if flag.minimum is not None and value < flag.minimum or flag.maximum is not None and value > flag.maximum:
+        raise ValueError(f"{value} is outside {flag.minimum}..{flag.maximum}")
+    return value
+
+
+def parse_flags(flags: Sequence[Flag], args: Sequence[str]) -> dict[str, Any]:
+    """Parse ``args`` (one token per list element) against ``flags``.
+
+    Returns every flag's value by its canonical name, defaults included. Raises :class:`FlagError`
+    naming the offending flag for anything Go's ``flag`` would reject or silently drop.
+    """
+    by_name: dict[str, Flag] = {}
+    for flag in flags:
+        by_name[flag.name] = flag
+        for alias in flag.aliases:
+            by_name[alias] = flag
+    values: dict[str, Any] = {flag.name: flag.default for flag in flags}
+    tokens = list(args)
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if not isinstance(token, str):
+            raise FlagError("", f"argument {token!r} is not a string")
+        if len(token) < 2 or token[0] != "-":
+            raise FlagError(token, "unexpected argument: each list element must be one flag such as --name=value")
+        dashes = 2 if token[1] == "-" else 1
+        if token == "--":
+            if i < len(tokens):
+                raise FlagError("--", f"arguments after '--' would be ignored: {tokens[i:]!r}")
+            break
+        name, eq, value = token[dashes:].partition("=")
+        if not name or name[0] in "-=":
+            raise FlagError(token, "bad flag syntax")
+        flag = by_name.get(name)
+        if flag is None:
+            known = ", ".join(f"--{f.name}" for f in flags) or "none"
+            raise FlagError(f"--{name}", f"flag provided but not defined (known flags: {known})")
+        if not eq:
+            if flag.kind == "bool":
+                values[flag.name] = True
+                continue
+            if i >= len(tokens):
+                raise FlagError(f"--{name}", "flag needs an argument")
+            value = tokens[i]
+            i += 1
+        try:
+            values[flag.name] = _convert(flag, value)
+        except ValueError as exc:
+            raise FlagError(f"--{name}", f"invalid value {value!r}: {exc}") from None
+    return values
+

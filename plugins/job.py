@@ -1,0 +1,194 @@
+"""A read-only view of a Volcano Job (``batch.volcano.sh/v1alpha1``) for the plugins.
+
+Only the fields the plugins read are interpreted (SPEC Part 2 §3): name, namespace, uid, tasks with
+their replicas and pod-template hostname/subdomain, ``spec.plugins``. Host names are built exactly as
+Volcano's ``MakePodName``/``MakeDomainName``: ``<hostname or job-task-i>.<subdomain or job>``, with no
+namespace or cluster suffix (SPEC Part 2 §4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import PluginError
+
+JOB_API_VERSION = "batch.volcano.sh/v1alpha1"
+JOB_KIND = "Job"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "volcano-job-webhook"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One entry of ``spec.tasks``: its name, replica count, position and pod template."""
+
+    name: str
+    replicas: int
+    position: int
+    template: Mapping[str, Any]
+
+    @property
+    def hostname(self) -> str:
+        return (self.template.get("spec") or {}).get("hostname") or ""
+
+    @property
+    def subdomain(self) -> str:
+        return (self.template.get("spec") or {}).get("subdomain") or ""
+
+    @property
+    def containers(self) -> list[dict[str, Any]]:
+        return (self.template.get("spec") or {}).get("containers") or []
+
+
+@dataclass(frozen=True)
+class Job:
+    """A Volcano Job as the plugins see it. Build one with :meth:`from_object`."""
+
+    name: str
+    namespace: str
+    uid: str
+    tasks: tuple[Task, ...]
+    plugins: Mapping[str, list[str]]
+    annotations: Mapping[str, str]
+    raw: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_object(cls, obj: Any) -> Job:
+        """Read a Job from its API object (a dict decoded from YAML or JSON).
+
+        Raises :class:`PluginError` naming the field for anything that is not shaped like a Job.
+        """
+        if not isinstance(obj, Mapping):
+            raise PluginError("?", "", "job", f"expected a Volcano Job object, got {type(obj).__name__}")
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
+            raise PluginError("?", "", "metadata.name", "the Job has no name")
+        name = meta["name"]
+        namespace = meta.get("namespace") or "default"
+        key = f"{namespace}/{name}"
+        if not isinstance(namespace, str):
+            raise PluginError(key, "", "metadata.namespace", "must be a string")
+        kind = obj.get("kind")
+        if kind is not None and kind != JOB_KIND:
+            raise PluginError(key, "", "kind", f"expected {JOB_KIND!r}, got {kind!r}")
+        spec = obj.get("spec")
+        if not isinstance(spec, Mapping):
+            raise PluginError(key, "", "spec", "the Job has no spec")
+        raw_tasks = spec.get("tasks")
+        if not isinstance(raw_tasks, list) or not raw_tasks:
+            raise PluginError(key, "", "spec.tasks", "the Job has no tasks")
+        tasks = []
+        seen: set[str] = set()
+        for position, raw in enumerate(raw_tasks):
+            where = f"spec.tasks[{position}]"
+            if not isinstance(raw, Mapping):
+                raise PluginError(key, "", where, "must be an object")
+            # Volcano's job admission names unnamed tasks "default<position>" (SPEC Part 2 §2).
+            task_name = raw.get("name") or f"default{position}"
+            if not isinstance(task_name, str):
+                raise PluginError(key, "", f"{where}.name", "must be a string")
+            if task_name in seen:
+                raise PluginError(key, "", f"{where}.name", f"duplicate task name {task_name!r}")
+            seen.add(task_name)
+            replicas = raw.get("replicas", 0)
+            if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+                raise PluginError(key, "", f"{where}.replicas", f"must be a non-negative integer, got {replicas!r}")
+            template = raw.get("template") or {}
+            if not isinstance(template, Mapping) or not isinstance(template.get("spec") or {}, Mapping):
+                raise PluginError(key, "", f"{where}.template", "must be a pod template object")
+            tasks.append(Task(task_name, replicas, position, template))
+        plugins = spec.get("plugins") or {}
+        if not isinstance(plugins, Mapping):
+            raise PluginError(key, "", "spec.plugins", "must be a map of plugin name to argument list")
+        annotations = meta.get("annotations") or {}
+        if not isinstance(annotations, Mapping):
+            raise PluginError(key, "", "metadata.annotations", "must be a map")
+        return cls(
+            name=name,
+            namespace=namespace,
+            uid=str(meta.get("uid") or ""),
+            tasks=tuple(tasks),
+            plugins=dict(plugins),
+            annotations=dict(annotations),
+            raw=obj,
+        )
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def task(self, name: str) -> Task | None:
+        """The task called ``name``, or None (Volcano's ``GetTaskIndexUnderJob`` == -1)."""
+        for task in self.tasks:
+            if task.name == name:
+                return task
+        return None
+
+    def replicas(self, name: str) -> int:
+        """Replicas of the task called ``name``, 0 when there is none."""
+        task = self.task(name)
+        return task.replicas if task else 0
+
+    def pod_name(self, task: str, index: int) -> str:
+        """``MakePodName``: ``<job>-<task>-<index>``."""
+        return f"{self.name}-{task}-{index}"
+
+    def domain_name(self, task: Task, index: int) -> str:
+        """``MakeDomainName``: ``<hostname or pod name>.<subdomain or job name>``."""
+        return f"{task.hostname or self.pod_name(task.name, index)}.{task.subdomain or self.name}"
+
+    def host_labels(self, task: Task) -> list[str]:
+        """The hostnames of a task's Pods as svc, ssh and mpi list them: one per replica, or a single
+        entry when the template fixes ``hostname`` (SPEC Part 2 §6.2, §12 item 6)."""
+        if task.hostname:
+            return [task.hostname] if task.replicas else []
+        return [self.pod_name(task.name, i) for i in range(task.replicas)]
+
+    def host_names(self, task: Task) -> list[str]:
+        """``host_labels`` qualified with the subdomain: the domain names the Pods answer to."""
+        subdomain = task.subdomain or self.name
+        return [f"{label}.{subdomain}" for label in self.host_labels(task)]
+
+    def host_list_length(self, task: Task) -> int:
+        """``len(",".join(self.host_names(task)))``, computed without building the list, so that
+        per-Pod checks stay flat as replicas grow."""
+        count = min(task.replicas, 1) if task.hostname else task.replicas
+        if count == 0:
+            return 0
+        suffix = 1 + len(task.subdomain or self.name)
+        if task.hostname:
+            return len(task.hostname) + suffix
+        prefix = len(self.name) + len(task.name) + 2
+        return count * (prefix + suffix) + _digits_up_to(count) + count - 1
+
+    def owner_reference(self) -> dict[str, Any]:
+        """The controller reference Volcano puts on everything it makes for a job."""
+        return {
+            "apiVersion": JOB_API_VERSION,
+            "kind": JOB_KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def object_meta(self, name: str) -> dict[str, Any]:
+        """Metadata for a side resource: Volcano's name, namespace and owner, plus our managed-by label."""
+        return {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+            "ownerReferences": [self.owner_reference()],
+        }
+
+
+def _digits_up_to(count: int) -> int:
+    """Total decimal digits of 0, 1, ..., count-1."""
+    total, low, width = 0, 0, 1
+    while low < count:
+        high = min(count, 10**width)
+        total += (high - low) * width
+        low, width = high, width + 1
+    return total

@@ -1,0 +1,137 @@
+"""Idempotent edits of a Pod (a plain dict, as decoded from JSON).
+
+Volcano appends blindly because it runs once per Pod (SPEC Part 2 §11). These helpers make the same
+change only when it is not already there, comparing by name and value rather than whole objects:
+the API server defaults fields (``protocol: TCP``, ``defaultMode: 420``) between Volcano's controller
+and this webhook, and those must not count as differences (SPEC Part 1 §1.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+TASK_SPEC_KEY = "volcano.sh/task-spec"
+TASK_INDEX_KEY = "volcano.sh/task-index"
+JOB_NAME_KEY = "volcano.sh/job-name"
+DEFAULT_TASK = "default"
+
+Obj = dict[str, Any]
+
+
+def metadata(pod: Obj) -> Obj:
+    meta = pod.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def spec(pod: Obj) -> Obj:
+    """The Pod's spec, created when absent (plugins add to it)."""
+    return pod.setdefault("spec", {})
+
+
+def task_name(pod: Obj) -> str:
+    """SPEC Part 1 §1.3: annotation ``volcano.sh/task-spec``, then the label, then ``default``."""
+    meta = metadata(pod)
+    for source in (meta.get("annotations"), meta.get("labels")):
+        if isinstance(source, Mapping) and source.get(TASK_SPEC_KEY):
+            return str(source[TASK_SPEC_KEY])
+    return DEFAULT_TASK
+
+
+def task_index(pod: Obj) -> str | None:
+    """SPEC Part 1 §1.3: label ``volcano.sh/task-index``, then the annotation, then the last
+    ``-``-separated part of a name with at least three parts (Volcano's ``GetPodIndexUnderTask``).
+    None when no source has it."""
+    meta = metadata(pod)
+    for source in (meta.get("labels"), meta.get("annotations")):
+        if isinstance(source, Mapping) and source.get(TASK_INDEX_KEY) not in (None, ""):
+            return str(source[TASK_INDEX_KEY])
+    parts = str(meta.get("name") or "").split("-")
+    return parts[-1] if len(parts) >= 3 and parts[-1] else None
+
+
+def containers(pod: Obj, *, init: bool = False) -> list[Obj]:
+    """The Pod's regular (or init) containers, in order; an absent list is an empty one."""
+    found = spec(pod).get("initContainers" if init else "containers")
+    return found if isinstance(found, list) else []
+
+
+def ensure_env(container: Obj, name: str, value: str | None = None, value_from: Obj | None = None) -> None:
+    """Give ``container`` the variable ``name``: append it, or replace the effective (last) entry of
+    that name in place when its value differs. Volcano appends, and for duplicate names the last entry
+    wins, so the effect matches without leaving a duplicate."""
+    entry: Obj = {"name": name, "valueFrom": value_from} if value_from is not None else {"name": name, "value": value}
+    env = container.get("env")
+    if not isinstance(env, list):
+        container["env"] = [entry]
+        return
+    for i in range(len(env) - 1, -1, -1):
+        current = env[i]
+        if isinstance(current, Mapping) and current.get("name") == name:
+            same = (
+                current.get("valueFrom") == value_from
+                if value_from is not None
+                else not current.get("valueFrom") and (current.get("value") or "") == (value or "")
+            )
+            if not same:
+                env[i] = entry
+            return
+    env.append(entry)
+
+
+def env_value(container: Obj, name: str) -> Obj | None:
+    """The effective (last) entry named ``name`` in the container's env, or None."""
+    for entry in reversed(container.get("env") or []):
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            return entry
+    return None
+
+
+def _covers(existing: Any, desired: Any) -> bool:
+    """True when ``existing`` holds everything ``desired`` says; extra (defaulted) fields are fine."""
+    if isinstance(desired, Mapping):
+        return isinstance(existing, Mapping) and all(_covers(existing.get(k), v) for k, v in desired.items())
+    if isinstance(desired, list):
+        return (
+            isinstance(existing, list)
+            and len(existing) == len(desired)
+            and all(_covers(e, d) for e, d in zip(existing, desired, strict=True))
+        )
+    return bool(existing == desired)
+
+
+def ensure_volume(pod: Obj, volume: Obj) -> str | None:
+    """Add ``volume`` unless an equal one of the same name exists.
+
+    Returns None on success, or why the Pod already has a different volume of that name (the caller
+    turns it into an error: two volumes of one name make the Pod invalid).
+    """
+    volumes = spec(pod).setdefault("volumes", [])
+    for current in volumes:
+        if isinstance(current, Mapping) and current.get("name") == volume["name"]:
+            if _covers(current, volume):
+                return None
+            return f"the Pod already has a different volume named {volume['name']!r}"
+    volumes.append(volume)
+    return None
+
+
+def ensure_mount(container: Obj, mount: Obj) -> None:
+    """Add ``mount`` unless the container mounts that volume at that path already."""
+    mounts = container.setdefault("volumeMounts", [])
+    for current in mounts:
+        if (
+            isinstance(current, Mapping)
+            and current.get("name") == mount["name"]
+            and current.get("mountPath") == mount["mountPath"]
+        ):
+            return
+    mounts.append(mount)
+
+
+def ensure_port(container: Obj, name: str, number: int) -> None:
+    """Add a named port unless any port already uses that ``containerPort`` (Volcano's check)."""
+    ports = container.setdefault("ports", [])
+    if any(isinstance(p, Mapping) and p.get("containerPort") == number for p in ports):
+        return
+    ports.append({"name": name, "containerPort": number})

@@ -1,0 +1,89 @@
+"""``pytorch``: ``torch.distributed`` environment for master and worker Pods (SPEC Part 2 §6.4).
+
+Every regular container gets ``MASTER_ADDR`` (the master Pod 0's domain name), ``MASTER_PORT``,
+``WORLD_SIZE`` (master + worker replicas) and, on master and worker Pods, ``RANK`` (master 0,
+worker index + 1), plus the port ``pytorchjob-port``. Workers may wait for the master in an init
+container (``--wait-master-enabled``).
+"""
+
+from __future__ import annotations
+
+from .base import Plugin, PodContext
+from .flags import Flag, port_flag
+from .pod import containers, ensure_env, ensure_port
+
+PORT_NAME = "pytorchjob-port"
+WAIT_CONTAINER = "wait-for-master"
+
+_WAIT_SCRIPT = """echo "Waiting for master node {addr}:{port} to be ready..."
+TIMEOUT={timeout}
+ELAPSED=0
+until {{ nc -z {addr} {port} || echo > /dev/tcp/{addr}/{port}; }} 2>/dev/null; do
+  if [ $ELAPSED -ge $TIMEOUT ]; then
+    echo "Timeout waiting for master after ${{TIMEOUT}} seconds"
+    exit 1
+  fi
+  echo "Master not ready yet, retrying in 2 seconds... (elapsed: ${{ELAPSED}}s)"
+  sleep 2
+  ELAPSED=$((ELAPSED + 2))
+done
+echo "Master node is ready!\""""
+
+
+class PytorchPlugin(Plugin):
+    name = "pytorch"
+    requires = ("svc",)
+    flags = (
+        Flag("master", "string", "master", "name of the master task"),
+        Flag("worker", "string", "worker", "name of the worker task"),
+        port_flag("port", 23456, "MASTER_PORT, opened on every container"),
+        Flag("wait-master-enabled", "bool", False, "workers wait for the master's port in an init container"),
+        Flag("wait-master-timeout", "int", 300, "seconds the init container waits", minimum=0),
+        Flag("wait-master-image", "string", "busybox:1.36.1", "image of the wait-for-master init container"),
+    )
+
+    def check(self) -> list[str]:
+        if self.job.task(self.options["master"]) is None:
+            return [self.warning(f"--master: the job has no task {self.options['master']!r}; Pods are left unchanged")]
+        if self.options["wait-master-enabled"] and not self.options["wait-master-image"]:
+            raise self.error("--wait-master-image", "must not be empty when --wait-master-enabled is set")
+        return []
+
+    def injected_init_containers(self) -> frozenset[str]:
+        return frozenset({WAIT_CONTAINER}) if self.options["wait-master-enabled"] else frozenset()
+
+    def master_address(self) -> str | None:
+        master = self.job.task(self.options["master"])
+        return self.job.domain_name(master, 0) if master else None
+
+    def world_size(self) -> int:
+        roles = {self.options["master"], self.options["worker"]}
+        return sum(task.replicas for task in self.job.tasks if task.name in roles)
+
+    def mutate(self, ctx: PodContext) -> None:
+        master_addr = self.master_address()
+        if master_addr is None:  # Volcano leaves the Pod alone; check() warned
+            return
+        port = self.options["port"]
+        rank: int | None = None
+        if ctx.task.name == self.options["worker"]:
+            rank = ctx.index_number(self.name) + 1
+            if self.options["wait-master-enabled"]:
+                self._add_wait_container(ctx, master_addr)
+        elif ctx.task.name == self.options["master"]:
+            rank = 0
+        world_size = str(self.world_size())
+        for container in containers(ctx.pod):
+            ensure_port(container, PORT_NAME, port)
+            ensure_env(container, "MASTER_ADDR", master_addr)
+            ensure_env(container, "MASTER_PORT", str(port))
+            ensure_env(container, "WORLD_SIZE", world_size)
+            if rank is not None:
+                ensure_env(container, "RANK", str(rank))
+
+    def _add_wait_container(self, ctx: PodContext, master_addr: str) -> None:
+        init = ctx.pod["spec"].setdefault("initContainers", [])
+        if any(isinstance(c, dict) and c.get("name") == WAIT_CONTAINER for c in init):
+            return
+        script = _WAIT_SCRIPT.format(addr=master_addr, port=self.options["port"], timeout=self.options["wait-master-timeout"])
+        init.append({"name": WAIT_CONTAINER, "image": self.options["wait-master-image"], "command": ["sh", "-c", script]})

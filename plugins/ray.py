@@ -1,0 +1,86 @@
+"""``ray``: ``ray start`` commands, head ports and the head Service (SPEC Part 2 §6.7).
+
+In head Pods the container named ``--headContainer`` gets the ports ``gcs``, ``dashboard`` and
+``client-server`` and runs ``ray start --head``; in worker Pods the container named
+``--workerContainer`` runs ``ray start --address=<head Pod 0 domain>:<port>``. The job gets the
+ClusterIP Service ``<job>-head-svc`` in front of the head.
+"""
+
+from __future__ import annotations
+
+from .base import Plugin, PodContext
+from .flags import Flag, port_flag
+from .pod import JOB_NAME_KEY, TASK_SPEC_KEY, Obj, containers, ensure_port
+from .svc import JOB_NAMESPACE_KEY
+
+
+def head_service_name(job_name: str) -> str:
+    return f"{job_name}-head-svc"
+
+
+class RayPlugin(Plugin):
+    name = "ray"
+    requires = ("svc",)
+    flags = (
+        Flag("head", "string", "head", "name of the head task"),
+        Flag("headContainer", "string", "head", "name of the container that runs the head in head Pods"),
+        Flag("worker", "string", "worker", "name of the worker task"),
+        Flag("workerContainer", "string", "worker", "name of the container that runs a worker in worker Pods"),
+        port_flag("port", 6379, "GCS port"),
+        port_flag("dashboardPort", 8265, "dashboard port"),
+        # Volcano's docs call it --clientServerPort; its code only defines --clientPort.
+        port_flag("clientPort", 10001, "Ray client server port", aliases=("clientServerPort",)),
+    )
+
+    def ports(self) -> list[tuple[str, int]]:
+        return [("gcs", self.options["port"]), ("dashboard", self.options["dashboardPort"]), ("client-server", self.options["clientPort"])]
+
+    def check(self) -> list[str]:
+        head = self.job.task(self.options["head"])
+        if head is None:
+            raise self.error("--head", f"the job has no head task {self.options['head']!r}")
+        self.require_name("dns1035", head_service_name(self.job.name), "head Service name")
+        warnings = []
+        for flag, task_flag in (("headContainer", "head"), ("workerContainer", "worker")):
+            task = self.job.task(self.options[task_flag])
+            if task and not any(c.get("name") == self.options[flag] for c in task.containers if isinstance(c, dict)):
+                warnings.append(self.warning(f"--{flag}: task {task.name!r} has no container named {self.options[flag]!r}; it gets no ray command"))
+        return warnings
+
+    def mutate(self, ctx: PodContext) -> None:
+        head = self.job.task(self.options["head"])
+        if head is None:
+            raise self.error("--head", f"the job has no head task {self.options['head']!r}")
+        if ctx.task.name == self.options["head"]:
+            target = self.options["headContainer"]
+            command = (
+                "ray start --head --block --dashboard-host=0.0.0.0 "
+                f"--port={self.options['port']} --dashboard-port={self.options['dashboardPort']} "
+                f"--ray-client-server-port={self.options['clientPort']}"
+            )
+        elif ctx.task.name == self.options["worker"]:
+            target = self.options["workerContainer"]
+            command = f"ray start --block --address={self.job.domain_name(head, 0)}:{self.options['port']}"
+        else:
+            return
+        for container in containers(ctx.pod):
+            if container.get("name") != target:
+                continue
+            if ctx.task.name == self.options["head"]:
+                for name, number in self.ports():
+                    ensure_port(container, name, number)
+            container["command"] = ["sh", "-c", command]
+
+    def resources(self) -> list[Obj]:
+        job = self.job
+        return [
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": job.object_meta(head_service_name(job.name)),
+                "spec": {
+                    "selector": {JOB_NAME_KEY: job.name, JOB_NAMESPACE_KEY: job.namespace, TASK_SPEC_KEY: self.options["head"]},
+                    "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in self.ports()],
+                },
+            }
+        ]
