@@ -1,0 +1,48 @@
+"""RFC 6902 JSON patches that address only what changed.
+
+The chain returns a whole mutated Pod; the API server wants operations. Diffing structurally keeps
+each operation on the field it changes — lists are appended to with ``/-``, missing lists and maps
+are added whole, changed values are replaced in place — so changes other mutating webhooks made to
+the same Pod survive (SPEC Part 1 §1.7).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Operation = dict[str, Any]
+
+
+def escape(key: str) -> str:
+    """RFC 6901 escaping of one path segment: ``~`` → ``~0``, ``/`` → ``~1``."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def make_patch(old: Any, new: Any) -> list[Operation]:
+    """Operations that turn ``old`` into ``new``; ``[]`` when they are equal."""
+    ops: list[Operation] = []
+    _diff(old, new, "", ops)
+    return ops
+
+
+def _diff(old: Any, new: Any, path: str, ops: list[Operation]) -> None:
+    if old == new:
+        return
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in old:
+            if key not in new:
+                ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
+        for key, value in new.items():
+            child = f"{path}/{escape(key)}"
+            if key not in old:
+                ops.append({"op": "add", "path": child, "value": value})
+            else:
+                _diff(old[key], value, child, ops)
+        return
+    if isinstance(old, list) and isinstance(new, list) and len(new) >= len(old):
+        for i, item in enumerate(old):
+            _diff(item, new[i], f"{path}/{i}", ops)
+        for item in new[len(old):]:
+            ops.append({"op": "add", "path": f"{path}/-", "value": item})
+        return
+    ops.append({"op": "replace", "path": path, "value": new})
