@@ -1,0 +1,91 @@
+"""Server configuration: command-line flags over ``VOLCANO_WEBHOOK_*`` environment variables over an
+optional YAML file over defaults.
+
+The YAML file is named by ``--config`` or ``VOLCANO_WEBHOOK_CONFIG``; its keys are the field names
+below (``port: 9443``, ``default_plugins: {env: []}``, ``plugin_order: [...]``).
+"""
+
+from __future__ import annotations
+
+import os
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+
+from plugins import BUILTIN_ORDER, ChainConfig, Settings
+from plugins.base import DEFAULT_HOSTS_ENV_LIMIT
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_ENV = "VOLCANO_WEBHOOK_CONFIG"
+_config_file: ContextVar[str | None] = ContextVar("config_file", default=None)
+
+
+class WebhookSettings(BaseSettings):
+    """Everything ``serve`` and ``reconcile`` can be told."""
+
+    model_config = SettingsConfigDict(env_prefix="VOLCANO_WEBHOOK_", extra="forbid", frozen=True)
+
+    host: str = Field("0.0.0.0", description="address to listen on")
+    port: int = Field(8443, ge=1, le=65535, description="HTTPS port")
+    certs_dir: Path = Field(Path("certs"), description="directory with ca.crt, tls.crt and tls.key")
+    client_ca_file: Path | None = Field(None, description="require client certificates signed by this CA")
+    cert_reload_seconds: float = Field(10.0, gt=0, description="how often to look for renewed certificates")
+    service_name: str = Field("volcano-job-webhook", description="Service name put in the serving certificate")
+    service_namespace: str = Field("volcano-job-webhook", description="its namespace")
+
+    job_source: Literal["files", "kube"] = Field("files", description="where Volcano Jobs are looked up")
+    jobs_dir: Path = Field(REPO_ROOT / "examples" / "jobs", description="Job files for job_source=files")
+    namespaces: list[str] = Field(default_factory=list, description="namespaces to watch (empty: all)")
+    kubeconfig: Path | None = Field(None, description="kubeconfig for job_source=kube (default: in-cluster)")
+
+    plugin_order: list[str] = Field(default_factory=lambda: list(BUILTIN_ORDER), description="plugin order")
+    allowed_plugins: list[str] | None = Field(None, description="plugins jobs may use (default: all installed)")
+    default_plugins: dict[str, list[str]] = Field(default_factory=dict, description="plugins every job gets")
+    hosts_env_limit: int | None = Field(
+        DEFAULT_HOSTS_ENV_LIMIT, ge=1, description="longest VC_<TASK>_HOSTS value injected; null for no limit"
+    )
+
+    max_body_bytes: int = Field(3 * 1024 * 1024, ge=1024, description="largest AdmissionReview accepted")
+    log_level: str = Field("info", description="debug, info, warning or error")
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError("must be debug, info, warning or error")
+        return value.lower()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = _config_file.get() or os.environ.get(CONFIG_ENV)
+        if config_file:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
+        return tuple(sources)
+
+    def chain_config(self) -> ChainConfig:
+        return ChainConfig(
+            order=tuple(self.plugin_order),
+            allowed=frozenset(self.allowed_plugins) if self.allowed_plugins is not None else None,
+            defaults=dict(self.default_plugins),
+            settings=Settings(hosts_env_limit=self.hosts_env_limit),
+        )
+
+
+def load_settings(config_file: str | None = None, **overrides: Any) -> WebhookSettings:
+    """Settings from flags (``overrides``, None values dropped), environment and the YAML file."""
+    token = _config_file.set(config_file)
+    try:
+        return WebhookSettings(**{k: v for k, v in overrides.items() if v is not None})
+    finally:
+        _config_file.reset(token)

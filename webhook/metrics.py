@@ -1,0 +1,35 @@
+"""Prometheus metrics of the webhook, in a registry of its own (one per app, so tests and several
+apps in one process never collide)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class WebhookMetrics:
+    """Admission requests by endpoint and result, latency, patches by plugin, job lookups, cache size."""
+
+    def __init__(self, cached_jobs: Callable[[], float] | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "volcano_webhook_admission_requests_total", "Admission requests answered, by endpoint and result",
+            ["endpoint", "result"], registry=self.registry,
+        )
+        self.latency = Histogram(
+            "volcano_webhook_admission_duration_seconds", "Time to answer an admission request",
+            ["endpoint"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.patches = Counter(
+            "volcano_webhook_patches_total", "Pods patched, by plugin that ran", ["plugin"], registry=self.registry,
+        )
+        self.lookups = Counter(
+            "volcano_webhook_job_lookups_total", "Job lookups, by result (found, not_found, error)",
+            ["result"], registry=self.registry,
+        )
+        self.cached = Gauge("volcano_webhook_jobs_cached", "Volcano Jobs held in memory", registry=self.registry)
+        if cached_jobs is not None:
+            self.cached.set_function(cached_jobs)
