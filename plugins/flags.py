@@ -21,14 +21,14 @@ Kind = Literal["string", "int", "bool"]
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 # Go's strconv.ParseInt(s, 0, 64) literal syntax: optional sign, then a prefixed or plain number;
-# underscores only between digits, and only where a base prefix (or a leading 0) makes them legal.
+# underscores only between digits, as Go allows them when the base comes from the literal.
 _GO_INT = re.compile(
     r"""^[+-]?(?:
         0[xX](?:_?[0-9a-fA-F])+ |
         0[bB](?:_?[01])+ |
         0[oO](?:_?[0-7])+ |
         0(?:_?[0-7])* |
-        [1-9][0-9]*
+        [1-9](?:_?[0-9])*
     )$""",
     re.VERBOSE,
 )

@@ -125,3 +125,31 @@ def review_response(request: AdmissionRequest, response: AdmissionResponse) -> d
     if response.warnings:
         out["warnings"] = [w if len(w) <= WARNING_MAX else w[: WARNING_MAX - 3] + "..." for w in response.warnings]
     return {"apiVersion": request.api_version, "kind": "AdmissionReview", "response": out}
+
+
+def admission_review(obj: dict[str, Any], *, api_version: str = API_VERSIONS[0], uid: str, operation: str = "CREATE") -> dict[str, Any]:
+    """The AdmissionReview the API server sends for ``obj`` (a Pod or a Volcano Job)."""
+    meta = obj.get("metadata") or {}
+    api_group, _, version = str(obj.get("apiVersion") or "v1").rpartition("/")
+    kind = str(obj.get("kind") or "Pod")
+    resource = {"Pod": "pods", "Job": "jobs"}.get(kind, kind.lower() + "s")
+    gvk = {"group": api_group, "version": version, "kind": kind}
+    return {
+        "apiVersion": api_version,
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": gvk,
+            "resource": {"group": api_group, "version": version, "resource": resource},
+            "requestKind": gvk,
+            "requestResource": {"group": api_group, "version": version, "resource": resource},
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace", ""),
+            "operation": operation,
+            "userInfo": {"username": "system:serviceaccount:volcano-system:volcano-controllers"},
+            "object": obj,
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }

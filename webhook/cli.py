@@ -13,11 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from collections.abc import Callable, Sequence
+
+from pydantic import ValidationError
 
 from plugins import Chain, Job, PluginError
 from plugins.podgen import make_pod
 
+from .admission import API_VERSIONS, admission_review
+from .config import load_settings
 from .documents import DocumentError, dump_yaml_stream, load_object
 from .patch import make_patch
 
@@ -57,6 +62,32 @@ def cmd_resources(args: argparse.Namespace, chain: Chain) -> int:
     return 0
 
 
+def cmd_review(args: argparse.Namespace, chain: Chain) -> int:
+    job = _job(args.job)
+    pod = make_pod(job, args.task, args.index)
+    print(json.dumps(admission_review(pod, api_version=args.api_version, uid=args.uid), indent=2, ensure_ascii=False))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, chain: Chain) -> int:
+    from .serve import serve
+
+    settings = load_settings(
+        args.config,
+        host=args.host,
+        port=args.port,
+        certs_dir=args.certs_dir,
+        jobs_dir=args.jobs_dir,
+        job_source=args.job_source,
+        kubeconfig=args.kubeconfig,
+        namespaces=args.namespace or None,
+        log_level=args.log_level,
+        client_ca_file=args.client_ca_file,
+    )
+    serve(settings)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="volcano-webhook", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -73,6 +104,27 @@ def build_parser() -> argparse.ArgumentParser:
     resources.add_argument("--job", required=True, metavar="JOB", help="Volcano Job file (YAML or JSON, - for stdin)")
     resources.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     resources.set_defaults(handler=cmd_resources)
+
+    review = sub.add_parser("review", help="print the AdmissionReview the API server sends for a job's Pod")
+    review.add_argument("--job", required=True, metavar="JOB", help="Volcano Job file (YAML or JSON, - for stdin)")
+    review.add_argument("--task", required=True, help="task of the Pod")
+    review.add_argument("--index", type=int, default=0, help="replica index (default 0)")
+    review.add_argument("--api-version", choices=API_VERSIONS, default=API_VERSIONS[0])
+    review.add_argument("--uid", default="00000000-0000-4000-8000-000000000000", help="request uid")
+    review.set_defaults(handler=cmd_review)
+
+    serve = sub.add_parser("serve", help="run the HTTPS admission webhook")
+    serve.add_argument("--config", help="YAML settings file (also VOLCANO_WEBHOOK_CONFIG)")
+    serve.add_argument("--host", help="address to listen on (default 0.0.0.0)")
+    serve.add_argument("--port", type=int, help="HTTPS port (default 8443)")
+    serve.add_argument("--certs-dir", type=Path, help="ca.crt, tls.crt, tls.key; created when absent (default certs/)")
+    serve.add_argument("--client-ca-file", type=Path, help="require client certificates signed by this CA")
+    serve.add_argument("--job-source", choices=("files", "kube"), help="where Jobs are looked up (default files)")
+    serve.add_argument("--jobs-dir", type=Path, help="Job files for --job-source=files (default examples/jobs)")
+    serve.add_argument("--kubeconfig", type=Path, help="kubeconfig for --job-source=kube (default in-cluster)")
+    serve.add_argument("--namespace", action="append", help="watch only this namespace (repeatable)")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    serve.set_defaults(handler=cmd_serve)
     return parser
 
 
@@ -85,7 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args, Chain())
-    except (PluginError, DocumentError, CommandError) as exc:
+    except (PluginError, DocumentError, CommandError, ValidationError) as exc:
+        if isinstance(exc, ValidationError):
+            exc = CommandError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
         print(f"volcano-webhook {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

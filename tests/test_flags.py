@@ -1,0 +1,83 @@
+"""Go ``flag`` syntax, strictly: what Volcano accepts parses the same; what it drops is an error."""
+
+import pytest
+
+from plugins.errors import FlagError
+from plugins.flags import Flag, parse_flags, parse_go_int, port_flag
+
+FLAGS = (
+    Flag("master", "string", "master"),
+    port_flag("port", 23456),
+    Flag("enabled", "bool", False),
+    Flag("timeout", "int", 300, minimum=0),
+    port_flag("clientPort", 10001, aliases=("clientServerPort",)),
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], {}),
+        (["--master=boss"], {"master": "boss"}),
+        (["-master=boss"], {"master": "boss"}),
+        (["--master", "boss"], {"master": "boss"}),
+        (["--master", "-weird"], {"master": "-weird"}),  # a value may start with '-' (Go does the same)
+        (["--master="], {"master": ""}),
+        (["--enabled"], {"enabled": True}),
+        (["--enabled=false"], {"enabled": False}),
+        (["--enabled=T"], {"enabled": True}),
+        (["--enabled=0"], {"enabled": False}),
+        (["--port=0x10"], {"port": 16}),
+        (["--port=010"], {"port": 8}),
+        (["--port=0o17"], {"port": 15}),
+        (["--port=0b11"], {"port": 3}),
+        (["--port=1_000"], {"port": 1000}),
+        (["--port=+80"], {"port": 80}),
+        (["--port=1", "--port=2"], {"port": 2}),
+        (["--clientServerPort=1234"], {"clientPort": 1234}),
+        (["--master=a", "--"], {"master": "a"}),
+    ],
+)
+def test_accepted(args, expected):
+    values = parse_flags(FLAGS, args)
+    defaults = {f.name: f.default for f in FLAGS}
+    assert values == {**defaults, **expected}
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "reason"),
+    [
+        (["--nope=1"], "--nope", "flag provided but not defined"),
+        (["--clientport=1"], "--clientport", "flag provided but not defined"),  # case-sensitive
+        (["-h"], "--h", "flag provided but not defined"),
+        (["--port=abc"], "--port", "invalid value 'abc'"),
+        (["--port=0"], "--port", "outside 1..65535"),
+        (["--port=70000"], "--port", "outside 1..65535"),
+        (["--port=1_"], "--port", "invalid value"),
+        (["--port=08"], "--port", "invalid value"),
+        (["--timeout=-1"], "--timeout", "outside 0..None"),
+        (["--enabled=yes"], "--enabled", "invalid boolean"),
+        (["--port"], "--port", "flag needs an argument"),
+        (["master"], "master", "unexpected argument"),
+        (["--master=a --port=1", "x"], "x", "unexpected argument"),
+        (["---x"], "---x", "bad flag syntax"),
+        (["-=x"], "-=x", "bad flag syntax"),
+        (["--", "--port=1"], "--", "would be ignored"),
+    ],
+)
+def test_rejected(args, flag, reason):
+    with pytest.raises(FlagError) as info:
+        parse_flags(FLAGS, args)
+    assert info.value.flag == flag
+    assert reason in info.value.reason
+
+
+def test_single_token_with_spaces_is_one_flag():
+    # Go takes "--master=a --port=1" as the flag master with value "a --port=1".
+    assert parse_flags(FLAGS, ["--master=a --port=1"])["master"] == "a --port=1"
+
+
+def test_go_int_range():
+    assert parse_go_int("9223372036854775807") == 2**63 - 1
+    with pytest.raises(ValueError):
+        parse_go_int("9223372036854775808")
