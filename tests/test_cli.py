@@ -1,0 +1,101 @@
+"""The offline CLI: mutate, resources and review, and their exit codes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import EXAMPLES
+from webhook.cli import main
+
+PLUGIN_TASKS = {
+    "env": "worker", "svc": "worker", "ssh": "node", "pytorch": "worker",
+    "tensorflow": "worker", "mpi": "mpimaster", "ray": "worker", "hcclrank": "worker",
+}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("plugin", sorted(PLUGIN_TASKS))
+def test_mutate_is_idempotent_on_its_own_output(capsys, tmp_path, plugin):
+    job = str(EXAMPLES / "jobs" / f"{plugin}-job.yaml")
+    code, out, _ = run(capsys, "mutate", "--job", job, "--task", PLUGIN_TASKS[plugin], "--index", "1")
+    assert code == 0
+    wired = json.loads(out)
+    (tmp_path / "pod.json").write_text(out)
+    code, again, _ = run(capsys, "mutate", "--job", job, str(tmp_path / "pod.json"))
+    assert code == 0 and json.loads(again) == wired
+    code, patch, _ = run(capsys, "mutate", "--job", job, str(tmp_path / "pod.json"), "--patch")
+    assert code == 0 and json.loads(patch) == []
+
+
+def test_mutate_reads_the_pod_from_stdin_and_prints_a_patch(capsys, monkeypatch):
+    review = json.loads((EXAMPLES / "admission" / "env-pod.json").read_text())
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(yaml.safe_dump(review["request"]["object"])))
+    code, out, _ = run(capsys, "mutate", "--job", str(EXAMPLES / "jobs" / "env-job.yaml"), "-", "--patch")
+    assert code == 0
+    assert json.loads(out) == [
+        {"op": "add", "path": "/spec/containers/0/env", "value": [
+            {"name": "VK_TASK_INDEX", "value": "1"}, {"name": "VC_TASK_INDEX", "value": "1"}]},
+    ]
+
+
+def test_resources_yaml_and_json(capsys):
+    job = str(EXAMPLES / "jobs" / "mpi-job.yaml")
+    code, out, _ = run(capsys, "resources", "--job", job)
+    assert code == 0
+    objects = list(yaml.safe_load_all(out))
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("Secret", "mpi-demo-ssh"), ("ConfigMap", "mpi-demo-svc"), ("Service", "mpi-demo"), ("NetworkPolicy", "mpi-demo"),
+    ]
+    assert objects[1]["data"]["mpiworker.host"] == "mpi-demo-mpiworker-0.mpi-demo\nmpi-demo-mpiworker-1.mpi-demo"
+    code, out2, _ = run(capsys, "resources", "--job", job, "-o", "json")
+    second = json.loads(out2)
+    # Keys are fresh on every run; everything else is the same.
+    assert base64.b64decode(second[0]["data"]["id_rsa"]) != base64.b64decode(objects[0]["data"]["id_rsa"])
+    for obj in (objects[0], second[0]):
+        for key in ("id_rsa", "id_rsa.pub", "authorized_keys"):
+            obj["data"].pop(key)
+    assert second == objects
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["mutate", "--job", "/nonexistent.yaml", "--task", "w"], "/nonexistent.yaml: cannot read"),
+        (["mutate", "--job", str(EXAMPLES / "jobs" / "env-job.yaml")], "give a POD file, or --task"),
+        (["mutate", "--job", str(EXAMPLES / "jobs" / "env-job.yaml"), "--task", "nope"], "job default/env-demo: task: the job has no task 'nope'"),
+        (["resources", "--job", str(EXAMPLES / "admission" / "env-pod.json")], "expected one Job, found: AdmissionReview"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and message in err
+
+
+def test_bad_plugin_argument_names_job_plugin_and_argument(capsys, tmp_path):
+    job = yaml.safe_load((EXAMPLES / "jobs" / "ray-job.yaml").read_text())
+    job["spec"]["plugins"]["ray"] = ["--clientport=1"]
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    code, _, err = run(capsys, "resources", "--job", str(tmp_path / "job.yaml"))
+    assert code == 2
+    assert err.startswith("volcano-webhook resources: job default/ray-demo: plugin ray: --clientport: flag provided but not defined")
+
+
+def test_console_script_runs():
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "review", "--job", str(EXAMPLES / "jobs" / "env-job.yaml"), "--task", "worker"],
+        capture_output=True, text=True, check=True,
+    )
+    review = json.loads(done.stdout)
+    assert review["request"]["object"]["metadata"]["name"] == "env-demo-worker-0"
