@@ -6,7 +6,7 @@ Volcano's job admission adds svc and ssh), and three hooks:
 * ``check()``: job-level validation, run at ``/validate`` and before every Pod; raises
   :class:`PluginError`, returns warnings;
 * ``mutate(ctx)``: change one Pod of the job in place, idempotently;
-* ``resources()``: the side objects the job needs (ConfigMaps, Services, ...), as the reconciler
+* ``resources(existing)``: the side objects the job needs (ConfigMaps, Services, ...), as the reconciler
   will create them.
 
 One instance is made per job and argument list; it holds no state between calls and does no I/O.
@@ -14,7 +14,7 @@ One instance is made per job and argument list; it holds no state between calls 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -25,6 +25,8 @@ from .job import Job, Task
 from .pod import Obj, containers, task_index
 
 DEFAULT_HOSTS_ENV_LIMIT = 100_000
+# Live side objects the reconciler found for a job, by (kind, name); only ones this project manages.
+Existing = Mapping[tuple[str, str], Obj]
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,9 @@ class Plugin:
         """Names of init containers this plugin adds; other plugins leave them alone."""
         return frozenset()
 
-    def resources(self) -> list[Obj]:
-        """The side objects this plugin wants for the job (Volcano's ``OnJobAdd``)."""
+    def resources(self, existing: Existing | None = None) -> list[Obj]:
+        """The side objects this plugin wants for the job (Volcano's ``OnJobAdd``). ``existing``
+        holds the live objects of the same job, for state that must survive (SSH keys)."""
         return []
 
     # Helpers shared by the plugins.

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Plugin, PodContext, Settings
+from .base import Existing, Plugin, PodContext, Settings
 from .errors import PluginError
 from .job import Job
 from .pod import Obj, task_name
@@ -123,10 +123,11 @@ class Chain:
             plugin.mutate(ctx)
         return Mutation(ctx.pod, [p.name for p in plugins], list(dict.fromkeys(ctx.warnings)))
 
-    def resources(self, job: Job) -> list[Obj]:
-        """Every side object the job's plugins want, in chain order."""
+    def resources(self, job: Job, existing: Existing | None = None) -> list[Obj]:
+        """Every side object the job's plugins want, in chain order. ``existing`` (the job's live
+        managed objects by kind and name) lets plugins keep state such as SSH keys."""
         out: list[Obj] = []
         for plugin in self.plugins(job):
             plugin.check()
-            out.extend(plugin.resources())
+            out.extend(plugin.resources(existing))
         return out

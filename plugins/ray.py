@@ -8,7 +8,7 @@ ClusterIP Service ``<job>-head-svc`` in front of the head.
 
 from __future__ import annotations
 
-from .base import Plugin, PodContext
+from .base import Existing, Plugin, PodContext
 from .flags import Flag, port_flag
 from .pod import JOB_NAME_KEY, TASK_SPEC_KEY, Obj, containers, ensure_port
 from .svc import JOB_NAMESPACE_KEY
@@ -71,7 +71,7 @@ class RayPlugin(Plugin):
                     ensure_port(container, name, number)
             container["command"] = ["sh", "-c", command]
 
-    def resources(self) -> list[Obj]:
+    def resources(self, existing: Existing | None = None) -> list[Obj]:
         job = self.job
         return [
             {

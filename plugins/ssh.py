@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from .base import Plugin, PodContext
+from .base import Existing, Plugin, PodContext
 from .flags import Flag, port_flag
 from .pod import Obj, ensure_mount, ensure_volume
 
@@ -99,16 +99,24 @@ class SSHPlugin(Plugin):
                 lines += [f"Host {host}", f"  HostName {host}.{subdomain}", f"  Port {port}"]
         return "\n".join(lines) + "\n"
 
-    def key_data(self) -> dict[str, bytes]:
-        """``id_rsa``, ``id_rsa.pub`` and ``authorized_keys``: the user's keys, or fresh ones."""
+    def key_data(self, existing: Existing | None = None) -> dict[str, bytes]:
+        """``id_rsa``, ``id_rsa.pub`` and ``authorized_keys``: the user's keys; else the keys of the
+        job's existing Secret, kept for the job's life (SPEC Part 1 §1.6); else fresh ones."""
         private, public = self.options["ssh-private-key"], self.options["ssh-public-key"]
         if private:
             return {"id_rsa": private.encode(), "id_rsa.pub": public.encode(), "authorized_keys": public.encode()}
+        current = (existing or {}).get(("Secret", secret_name(self.job.name)))
+        data = (current or {}).get("data") or {}
+        if all(data.get(key) for key in KEY_FILES[:3]):
+            try:
+                return {key: base64.b64decode(data[key], validate=True) for key in KEY_FILES[:3]}
+            except ValueError:
+                pass  # unreadable: replace with a fresh pair rather than keep a broken Secret
         pair = generate_key_pair()
         return {"id_rsa": pair.private_pem, "id_rsa.pub": pair.public_openssh, "authorized_keys": pair.public_openssh}
 
-    def resources(self) -> list[Obj]:
-        data = {**self.key_data(), "config": self.ssh_config().encode()}
+    def resources(self, existing: Existing | None = None) -> list[Obj]:
+        data = {**self.key_data(existing), "config": self.ssh_config().encode()}
         return [
             {
                 "apiVersion": "v1",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Plugin, PodContext
+from .base import Existing, Plugin, PodContext
 from .flags import Flag
 from .pod import JOB_NAME_KEY, Obj, ensure_env, ensure_mount, ensure_volume, spec
 
@@ -110,7 +110,7 @@ class SvcPlugin(Plugin):
     def _selector(self) -> dict[str, str]:
         return {JOB_NAME_KEY: self.job.name, JOB_NAMESPACE_KEY: self.job.namespace}
 
-    def resources(self) -> list[Obj]:
+    def resources(self, existing: Existing | None = None) -> list[Obj]:
         job = self.job
         out: list[dict[str, Any]] = [
             {

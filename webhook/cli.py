@@ -88,6 +88,21 @@ def cmd_serve(args: argparse.Namespace, chain: Chain) -> int:
     return 0
 
 
+def cmd_reconcile(args: argparse.Namespace, chain: Chain) -> int:
+    from .reconcile_cmd import run
+
+    settings = load_settings(args.config, namespaces=args.namespace or None, log_level=args.log_level, kubeconfig=args.kubeconfig)
+    run(
+        settings,
+        health_port=args.health_port,
+        leader_elect=args.leader_elect,
+        lease_name=args.lease_name,
+        lease_namespace=args.lease_namespace,
+        resync_seconds=args.resync_seconds,
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="volcano-webhook", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -125,6 +140,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--namespace", action="append", help="watch only this namespace (repeatable)")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     serve.set_defaults(handler=cmd_serve)
+
+    rec = sub.add_parser("reconcile", help="create, update and clean up each job's side objects")
+    rec.add_argument("--config", help="YAML settings file (also VOLCANO_WEBHOOK_CONFIG)")
+    rec.add_argument("--kubeconfig", type=Path, help="kubeconfig (default in-cluster)")
+    rec.add_argument("--namespace", action="append", help="watch only this namespace (repeatable)")
+    rec.add_argument("--health-port", type=int, default=8081, help="plain-HTTP /healthz, /readyz, /metrics (default 8081)")
+    rec.add_argument("--leader-elect", action="store_true", help="only the holder of a Lease writes")
+    rec.add_argument("--lease-name", default="volcano-job-webhook-reconciler")
+    rec.add_argument("--lease-namespace", help="default: $POD_NAMESPACE")
+    rec.add_argument("--resync-seconds", type=float, default=300.0, help="how often every job is reconciled anyway")
+    rec.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    rec.set_defaults(handler=cmd_reconcile)
     return parser
 
 

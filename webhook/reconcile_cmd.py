@@ -1,0 +1,75 @@
+"""``volcano-webhook reconcile``: the sidecar process — health server, leader election, reconciler —
+until SIGTERM, then a graceful stop (in-flight reconciles finish, the Lease is released)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from pathlib import Path
+
+from plugins import Chain, default_registry
+
+from . import logs
+from .config import WebhookSettings
+from .health import HealthServer
+from .kubecache import api_client
+from .leader import LeaderElector
+from .reconciler import Reconciler, ReconcilerMetrics
+
+log = logging.getLogger(__name__)
+
+
+def run(
+    settings: WebhookSettings,
+    *,
+    health_port: int = 8081,
+    leader_elect: bool = False,
+    lease_name: str = "volcano-job-webhook-reconciler",
+    lease_namespace: str | None = None,
+    resync_seconds: float = 300.0,
+    kubeconfig: Path | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    logs.configure(settings.log_level)
+    api = api_client(kubeconfig or settings.kubeconfig)
+    metrics = ReconcilerMetrics()
+    elector: LeaderElector | None = None
+    if leader_elect:
+        identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+        namespace = lease_namespace or os.environ.get("POD_NAMESPACE") or settings.service_namespace
+        elector = LeaderElector(api, lease_name, namespace, identity, on_change=lambda lead: metrics.leader.set(int(lead)))
+    else:
+        metrics.leader.set(1)
+    def is_leader() -> bool:
+        return elector.is_leader if elector else True
+
+    reconciler = Reconciler(
+        api,
+        Chain(default_registry(), settings.chain_config()),
+        namespaces=settings.namespaces,
+        resync_seconds=resync_seconds,
+        is_leader=is_leader,
+        metrics=metrics,
+    )
+    health = HealthServer(
+        "0.0.0.0", health_port, lambda: reconciler.ready, metrics.registry,
+        details=lambda: {"leader": is_leader(), "jobs": len(reconciler.informer)},
+    )
+    stop = stop or threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(sig, lambda *_: stop.set())
+    health.start()
+    if elector:
+        elector.start()
+    reconciler.start()
+    log.info("reconciler started (health on :%d, leader election %s)", health.port, "on" if elector else "off")
+    stop.wait()
+    log.info("stopping")
+    reconciler.stop()
+    if elector:
+        elector.stop()
+    health.stop()

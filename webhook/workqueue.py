@@ -1,0 +1,102 @@
+"""A work queue of job keys, as client-go's: a key waits in the queue at most once, is handled by one
+worker at a time, and a key added while it is being handled is handled again afterwards. Failed keys
+come back after an exponential, jittered delay."""
+
+from __future__ import annotations
+
+import heapq
+import random
+import threading
+import time
+from collections.abc import Hashable
+
+
+class WorkQueue:
+    def __init__(self, base_delay: float = 0.05, max_delay: float = 60.0) -> None:
+        self._cond = threading.Condition()
+        self._queue: list[Hashable] = []
+        self._dirty: set[Hashable] = set()
+        self._processing: set[Hashable] = set()
+        self._delayed: list[tuple[float, int, Hashable]] = []
+        self._failures: dict[Hashable, int] = {}
+        self._counter = 0
+        self._shutdown = False
+        self.base_delay, self.max_delay = base_delay, max_delay
+
+    def add(self, key: Hashable) -> None:
+        with self._cond:
+            if self._shutdown or key in self._dirty:
+                return
+            self._dirty.add(key)
+            if key not in self._processing:
+                self._queue.append(key)
+                self._cond.notify()
+
+    def add_after(self, key: Hashable, delay: float) -> None:
+        if delay <= 0:
+            self.add(key)
+            return
+        with self._cond:
+            self._counter += 1
+            heapq.heappush(self._delayed, (time.monotonic() + delay, self._counter, key))
+            self._cond.notify()
+
+    def add_rate_limited(self, key: Hashable) -> float:
+        """Re-add a failed key after ``base * 2**failures`` seconds (jittered, capped); returns the delay."""
+        with self._cond:
+            failures = self._failures.get(key, 0)
+            self._failures[key] = failures + 1
+        delay = min(self.max_delay, self.base_delay * (2**failures))
+        delay = random.uniform(delay / 2, delay)
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: Hashable) -> None:
+        with self._cond:
+            self._failures.pop(key, None)
+
+    def get(self, timeout: float | None = None) -> Hashable | None:
+        """The next key, or None on shutdown or timeout. Call :meth:`done` when finished with it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                self._promote_due()
+                if self._queue:
+                    key = self._queue.pop(0)
+                    self._processing.add(key)
+                    self._dirty.discard(key)
+                    return key
+                if self._shutdown:
+                    return None
+                wait = None if deadline is None else deadline - time.monotonic()
+                if self._delayed:
+                    until_due = self._delayed[0][0] - time.monotonic()
+                    wait = until_due if wait is None else min(wait, until_due)
+                if wait is not None and wait <= 0 and deadline is not None and time.monotonic() >= deadline:
+                    return None
+                self._cond.wait(None if wait is None else max(wait, 0.001))
+
+    def _promote_due(self) -> None:
+        now = time.monotonic()
+        while self._delayed and self._delayed[0][0] <= now:
+            _, _, key = heapq.heappop(self._delayed)
+            if key not in self._dirty:
+                self._dirty.add(key)
+                if key not in self._processing:
+                    self._queue.append(key)
+
+    def done(self, key: Hashable) -> None:
+        with self._cond:
+            self._processing.discard(key)
+            if key in self._dirty:
+                self._queue.append(key)
+                self._cond.notify()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._queue) + len(self._delayed)
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._shutdown = True
+            self._cond.notify_all()
