@@ -121,6 +121,13 @@ class JobInformer:
         self._stop.set()
         for w in list(self._watches):
             w.stop()
+            # Watch.stop() is only seen after the next event; closing the stream ends the read now.
+            response = getattr(w, "_resp", None)
+            if response is not None:
+                try:
+                    response.close()
+                except Exception:
+                    pass
         for thread in self._threads:
             thread.join(timeout)
 

@@ -1,0 +1,503 @@
+"""Tests of the API-server double (tests/apiserver.py), driven only through the
+official ``kubernetes`` client so that they pin down what that client really
+does against real REST semantics (status codes, retries, watch errors)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import urllib3
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from tests.apiserver import FakeApiServer
+
+NS = "default"
+VOLCANO = ("batch.volcano.sh", "v1alpha1")
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        yield server
+    assert not [t for t in threading.enumerate() if t.name.startswith("fake-apiserver")]
+
+
+@pytest.fixture
+def k8s(api: FakeApiServer) -> Iterator[client.ApiClient]:
+    with api.api_client() as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def core(k8s: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(k8s)
+
+
+@pytest.fixture
+def custom(k8s: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(k8s)
+
+
+def configmap(name: str, labels: dict[str, str] | None = None, **data: str) -> dict:
+    return {"metadata": {"name": name, "labels": labels or {}}, "data": data}
+
+
+def volcano_job(name: str) -> dict:
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"minAvailable": 1, "tasks": [{"name": "worker", "replicas": 2}]}}
+
+
+def status_of(err: ApiException) -> dict:
+    return json.loads(err.body)
+
+
+# -- CRUD ----------------------------------------------------------------------
+
+
+def test_create_get_and_server_filled_metadata(api: FakeApiServer, core: client.CoreV1Api) -> None:
+    created = core.create_namespaced_config_map(NS, configmap("a", k="v"))
+    assert isinstance(created, client.V1ConfigMap)
+    assert created.kind == "ConfigMap" and created.api_version == "v1"
+    assert created.metadata.namespace == NS and created.metadata.uid
+    assert created.metadata.creation_timestamp is not None
+    assert created.metadata.resource_version == str(api.resource_version)
+    got = core.read_namespaced_config_map("a", NS)
+    assert got.data == {"k": "v"} and got.metadata.uid == created.metadata.uid
+
+    generated = core.create_namespaced_config_map(NS, {"metadata": {"generateName": "gen-"}})
+    assert generated.metadata.name.startswith("gen-") and len(generated.metadata.name) == 9
+
+
+def test_missing_object_is_404_not_found_status(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as exc:
+        core.read_namespaced_config_map("nope", NS)
+    assert exc.value.status == 404
+    assert status_of(exc.value) == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": 'configmaps "nope" not found', "reason": "NotFound",
+        "details": {"name": "nope", "group": "", "kind": "configmaps"}, "code": 404}
+    for call in (lambda: core.replace_namespaced_config_map("nope", NS, configmap("nope")),
+                 lambda: core.patch_namespaced_config_map("nope", NS, {"data": {"a": "b"}}),
+                 lambda: core.delete_namespaced_config_map("nope", NS)):
+        with pytest.raises(ApiException) as exc:
+            call()
+        assert exc.value.status == 404
+
+
+def test_create_existing_is_409_already_exists(core: client.CoreV1Api) -> None:
+    core.create_namespaced_config_map(NS, configmap("a"))
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_config_map(NS, configmap("a"))
+    assert exc.value.status == 409
+    assert status_of(exc.value)["reason"] == "AlreadyExists"
+    assert status_of(exc.value)["message"] == 'configmaps "a" already exists'
+
+
+def test_update_with_stale_resource_version_is_409_conflict(core: client.CoreV1Api) -> None:
+    first = core.create_namespaced_config_map(NS, configmap("a", k="1"))
+    first.data = {"k": "2"}
+    second = core.replace_namespaced_config_map("a", NS, first)
+    assert second.data == {"k": "2"}
+    assert int(second.metadata.resource_version) > int(first.metadata.resource_version)
+
+    first.data = {"k": "3"}  # still carries the old resourceVersion
+    with pytest.raises(ApiException) as exc:
+        core.replace_namespaced_config_map("a", NS, first)
+    assert exc.value.status == 409
+    body = status_of(exc.value)
+    assert body["reason"] == "Conflict" and "the object has been modified" in body["message"]
+
+    first.metadata.resource_version = None  # no resourceVersion: unconditional update
+    assert core.replace_namespaced_config_map("a", NS, first).data == {"k": "3"}
+
+
+def test_noop_update_keeps_resource_version(core: client.CoreV1Api) -> None:
+    cm = core.create_namespaced_config_map(NS, configmap("a", k="v"))
+    again = core.patch_namespaced_config_map("a", NS, {"data": {"k": "v"}})
+    assert again.metadata.resource_version == cm.metadata.resource_version
+
+
+def test_patch_merge_strategic_and_json_patch(core: client.CoreV1Api) -> None:
+    core.create_namespaced_config_map(NS, configmap("a", labels={"x": "1"}, k="v", drop="me"))
+    # a dict body goes out as a strategic merge patch (the client picks it)
+    merged = core.patch_namespaced_config_map("a", NS, {"data": {"new": "1", "drop": None}})
+    assert merged.data == {"k": "v", "new": "1"}
+    merged = core.patch_namespaced_config_map(
+        "a", NS, {"metadata": {"labels": {"y": "2"}}}, _content_type="application/merge-patch+json")
+    assert merged.metadata.labels == {"x": "1", "y": "2"}
+    # a list body goes out as a JSON patch
+    patched = core.patch_namespaced_config_map("a", NS, [
+        {"op": "replace", "path": "/data/k", "value": "w"},
+        {"op": "remove", "path": "/metadata/labels/x"}])
+    assert patched.data["k"] == "w" and patched.metadata.labels == {"y": "2"}
+    with pytest.raises(ApiException) as exc:  # a failing test op is 422
+        core.patch_namespaced_config_map("a", NS, [{"op": "test", "path": "/data/k", "value": "zzz"}])
+    assert exc.value.status == 422
+    with pytest.raises(ApiException) as exc:  # resourceVersion in a patch is a precondition
+        core.patch_namespaced_config_map("a", NS, {"metadata": {"resourceVersion": "1"}})
+    assert exc.value.status == 409
+
+
+def test_strategic_merge_keys_and_finalizers(api: FakeApiServer, core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod(NS, {"metadata": {"name": "p", "finalizers": ["a/one"]}, "spec": {
+        "containers": [{"name": "main", "image": "img:1", "env": [{"name": "A", "value": "1"}]},
+                       {"name": "side", "image": "img:1"}]}})
+    pod = core.patch_namespaced_pod("p", NS, {
+        "metadata": {"finalizers": ["b/two"]},
+        "spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "2"}]}]}})
+    assert [c.name for c in pod.spec.containers] == ["main", "side"]
+    assert [e.name for e in pod.spec.containers[0].env] == ["A", "B"]
+    assert pod.metadata.finalizers == ["a/one", "b/two"]  # finalizers merge, never shrink
+    pod = core.patch_namespaced_pod("p", NS, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a/one", "b/two"]}})
+    assert pod.metadata.finalizers in (None, [])
+
+
+def test_status_subresource_and_generation(api: FakeApiServer, custom: client.CustomObjectsApi) -> None:
+    group, version = VOLCANO
+    job = volcano_job("j") | {"status": {"state": {"phase": "Running"}}}
+    created = custom.create_namespaced_custom_object(group, version, NS, "jobs", job)
+    assert "status" not in created  # a CR with a status subresource drops status on create
+    assert created["metadata"]["generation"] == 1
+    with_status = custom.patch_namespaced_custom_object_status(
+        group, version, NS, "jobs", "j", {"status": {"state": {"phase": "Running"}}, "spec": {"minAvailable": 9}})
+    assert with_status["status"] == {"state": {"phase": "Running"}}
+    assert with_status["spec"]["minAvailable"] == 1 and with_status["metadata"]["generation"] == 1
+    spec = custom.patch_namespaced_custom_object(group, version, NS, "jobs", "j",
+                                                 {"spec": {"minAvailable": 2}, "status": None})
+    assert spec["status"] == {"state": {"phase": "Running"}}  # main resource cannot touch status
+    assert spec["metadata"]["generation"] == 2
+
+
+def test_delete_returns_status_or_object_and_honours_finalizers(core: client.CoreV1Api) -> None:
+    core.create_namespaced_config_map(NS, configmap("a"))
+    assert core.delete_namespaced_config_map("a", NS)["status"] == "Success"
+    core.create_namespaced_pod(NS, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    assert isinstance(core.delete_namespaced_pod("p", NS), client.V1Pod)  # pods answer the object
+
+    core.create_namespaced_config_map(NS, {"metadata": {"name": "f", "finalizers": ["x/y"]}})
+    pending = core.delete_namespaced_config_map("f", NS)
+    assert pending["metadata"]["deletionTimestamp"]
+    assert core.read_namespaced_config_map("f", NS).metadata.deletion_timestamp is not None
+    core.patch_namespaced_config_map("f", NS, {"metadata": {"finalizers": None}},
+                                     _content_type="application/merge-patch+json")
+    with pytest.raises(ApiException) as exc:
+        core.read_namespaced_config_map("f", NS)
+    assert exc.value.status == 404
+
+
+def test_validation_is_422_invalid(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_config_map(NS, configmap("Bad_Name"))
+    assert exc.value.status == 422 and status_of(exc.value)["reason"] == "Invalid"
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_config_map(NS, configmap("ok", labels={"job": "x" * 64}))
+    assert exc.value.status == 422
+    assert "must be no more than 63 characters" in status_of(exc.value)["message"]
+
+
+# -- list and watch ---------------------------------------------------------------
+
+
+def test_list_with_label_and_field_selectors(core: client.CoreV1Api) -> None:
+    core.create_namespaced_config_map(NS, configmap("a", labels={"app": "x", "tier": "web"}))
+    core.create_namespaced_config_map(NS, configmap("b", labels={"app": "y"}))
+    core.create_namespaced_config_map("other", configmap("c", labels={"app": "x"}))
+
+    def names(**kw: str) -> list[str]:
+        return [i.metadata.name for i in core.list_config_map_for_all_namespaces(**kw).items]
+
+    assert names(label_selector="app=x") == ["a", "c"]
+    assert names(label_selector="app!=x") == ["b"]
+    assert names(label_selector="tier") == ["a"]
+    assert names(label_selector="!tier") == ["b", "c"]
+    assert names(label_selector="app in (x,y),tier") == ["a"]
+    assert names(field_selector="metadata.namespace=other") == ["c"]
+    assert names(field_selector="metadata.name!=a") == ["b", "c"]
+    page = core.list_namespaced_config_map(NS, limit=1)
+    assert [i.metadata.name for i in page.items] == ["a"] and page.metadata._continue
+    rest = core.list_namespaced_config_map(NS, limit=1, _continue=page.metadata._continue)
+    assert [i.metadata.name for i in rest.items] == ["b"] and not rest.metadata._continue
+    listing = core.list_namespaced_config_map(NS)
+    assert listing.kind == "ConfigMapList" and listing.metadata.resource_version
+
+
+def test_watch_streams_added_modified_deleted(api: FakeApiServer, core: client.CoreV1Api) -> None:
+    core.create_namespaced_config_map(NS, configmap("before"))
+    rv = core.list_namespaced_config_map(NS).metadata.resource_version
+
+    def writer() -> None:
+        assert api.wait_for_watches(1)
+        core.create_namespaced_config_map(NS, configmap("a"))
+        core.patch_namespaced_config_map("a", NS, {"data": {"k": "v"}})
+        core.delete_namespaced_config_map("a", NS)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    w = watch.Watch()
+    seen = []
+    for event in w.stream(core.list_namespaced_config_map, NS, resource_version=rv, timeout_seconds=5):
+        assert isinstance(event["object"], client.V1ConfigMap)
+        seen.append((event["type"], event["object"].metadata.name))
+        if event["type"] == "DELETED":
+            w.stop()
+    thread.join()
+    assert seen == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
+
+    # without a resourceVersion the watch starts with ADDED for what exists
+    initial = [(e["type"], e["object"].metadata.name)
+               for e in w.stream(core.list_namespaced_config_map, NS, timeout_seconds=1)]
+    assert initial == [("ADDED", "before")]
+
+
+def test_label_selected_watch_sees_objects_leave_and_enter(api: FakeApiServer, core: client.CoreV1Api) -> None:
+    core.create_namespaced_config_map(NS, configmap("a", labels={"app": "x"}))
+    rv = core.list_namespaced_config_map(NS).metadata.resource_version
+    core.patch_namespaced_config_map("a", NS, {"metadata": {"labels": {"app": "y"}}})
+    core.patch_namespaced_config_map("a", NS, {"metadata": {"labels": {"app": "x"}}})
+    w = watch.Watch()
+    seen = []
+    for event in w.stream(core.list_namespaced_config_map, NS, label_selector="app=x",
+                          resource_version=rv, timeout_seconds=5):
+        seen.append(event["type"])
+        if len(seen) == 2:
+            w.stop()
+    assert seen == ["DELETED", "ADDED"]
+
+
+def test_watch_from_expired_resource_version_raises_410(api: FakeApiServer, core: client.CoreV1Api) -> None:
+    core.create_namespaced_config_map(NS, configmap("a"))
+    old_rv = core.list_namespaced_config_map(NS).metadata.resource_version
+    api.expire_history()
+
+    # with timeout_seconds the client does not retry: the ERROR event becomes ApiException(410)
+    with pytest.raises(ApiException) as exc:
+        list(watch.Watch().stream(core.list_namespaced_config_map, NS, resource_version=old_rv, timeout_seconds=2))
+    assert exc.value.status == 410
+    assert exc.value.reason.startswith("Expired: too old resource version")
+
+    # without it the client retries once from the same resourceVersion, then raises
+    api.clear_requests()
+    with pytest.raises(ApiException) as exc:
+        list(watch.Watch().stream(core.list_namespaced_config_map, NS, resource_version=old_rv))
+    assert exc.value.status == 410
+    assert [r.verb for r in api.requests] == ["watch", "watch"]
+
+    # a fresh list gives a resourceVersion that can be watched again
+    fresh = core.list_namespaced_config_map(NS).metadata.resource_version
+    assert list(watch.Watch().stream(core.list_namespaced_config_map, NS, resource_version=fresh,
+                                     timeout_seconds=1)) == []
+
+
+def test_close_watches_ends_stream_and_client_rewatches(api: FakeApiServer, core: client.CoreV1Api) -> None:
+    seen: list[str] = []
+
+    def consume() -> None:
+        w = watch.Watch()
+        for event in w.stream(core.list_namespaced_config_map, NS, resource_version=str(api.resource_version)):
+            seen.append(event["object"].metadata.name)
+            w.stop()
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    assert api.wait_for_watches(1)
+    api.clear_requests()
+    assert api.close_watches() == 1
+    # the client sees the stream end and re-watches from its last resourceVersion,
+    # so an object created in between is not missed
+    core.create_namespaced_config_map(NS, configmap("after-close"))
+    thread.join(timeout=5)
+    assert seen == ["after-close"]
+    assert sorted(r.verb for r in api.requests) == ["create", "watch"]
+
+
+def test_bookmarks(api: FakeApiServer, core: client.CoreV1Api) -> None:
+    threading.Timer(0.2, lambda: api.wait_for_watches(1) and api.send_bookmarks()).start()
+    w = watch.Watch()
+    for event in w.stream(core.list_namespaced_config_map, NS, allow_watch_bookmarks=True,
+                          resource_version=str(api.resource_version), timeout_seconds=5):
+        assert event["type"] == "BOOKMARK"
+        w.stop()
+    assert w.resource_version == str(api.resource_version)  # the client keeps the bookmark's rv
+
+    api.bookmark_interval = 0.1
+    events = list(watch.Watch().stream(core.list_namespaced_config_map, NS, allow_watch_bookmarks=True,
+                                       resource_version=str(api.resource_version), timeout_seconds=1))
+    assert events and {e["type"] for e in events} == {"BOOKMARK"}
+    assert events[-1]["raw_object"]["metadata"]["resourceVersion"] == str(api.resource_version)
+
+
+# -- custom and cluster-scoped resources ----------------------------------------------
+
+
+def test_volcano_jobs_through_custom_objects_api(api: FakeApiServer, custom: client.CustomObjectsApi) -> None:
+    group, version = VOLCANO
+    created = custom.create_namespaced_custom_object(group, version, NS, "jobs", volcano_job("j"))
+    assert created["kind"] == "Job" and created["metadata"]["uid"]
+    got = custom.get_namespaced_custom_object(group, version, NS, "jobs", "j")
+    assert got["spec"]["tasks"][0]["replicas"] == 2
+    listed = custom.list_cluster_custom_object(group, version, "jobs")
+    assert listed["kind"] == "JobList" and listed["items"][0]["kind"] == "Job"  # CR items keep kind
+    # CustomObjectsApi sends merge patches; strategic merge is refused for custom resources
+    patched = custom.patch_namespaced_custom_object(group, version, NS, "jobs", "j", {"spec": {"queue": "q"}})
+    assert patched["spec"]["queue"] == "q"
+    with pytest.raises(ApiException) as exc:
+        custom.patch_namespaced_custom_object(group, version, NS, "jobs", "j", {"spec": {}},
+                                              _content_type="application/strategic-merge-patch+json")
+    assert exc.value.status == 415
+    with pytest.raises(ApiException) as exc:
+        custom.get_namespaced_custom_object(group, version, NS, "jobs", "missing")
+    assert status_of(exc.value)["message"] == 'jobs.batch.volcano.sh "missing" not found'
+    seeded = api.put_object(volcano_job("seeded") | {"status": {"state": {"phase": "Pending"}}})
+    assert custom.get_namespaced_custom_object(group, version, NS, "jobs", "seeded")["status"] == seeded["status"]
+    assert custom.delete_namespaced_custom_object(group, version, NS, "jobs", "j")["status"] == "Success"
+    assert [o["metadata"]["name"] for o in api.objects("jobs")] == ["seeded"]
+
+
+def test_mutating_webhook_configuration_patch(k8s: client.ApiClient) -> None:
+    adm = client.AdmissionregistrationV1Api(k8s)
+    webhook = {"name": "jobs.volcano.example", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+               "clientConfig": {"service": {"name": "svc", "namespace": NS, "path": "/mutate"}},
+               "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}
+    adm.create_mutating_webhook_configuration({"metadata": {"name": "volcano-job-webhook"}, "webhooks": [webhook]})
+    # strategic merge by webhook name: only caBundle changes, the rest of the webhook stays
+    patched = adm.patch_mutating_webhook_configuration("volcano-job-webhook", {"webhooks": [
+        {"name": "jobs.volcano.example", "clientConfig": {"caBundle": "Q0E="}}]})
+    hook = patched.webhooks[0]
+    assert hook.client_config.ca_bundle == "Q0E=" and hook.client_config.service.name == "svc"
+    assert hook.rules[0].resources == ["pods"]
+    assert patched.metadata.generation == 2 and patched.metadata.namespace is None
+    assert [w.metadata.name for w in adm.list_mutating_webhook_configuration().items] == ["volcano-job-webhook"]
+
+
+# -- faults, restart, gc, request log ------------------------------------------------
+
+
+def test_injected_500_and_429_with_retry_after(api: FakeApiServer, core: client.CoreV1Api) -> None:
+    api.fail_next(1, 500, method="GET")
+    with pytest.raises(ApiException) as exc:
+        core.read_namespace(NS)
+    assert exc.value.status == 500 and status_of(exc.value)["reason"] == "InternalError"
+
+    api.fail_next(1, 429, method="POST", retry_after=3)
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_config_map(NS, configmap("a"))
+    assert exc.value.status == 429 and exc.value.headers["Retry-After"] == "3"
+    assert status_of(exc.value)["details"] == {"retryAfterSeconds": 3}
+
+    # urllib3 itself retries GETs (up to 3 times) on 429/503 with Retry-After, sleeping as told
+    api.clear_requests()
+    api.fail_next(1, 429, method="GET", retry_after=0)
+    assert core.read_namespace(NS).metadata.name == NS
+    assert [r.status for r in api.requests] == [429, 200]
+    api.clear_requests()
+    api.fail_next(4, 429, method="GET", retry_after=0)  # ...and then gives up with the last answer
+    with pytest.raises(ApiException) as exc:
+        core.read_namespace(NS)
+    assert exc.value.status == 429 and [r.status for r in api.requests] == [429] * 4
+
+
+def test_dropped_connection_raises_urllib3_errors(api: FakeApiServer, core: client.CoreV1Api) -> None:
+    api.drop_next(1, method="POST")
+    with pytest.raises(urllib3.exceptions.ProtocolError):  # not retried: POST is not idempotent
+        core.create_namespaced_config_map(NS, configmap("a"))
+    api.drop_next(1, method="GET")  # urllib3 retries an idempotent GET transparently
+    assert core.read_namespace(NS).metadata.name == NS
+    api.drop_next(4, method="GET")
+    with pytest.raises(urllib3.exceptions.MaxRetryError) as exc:
+        core.read_namespace(NS)
+    assert isinstance(exc.value.reason, urllib3.exceptions.ProtocolError)
+
+
+def test_restart_keeps_port_and_objects(api: FakeApiServer, core: client.CoreV1Api) -> None:
+    created = core.create_namespaced_config_map(NS, configmap("a", k="v"))
+    port = api.port
+    api.restart()
+    assert api.port == port
+    assert core.read_namespaced_config_map("a", NS).metadata.uid == created.metadata.uid
+    with pytest.raises(ApiException) as exc:  # the watch history did not survive the restart
+        list(watch.Watch().stream(core.list_namespaced_config_map, NS, resource_version="1", timeout_seconds=1))
+    assert exc.value.status == 410
+
+
+def test_stop_ends_open_watch_promptly(api: FakeApiServer, core: client.CoreV1Api) -> None:
+    done = threading.Event()
+
+    def consume() -> None:
+        try:
+            list(watch.Watch().stream(core.list_namespaced_config_map, NS, timeout_seconds=30))
+        finally:
+            done.set()
+
+    threading.Thread(target=consume, daemon=True).start()
+    assert api.wait_for_watches(1)
+    started = time.monotonic()
+    api.stop()
+    assert time.monotonic() - started < 2
+    assert done.wait(2)
+    api.start()
+
+
+def owned(name: str, owner: dict) -> dict:
+    ref = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": owner["metadata"]["name"],
+           "uid": owner["metadata"]["uid"], "controller": True}
+    return {"metadata": {"name": name, "ownerReferences": [ref]}}
+
+
+@pytest.mark.parametrize("gc", [True, False])
+def test_garbage_collection_follows_owner_references(api: FakeApiServer, core: client.CoreV1Api,
+                                                     custom: client.CustomObjectsApi, gc: bool) -> None:
+    api.gc = gc
+    job = custom.create_namespaced_custom_object(*VOLCANO, NS, "jobs", volcano_job("j"))
+    core.create_namespaced_config_map(NS, owned("j-svc", job))
+    core.create_namespaced_secret(NS, owned("j-ssh", job))
+    core.create_namespaced_config_map(NS, configmap("unowned"))
+    custom.delete_namespaced_custom_object(*VOLCANO, NS, "jobs", "j", propagation_policy="Background")
+    remaining = [o["metadata"]["name"] for o in api.objects("configmaps") + api.objects("secrets")]
+    assert remaining == (["unowned"] if gc else ["j-svc", "unowned", "j-ssh"])
+
+
+def test_gc_orphan_policy_strips_owner_references(api: FakeApiServer, core: client.CoreV1Api,
+                                                  custom: client.CustomObjectsApi) -> None:
+    api.gc = True
+    job = custom.create_namespaced_custom_object(*VOLCANO, NS, "jobs", volcano_job("j"))
+    core.create_namespaced_config_map(NS, owned("j-svc", job))
+    custom.delete_namespaced_custom_object(*VOLCANO, NS, "jobs", "j", propagation_policy="Orphan")
+    assert core.read_namespaced_config_map("j-svc", NS).metadata.owner_references is None
+
+
+def test_request_log_records_verbs_and_resources(api: FakeApiServer, core: client.CoreV1Api,
+                                                 custom: client.CustomObjectsApi) -> None:
+    api.clear_requests()
+    core.create_namespaced_config_map(NS, configmap("a"))
+    core.read_namespaced_config_map("a", NS)
+    core.list_namespaced_config_map(NS, label_selector="x=y")
+    core.replace_namespaced_config_map("a", NS, configmap("a"))
+    core.patch_namespaced_config_map("a", NS, {"data": {"k": "v"}})
+    w = watch.Watch()
+    for _ in w.stream(core.list_namespaced_config_map, NS, timeout_seconds=5):
+        w.stop()  # the synthetic ADDED for "a"
+    core.delete_namespaced_config_map("a", NS)
+    custom.create_namespaced_custom_object(*VOLCANO, NS, "jobs", volcano_job("j"))
+    custom.patch_namespaced_custom_object_status(*VOLCANO, NS, "jobs", "j", {"status": {}})
+    records = api.requests
+    assert [r.verb for r in records] == ["create", "get", "list", "update", "patch", "watch", "delete",
+                                         "create", "patch"]
+    assert records[2].query == {"labelSelector": "x=y"}
+    assert records[1].path == "/api/v1/namespaces/default/configmaps/a"
+    assert api.permissions_used() == {
+        ("", "configmaps", v) for v in ("create", "get", "list", "update", "patch", "delete", "watch")
+    } | {("batch.volcano.sh", "jobs", "create"), ("batch.volcano.sh", "jobs/status", "patch")}
+
+
+def test_kubeconfig_loads_with_the_official_loader(api: FakeApiServer, tmp_path) -> None:
+    from kubernetes import config
+
+    path = api.kubeconfig(str(tmp_path / "kubeconfig"))
+    with config.new_client_from_config(config_file=path) as api_client:
+        assert client.CoreV1Api(api_client).read_namespace("kube-system").metadata.name == "kube-system"
