@@ -198,3 +198,4 @@ async def test_health_and_readiness(client):
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     ready = await client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["jobs"] == len(list((EXAMPLES / "jobs").glob("*.yaml")))
+    assert ready.json()["source"] == "files"

@@ -133,8 +133,8 @@ def create_app(source: JobSource, chain: Chain | None = None, *, max_body_bytes:
     @app.get("/readyz", summary="The job source has synced")
     async def readyz() -> Response:
         if source.ready:
-            return _json(200, {"status": "ready", "jobs": len(source)})
-        return _json(503, {"status": "not ready", "reason": "job source has not synced"})
+            return _json(200, {"status": "ready", "jobs": len(source), **source.status()})
+        return _json(503, {"status": "not ready", "reason": "job source has not synced", **source.status()})
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def prometheus() -> Response:

@@ -39,6 +39,9 @@ class JobSource(Protocol):
     def __len__(self) -> int:
         """Jobs held in memory."""
 
+    def status(self) -> dict[str, Any]:
+        """Details for ``/readyz``."""
+
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Job object, or None when there is no such Job."""
 
@@ -75,6 +78,9 @@ class DirectoryJobSource:
 
     def __len__(self) -> int:
         return len(self._jobs)
+
+    def status(self) -> dict[str, Any]:
+        return {"source": "files", "directory": str(self.directory)}
 
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.refresh()

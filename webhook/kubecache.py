@@ -84,6 +84,8 @@ class JobInformer:
         self._threads: list[threading.Thread] = []
         self._watches: list[watch.Watch] = []
         self.relists = 0
+        # False from a failed list or watch until the next one succeeds: the API server is away.
+        self.connected = False
 
     # Cache reads ---------------------------------------------------------------------------------
 
@@ -184,20 +186,27 @@ class JobInformer:
                     for kind, job in self._replace(namespace, items):
                         self._emit(kind, job)
                     self._synced.add(namespace)
+                    self.connected = True
                     log.info("listed %d jobs in %s", len(items), namespace or "all namespaces")
                 resource_version = self._watch(namespace, resource_version)
                 backoff.reset()
             except ApiException as exc:
+                self.connected = exc.status == 410
                 if exc.status == 410:
                     log.info("job watch expired (410 Gone); listing again")
                     resource_version = ""
                     continue
                 delay = backoff.next_delay()
-                log.warning("job list/watch failed (HTTP %s); retrying in %.1fs", exc.status, delay)
+                log.warning("job list/watch failed (HTTP %s); listing again in %.1fs", exc.status, delay)
+                resource_version = ""
                 self._stop.wait(delay)
             except Exception as exc:  # connection errors: urllib3, socket, protocol
+                self.connected = False
                 delay = backoff.next_delay()
-                log.warning("job list/watch failed (%s); retrying in %.1fs", type(exc).__name__, delay)
+                log.warning("job list/watch failed (%s); listing again in %.1fs", type(exc).__name__, delay)
+                # A fresh list, rather than resuming the watch, proves the server is back and
+                # reports anything deleted meanwhile.
+                resource_version = ""
                 self._stop.wait(delay)
 
     def _watch(self, namespace: str, resource_version: str) -> str:
@@ -219,6 +228,7 @@ class JobInformer:
             ):
                 if self._stop.is_set():
                     break
+                self.connected = True
                 kind, obj = event["type"], event["object"]
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if rv:
@@ -257,6 +267,10 @@ class KubeJobSource:
 
     def __len__(self) -> int:
         return len(self.informer)
+
+    def status(self) -> dict[str, Any]:
+        # Still ready while the API server is away (the cache keeps answering), but say so.
+        return {"source": "kube", "apiServer": "reachable" if self.informer.connected else "unreachable"}
 
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         cached = self.informer.get(namespace, name)
