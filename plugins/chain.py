@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import copy
 import json
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from .base import Existing, Plugin, PodContext, Settings
 from .errors import PluginError
@@ -31,6 +34,23 @@ class ChainConfig:
     allowed: frozenset[str] | None = None
     defaults: Mapping[str, Sequence[str]] = field(default_factory=dict)
     settings: Settings = field(default_factory=Settings)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A job's plugins, built once: their check warnings and the init containers they inject."""
+
+    plugins: list[Plugin]
+    warnings: list[str]
+    injected_init: frozenset[str]
+
+
+def copy_json(value: Obj) -> Obj:
+    """A deep copy of a JSON document; several times faster than ``copy.deepcopy`` on the hot path."""
+    try:
+        return orjson.loads(orjson.dumps(value))  # type: ignore[no-any-return]
+    except TypeError:  # not plain JSON (a caller's own objects): copy it the slow way
+        return copy.deepcopy(value)
 
 
 @dataclass
@@ -62,6 +82,9 @@ class Chain:
     def __init__(self, registry: Registry | None = None, config: ChainConfig | None = None) -> None:
         self.registry = registry or default_registry()
         self.config = config or ChainConfig()
+        # Plugins hold no per-Pod state, so a job's plugins are built and checked once for all its
+        # Pods; the entry goes when the Job object does.
+        self._prepared: weakref.WeakKeyDictionary[Job, _Prepared] = weakref.WeakKeyDictionary()
 
     def plugin_args(self, job: Job) -> dict[str, list[str]]:
         """The job's effective plugin map, dependencies added, unordered."""
@@ -102,10 +125,20 @@ class Chain:
             warnings.extend(plugin.check())
         return list(dict.fromkeys(warnings))
 
+    def _prepare(self, job: Job) -> _Prepared:
+        prepared = self._prepared.get(job)
+        if prepared is None:
+            plugins = self.plugins(job)
+            warnings = [w for p in plugins for w in p.check()]
+            injected = frozenset().union(*(p.injected_init_containers() for p in plugins))
+            prepared = _Prepared(plugins, list(dict.fromkeys(warnings)), injected)
+            self._prepared[job] = prepared
+        return prepared
+
     def mutate(self, job: Job, pod: Obj) -> Mutation:
         """Run every plugin on a copy of ``pod``. Raises :class:`PluginError` when the job or the Pod
         cannot be wired."""
-        plugins = self.plugins(job)
+        prepared = self._prepare(job)
         name = task_name(pod)
         task = job.task(name)
         if task is None:
@@ -113,15 +146,15 @@ class Chain:
             raise PluginError(job.key, "", "volcano.sh/task-spec", f"the Pod's task {name!r} is not in spec.tasks ({tasks})")
         ctx = PodContext(
             job=job,
-            pod=copy.deepcopy(pod),
+            pod=copy_json(pod),
             task=task,
             settings=self.config.settings,
-            injected_init=frozenset().union(*(p.injected_init_containers() for p in plugins)),
+            warnings=list(prepared.warnings),
+            injected_init=prepared.injected_init,
         )
-        for plugin in plugins:
-            ctx.warnings.extend(plugin.check())
+        for plugin in prepared.plugins:
             plugin.mutate(ctx)
-        return Mutation(ctx.pod, [p.name for p in plugins], list(dict.fromkeys(ctx.warnings)))
+        return Mutation(ctx.pod, [p.name for p in prepared.plugins], list(dict.fromkeys(ctx.warnings)))
 
     def resources(self, job: Job, existing: Existing | None = None) -> list[Obj]:
         """Every side object the job's plugins want, in chain order. ``existing`` (the job's live

@@ -42,9 +42,11 @@ class Task:
         return (self.template.get("spec") or {}).get("containers") or []
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Job:
-    """A Volcano Job as the plugins see it. Build one with :meth:`from_object`."""
+    """A Volcano Job as the plugins see it. Build one with :meth:`from_object`.
+
+    Compared and hashed by identity: a Job is a snapshot, and the chain caches per snapshot."""
 
     name: str
     namespace: str

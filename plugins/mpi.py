@@ -7,6 +7,8 @@ host resolution come from ``ssh`` and ``svc``, which this plugin brings in.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from .base import Plugin, PodContext
 from .flags import Flag, port_flag
 from .pod import ensure_env, ensure_port
@@ -31,13 +33,18 @@ class MPIPlugin(Plugin):
             return [self.warning(f"--worker: the job has no task {self.options['worker']!r}; the master gets no MPI_HOST and no port")]
         return []
 
+    @cached_property
+    def mpi_host(self) -> str | None:
+        """The worker Pods' domain names, comma-joined; None when there is no worker task."""
+        worker = self.job.task(self.options["worker"])
+        return ",".join(self.job.host_names(worker)) if worker else None
+
     def mutate(self, ctx: PodContext) -> None:
         hosts: str | None = None
         if ctx.task.name == self.options["master"]:
-            worker = self.job.task(self.options["worker"])
-            if worker is None:  # Volcano leaves the Pod alone; check() warned
+            hosts = self.mpi_host
+            if hosts is None:  # no worker task: Volcano leaves the Pod alone; check() warned
                 return
-            hosts = ",".join(self.job.host_names(worker))
         for container in ctx.all_containers(init_first=True):
             ensure_port(container, PORT_NAME, self.options["port"])
             if hosts is not None:

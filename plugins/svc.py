@@ -7,6 +7,7 @@ gets the ConfigMap (host files), a headless Service ``<job>`` and a NetworkPolic
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from .base import Existing, Plugin, PodContext
@@ -49,6 +50,7 @@ class SvcPlugin(Plugin):
         self.require_name("dns1035", self.job.name, "Service name")
         return self._oversized_warnings()
 
+    @cached_property
     def _oversized(self) -> dict[str, int]:
         """Tasks whose comma-joined host list is longer than the server's ``hosts_env_limit``, with
         that length. One environment string over 128 KiB stops a container from starting, so their
@@ -65,8 +67,22 @@ class SvcPlugin(Plugin):
                 f"task {name!r}: {hosts_env_name(name)} left out: its host list is {size} bytes, over the "
                 f"hosts_env_limit of {self.settings.hosts_env_limit}; read {MOUNT_PATH}/{task_key(name)}.host instead"
             )
-            for name, size in self._oversized().items()
+            for name, size in self._oversized.items()
         ]
+
+    @cached_property
+    def _env(self) -> list[tuple[str, Obj]]:
+        """The ``VC_<TASK>_*`` references every container gets: the same for every Pod of the job."""
+        if not self.options["inject-hosts-env"]:
+            return []
+        cm_name = config_map_name(self.job.name)
+        env: list[tuple[str, Obj]] = []
+        for task in self.job.tasks:
+            names = [num_env_name(task.name)]
+            if task.name not in self._oversized:
+                names.insert(0, hosts_env_name(task.name))
+            env.extend((n, {"configMapKeyRef": {"name": cm_name, "key": n}}) for n in names)
+        return env
 
     def mutate(self, ctx: PodContext) -> None:
         pod_spec = spec(ctx.pod)
@@ -78,19 +94,10 @@ class SvcPlugin(Plugin):
         self.require_name("label", pod_spec["subdomain"], "spec.subdomain")
 
         cm_name = config_map_name(self.job.name)
-        env: list[tuple[str, Obj]] = []
-        if self.options["inject-hosts-env"]:
-            oversized = self._oversized()
-            for task in self.job.tasks:
-                names = [num_env_name(task.name)]
-                if task.name not in oversized:
-                    names.insert(0, hosts_env_name(task.name))
-                env.extend((n, {"configMapKeyRef": {"name": cm_name, "key": n}}) for n in names)
         for container in ctx.all_containers():
-            for env_name, ref in env:
+            for env_name, ref in self._env:
                 ensure_env(container, env_name, value_from=ref)
-        # The mount goes on once the volume is known to be ours.
-        self.require_name("label", cm_name, "volume name")
+        # check() has already made sure the volume name is a valid label.
         problem = ensure_volume(ctx.pod, {"name": cm_name, "configMap": {"name": cm_name}})
         if problem:
             raise self.error("spec.volumes", problem)

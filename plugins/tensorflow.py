@@ -7,6 +7,7 @@ task is the Pod's role and index. A job of exactly one task with one replica get
 from __future__ import annotations
 
 import json
+from functools import cached_property
 
 from .base import Plugin, PodContext
 from .flags import Flag, port_flag
@@ -35,6 +36,10 @@ class TensorflowPlugin(Plugin):
             return [self.warning("the job has one task with one replica, which gets no TF_CONFIG (as in Volcano)")]
         return []
 
+    @cached_property
+    def _cluster_json(self) -> str:
+        return json.dumps(self.cluster(), separators=(",", ":"), ensure_ascii=False)
+
     def cluster(self) -> dict[str, list[str]]:
         port = self.options["port"]
         # Volcano's switch on the task name: the first role whose flag names the task wins.
@@ -59,7 +64,8 @@ class TensorflowPlugin(Plugin):
         if self._single():
             return
         index = ctx.index_number(self.name)
-        config = {"cluster": self.cluster(), "task": {"type": self.task_type(ctx.task.name), "index": index}}
-        value = json.dumps(config, separators=(",", ":"), ensure_ascii=False)
+        task = json.dumps({"type": self.task_type(ctx.task.name), "index": index}, separators=(",", ":"), ensure_ascii=False)
+        # Go's json.Marshal of {cluster, task}, with the job-wide cluster part serialised once.
+        value = f'{{"cluster":{self._cluster_json},"task":{task}}}'
         for container in containers(ctx.pod):
             ensure_env(container, "TF_CONFIG", value)

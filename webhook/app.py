@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from plugins import Chain
 
 from .admission import AdmissionRequest, AdmissionResponse, ReviewError, parse_review, review_response
-from .handlers import mutate_pod, validate_job
+from .handlers import JobCache, mutate_pod, validate_job
 from .jobsource import JobSource
 from .metrics import WebhookMetrics
 
@@ -82,6 +82,7 @@ def create_app(source: JobSource, chain: Chain | None = None, *, max_body_bytes:
     """The webhook app over ``source``. The app starts and stops ``source`` with its lifespan."""
     chain = chain or Chain()
     metrics = WebhookMetrics(cached_jobs=lambda: len(source))
+    jobs = JobCache()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -120,7 +121,7 @@ def create_app(source: JobSource, chain: Chain | None = None, *, max_body_bytes:
 
     @app.post("/mutate", openapi_extra=_REVIEW_BODY, summary="Wire a Pod of a Volcano job (AdmissionReview)")
     async def mutate(request: Request) -> Response:
-        return await answer(request, "mutate", lambda review: mutate_pod(review, source, chain, metrics))
+        return await answer(request, "mutate", lambda review: mutate_pod(review, source, chain, metrics, jobs))
 
     @app.post("/validate", openapi_extra=_REVIEW_BODY, summary="Check a Volcano Job's plugins (AdmissionReview)")
     async def validate(request: Request) -> Response:

@@ -9,6 +9,17 @@ from typing import Any
 import yaml
 
 
+class _JsonLoader(yaml.SafeLoader):
+    """YAML as Kubernetes reads it: ``2024-01-01T00:00:00Z`` stays a string (Kubernetes objects are
+    JSON, and a parsed ``datetime`` would compare unequal to the string the API server sends)."""
+
+
+_JsonLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
 class DocumentError(ValueError):
     """A file that cannot be read or does not hold the object expected."""
 
@@ -25,7 +36,7 @@ def read_text(source: str) -> str:
 def parse_documents(text: str, source: str = "<input>") -> list[Any]:
     """Every non-empty document of a YAML stream (JSON is YAML too)."""
     try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        return [doc for doc in yaml.load_all(text, Loader=_JsonLoader) if doc is not None]
     except yaml.YAMLError as exc:
         reason = str(exc).replace("\n", " ")
         raise DocumentError(f"{source}: not valid YAML or JSON: {reason}") from None

@@ -7,6 +7,7 @@ effects, so ``dryRun`` requests get the same answer as real ones.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,12 +24,38 @@ log = logging.getLogger(__name__)
 JOB_GROUP = "batch.volcano.sh"
 
 
+class JobCache:
+    """Parsed Jobs, keyed by the identity of the object the job source returned.
+
+    Sources hand out the same object until the Job changes, so every Pod of a job reuses one
+    :class:`Job` — and with it the chain's per-job preparation (plugins built, arguments parsed,
+    names checked). The raw object is kept with its entry, so its ``id`` cannot be reused.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._entries: OrderedDict[int, tuple[Mapping[str, Any], Job]] = OrderedDict()
+
+    def job(self, raw: Mapping[str, Any]) -> Job:
+        entry = self._entries.get(id(raw))
+        if entry is not None and entry[0] is raw:
+            self._entries.move_to_end(id(raw))
+            return entry[1]
+        job = Job.from_object(raw)
+        self._entries[id(raw)] = (raw, job)
+        if len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return job
+
+
 def _object_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
 
 
-async def mutate_pod(req: AdmissionRequest, source: JobSource, chain: Chain, metrics: WebhookMetrics) -> AdmissionResponse:
+async def mutate_pod(
+    req: AdmissionRequest, source: JobSource, chain: Chain, metrics: WebhookMetrics, jobs: JobCache
+) -> AdmissionResponse:
     """Wire a Pod of a Volcano job. Anything that is not the CREATE of a labelled Pod passes unchanged."""
     if req.kind.kind != "Pod" or req.kind.group or req.operation != "CREATE" or req.sub_resource:
         return AdmissionResponse.allow("ignored")
@@ -61,7 +88,7 @@ async def mutate_pod(req: AdmissionRequest, source: JobSource, chain: Chain, met
     metrics.lookups.labels("found").inc()
 
     try:
-        job = Job.from_object(raw_job)
+        job = jobs.job(raw_job)
         result = chain.mutate(job, dict(pod))
     except PluginError as exc:
         log.info("Pod denied: %s", exc, extra={**context, "result": "denied"})
