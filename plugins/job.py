@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import PluginError
+from .names import dns1123_label
 
 JOB_API_VERSION = "batch.volcano.sh/v1alpha1"
 JOB_KIND = "Job"
@@ -91,6 +92,10 @@ class Job:
             task_name = raw.get("name") or f"default{position}"
             if not isinstance(task_name, str):
                 raise PluginError(key, "", f"{where}.name", "must be a string")
+            problem = dns1123_label(task_name)
+            if problem:
+                # Volcano's CRD: MaxLength 63, pattern ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ (SPEC Part 2 §2).
+                raise PluginError(key, "", f"{where}.name", problem)
             if task_name in seen:
                 raise PluginError(key, "", f"{where}.name", f"duplicate task name {task_name!r}")
             seen.add(task_name)

@@ -44,7 +44,7 @@ class PytorchPlugin(Plugin):
 
     def check(self) -> list[str]:
         if self.job.task(self.options["master"]) is None:
-            return [self.warning(f"--master: the job has no task {self.options['master']!r}; Pods are left unchanged")]
+            return [self.warning(f"--master: the job has no task {self.options['master']!r}, so pytorch leaves its Pods alone (as Volcano does)")]
         if self.options["wait-master-enabled"] and not self.options["wait-master-image"]:
             raise self.error("--wait-master-image", "must not be empty when --wait-master-enabled is set")
         return []

@@ -61,6 +61,13 @@ class BodyTooLarge(Exception):
     pass
 
 
+def _json_error(exc: orjson.JSONDecodeError) -> str:
+    # Our own words, stable across JSON-library versions; orjson refuses nesting past 1024 levels.
+    if "limit" in exc.msg:
+        return "not JSON: nested more than 1024 levels deep"
+    return f"not JSON: invalid at character {exc.pos}"
+
+
 def _json(status: int, payload: Any) -> Response:
     return Response(content=orjson.dumps(payload), status_code=status, media_type="application/json")
 
@@ -108,7 +115,7 @@ def create_app(source: JobSource, chain: Chain | None = None, *, max_body_bytes:
             review = parse_review(orjson.loads(body))
         except (orjson.JSONDecodeError, ReviewError) as exc:
             metrics.requests.labels(endpoint, "bad-request").inc()
-            reason = f"not JSON: {exc}" if isinstance(exc, orjson.JSONDecodeError) else str(exc)
+            reason = _json_error(exc) if isinstance(exc, orjson.JSONDecodeError) else str(exc)
             return _json(400, {"error": f"not an AdmissionReview: {reason}"})
         try:
             response = await decide(review)

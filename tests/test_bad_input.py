@@ -1,0 +1,170 @@
+"""Bad input, each case with the exact answer it gets. Nothing here may crash the server or yield 5xx."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from webhook.admission import admission_review
+
+pytestmark = pytest.mark.anyio
+
+
+def job(name: str, plugins: dict, tasks: list[tuple[str, int]]) -> dict:
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {"plugins": plugins, "tasks": [
+            {"name": t, "replicas": r, "template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.36.1"}]}}}
+            for t, r in tasks]},
+    }
+
+
+def pod(job_name: str, task: str, index: int, env: list | None = None) -> dict:
+    container: dict = {"name": "main", "image": "busybox:1.36.1"}
+    if env:
+        container["env"] = env
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": f"{job_name}-{task}-{index}", "namespace": "default",
+            "labels": {"volcano.sh/job-name": job_name, "volcano.sh/task-index": str(index), "volcano.sh/task-spec": task},
+            "annotations": {"volcano.sh/task-spec": task, "volcano.sh/task-index": str(index)},
+        },
+        "spec": {"containers": [container]},
+    }
+
+
+LONG = "a" * 55
+JOBS = [
+    job("unknown-plugin", {"horovod": []}, [("worker", 2)]),
+    job("bad-flag", {"mpi": ["--prot=22"]}, [("master", 1), ("worker", 2)]),
+    job("bad-value", {"ray": ["--dashboardPort=http"]}, [("head", 1), ("worker", 2)]),
+    job("zero", {"svc": []}, [("master", 1), ("worker", 0)]),
+    job("no-master", {"pytorch": []}, [("trainer", 2)]),
+    job("tf-one", {"tensorflow": []}, [("worker", 1)]),
+    job(LONG, {"ray": ["--head=h", "--worker=w"]}, [("h", 1), ("w", 1)]),
+    job("long", {"svc": []}, [("w" * 60, 1)]),
+    job("accents", {"env": []}, [("wörker", 1)]),
+    job("dup-env", {"env": []}, [("worker", 2)]),
+]
+
+
+def denied(uid: str, message: str, code: int = 403) -> dict:
+    return {"uid": uid, "allowed": False, "status": {"status": "Failure", "code": code, "message": message}}
+
+
+CASES = {
+    "unknown plugin": (
+        pod("unknown-plugin", "worker", 0),
+        denied("unknown plugin", "job default/unknown-plugin: plugin horovod: plugin: unknown plugin 'horovod' "
+                                 "(known: env, hcclrank, mpi, pytorch, ray, ssh, svc, tensorflow)"),
+    ),
+    "unknown argument": (
+        pod("bad-flag", "master", 0),
+        denied("unknown argument", "job default/bad-flag: plugin mpi: --prot: flag provided but not defined "
+                                   "(known flags: --master, --worker, --port)"),
+    ),
+    "malformed argument": (
+        pod("bad-value", "head", 0),
+        denied("malformed argument", "job default/bad-value: plugin ray: --dashboardPort: invalid value 'http': invalid syntax 'http'"),
+    ),
+    "ray head Service name over 63": (
+        pod(LONG, "w", 0),
+        denied("ray head Service name over 63", f"job default/{LONG}: plugin ray: head Service name: '{LONG}-head-svc' "
+                                                "is 64 characters, over the DNS-1035 label limit of 63"),
+    ),
+    "hostname over 63": (
+        pod("long", "w" * 60, 0),
+        denied("hostname over 63", f"job default/long: plugin svc: hostname of task '{'w' * 60}': 'long-{'w' * 60}-0' "
+                                   "is 67 characters, over the DNS-1123 label limit of 63"),
+    ),
+    "non-ASCII task name": (
+        pod("accents", "wörker", 0),
+        denied("non-ASCII task name", "job default/accents: spec.tasks[0].name: 'wörker' is not a DNS-1123 label "
+                                      "(lower-case alphanumerics and '-', alphanumeric at both ends)"),
+    ),
+}
+
+ALLOWED = {
+    # case: (pod, warnings, {env name: value or configMapKeyRef key} the wired container must hold)
+    "task with 0 replicas": (pod("zero", "master", 0), None, {"VC_WORKER_NUM": "VC_WORKER_NUM", "VC_WORKER_HOSTS": "VC_WORKER_HOSTS"}),
+    "pytorch job with no master task": (
+        pod("no-master", "trainer", 1),
+        ["job default/no-master: plugin pytorch: --master: the job has no task 'master', so pytorch leaves its Pods alone (as Volcano does)"],
+        {"VC_TRAINER_NUM": "VC_TRAINER_NUM"},
+    ),
+    "tensorflow with one replica": (
+        pod("tf-one", "worker", 0),
+        ["job default/tf-one: plugin tensorflow: the job has one task with one replica, which gets no TF_CONFIG (as in Volcano)"],
+        {"VC_WORKER_NUM": "VC_WORKER_NUM"},
+    ),
+}
+
+
+@pytest.fixture
+async def bad_client(client, jobs_dir: Path):
+    for obj in JOBS:
+        (jobs_dir / f"{obj['metadata']['name'][:40]}.json").write_text(json.dumps(obj))
+    return client
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+async def test_denied_with_exact_message(bad_client, case):
+    pod_obj, expected = CASES[case]
+    reply = await bad_client.post("/mutate", json=admission_review(pod_obj, uid=case))
+    assert reply.status_code == 200
+    assert reply.json()["response"] == expected
+
+
+@pytest.mark.parametrize("case", sorted(ALLOWED))
+async def test_allowed_with_exact_warnings(bad_client, case):
+    pod_obj, warnings, env = ALLOWED[case]
+    response = (await bad_client.post("/mutate", json=admission_review(pod_obj, uid=case))).json()["response"]
+    assert response["allowed"] is True and response.get("warnings") == warnings
+    import jsonpatch
+
+    wired = jsonpatch.apply_patch(pod_obj, json.loads(base64.b64decode(response["patch"])))
+    got = {e["name"]: e.get("value", e.get("valueFrom", {}).get("configMapKeyRef", {}).get("key")) for e in wired["spec"]["containers"][0]["env"]}
+    assert env.items() <= got.items()
+    assert "TF_CONFIG" not in got and "MASTER_ADDR" not in got
+
+
+async def test_duplicate_env_names_in_the_pod(bad_client):
+    dup = pod("dup-env", "worker", 1, [{"name": "VC_TASK_INDEX", "value": "x"}, {"name": "VC_TASK_INDEX", "value": "y"}])
+    response = (await bad_client.post("/mutate", json=admission_review(dup, uid="dup"))).json()["response"]
+    # The effective (last) entry is corrected in place; nothing is duplicated further.
+    assert json.loads(base64.b64decode(response["patch"])) == [
+        {"op": "replace", "path": "/spec/containers/0/env/1/value", "value": "1"},
+        {"op": "add", "path": "/spec/containers/0/env/-", "value": {"name": "VK_TASK_INDEX", "value": "1"}},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "answer"),
+    [
+        (b"{not json", 400, {"error": "not an AdmissionReview: not JSON: invalid at character 1"}),
+        (b'{"hello": "world"}', 400, {"error": "not an AdmissionReview: kind must be AdmissionReview, got None"}),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"kind": {"kind": "Pod"}, "operation": "CREATE"}}',
+         400, {"error": "not an AdmissionReview: request.uid must be a non-empty string"}),
+        (b"[" * 100_000, 413, {"error": "body over the limit of 65536 bytes"}),
+        (b"[" * 2000 + b"]" * 2000, 400, {"error": "not an AdmissionReview: not JSON: nested more than 1024 levels deep"}),
+    ],
+)
+async def test_envelope_errors(bad_client, body, status, answer):
+    reply = await bad_client.post("/mutate", content=body, headers={"content-type": "application/json"})
+    assert (reply.status_code, reply.json()) == (status, answer)
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [(None, "request.object: missing or not a Pod"), ({"kind": "Service", "metadata": {}}, "request.object: missing or not a Pod")],
+)
+async def test_object_missing_or_not_a_pod(bad_client, obj, message):
+    review = admission_review(pod("dup-env", "worker", 0), uid="obj")
+    review["request"]["object"] = obj
+    response = (await bad_client.post("/mutate", json=review)).json()["response"]
+    assert response == denied("obj", message, code=400)
