@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from . import names
 from .errors import FlagError, PluginError
-from .flags import Flag, parse_flags
+from .flags import Flag, parse_flags, shown
 from .job import Job, Task
 from .pod import Obj, containers, task_index
 
@@ -92,7 +92,7 @@ class Plugin:
         self.job = job
         self.settings = settings or Settings()
         if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
-            raise PluginError(job.key, self.name, "arguments", f"must be a list of strings, got {args!r}")
+            raise PluginError(job.key, self.name, "arguments", f"must be a list of strings, got {shown(args)}")
         try:
             self.options: dict[str, Any] = parse_flags(self.flags, args)
         except FlagError as exc:

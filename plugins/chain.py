@@ -19,6 +19,7 @@ import orjson
 
 from .base import Existing, Plugin, PodContext, Settings
 from .errors import PluginError
+from .flags import shown
 from .job import Job
 from .pod import Obj, task_name
 from .registry import BUILTIN_ORDER, Registry, default_registry
@@ -97,7 +98,7 @@ class Chain:
             if args is None:
                 merged[name] = []
             elif isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
-                raise PluginError(job.key, name, "arguments", f"must be a list of strings, got {args!r}")
+                raise PluginError(job.key, name, "arguments", f"must be a list of strings, got {shown(args)}")
         return merged
 
     def _rank(self, name: str) -> tuple[int, str]:

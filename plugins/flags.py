@@ -51,6 +51,13 @@ class Flag:
     maximum: int | None = None
 
 
+def shown(token: object, limit: int = 24) -> str:
+    """A token as error messages may show it: short, so that a key pasted into the wrong list
+    element never ends up in a message, a log or an admission response."""
+    text = token if isinstance(token, str) else repr(token)
+    return repr(text) if len(text) <= limit else repr(text[: limit - 8] + "…") + f" ({len(text)} characters)"
+
+
 def port_flag(name: str, default: int, help: str = "", aliases: tuple[str, ...] = ()) -> Flag:
     """An integer flag that must be a TCP port number."""
     return Flag(name, "int", default, help, aliases, minimum=1, maximum=65535)
@@ -92,6 +99,10 @@ def _convert(flag: Flag, text: str) -> Any:
     return value
 
 
+def _reason(exc: ValueError, value: str) -> str:
+    return str(exc).replace(repr(value), "it") if len(value) > 24 else str(exc)
+
+
 def parse_flags(flags: Sequence[Flag], args: Sequence[str]) -> dict[str, Any]:
     """Parse ``args`` (one token per list element) against ``flags``.
 
@@ -110,21 +121,23 @@ def parse_flags(flags: Sequence[Flag], args: Sequence[str]) -> dict[str, Any]:
         token = tokens[i]
         i += 1
         if not isinstance(token, str):
-            raise FlagError("", f"argument {token!r} is not a string")
+            raise FlagError("", f"argument {shown(token)} is not a string")
         if len(token) < 2 or token[0] != "-":
-            raise FlagError(token, "unexpected argument: each list element must be one flag such as --name=value")
+            raise FlagError(
+                f"argument {shown(token)}", "unexpected argument: each list element must be one flag such as --name=value"
+            )
         dashes = 2 if token[1] == "-" else 1
         if token == "--":
             if i < len(tokens):
-                raise FlagError("--", f"arguments after '--' would be ignored: {tokens[i:]!r}")
+                raise FlagError("--", f"{len(tokens) - i} argument(s) after '--' would be ignored")
             break
         name, eq, value = token[dashes:].partition("=")
         if not name or name[0] in "-=":
-            raise FlagError(token, "bad flag syntax")
+            raise FlagError(f"argument {shown(token)}", "bad flag syntax")
         flag = by_name.get(name)
         if flag is None:
             known = ", ".join(f"--{f.name}" for f in flags) or "none"
-            raise FlagError(f"--{name}", f"flag provided but not defined (known flags: {known})")
+            raise FlagError(f"--{shown(name)[1:-1]}", f"flag provided but not defined (known flags: {known})")
         if not eq:
             if flag.kind == "bool":
                 values[flag.name] = True
@@ -136,6 +149,6 @@ def parse_flags(flags: Sequence[Flag], args: Sequence[str]) -> dict[str, Any]:
         try:
             values[flag.name] = _convert(flag, value)
         except ValueError as exc:
-            raise FlagError(f"--{name}", f"invalid value {value!r}: {exc}") from None
+            raise FlagError(f"--{name}", f"invalid value {shown(value)}: {_reason(exc, value)}") from None
     return values
 

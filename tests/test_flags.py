@@ -58,10 +58,10 @@ def test_accepted(args, expected):
         (["--timeout=-1"], "--timeout", "outside 0..None"),
         (["--enabled=yes"], "--enabled", "invalid boolean"),
         (["--port"], "--port", "flag needs an argument"),
-        (["master"], "master", "unexpected argument"),
-        (["--master=a --port=1", "x"], "x", "unexpected argument"),
-        (["---x"], "---x", "bad flag syntax"),
-        (["-=x"], "-=x", "bad flag syntax"),
+        (["master"], "argument 'master'", "unexpected argument"),
+        (["--master=a --port=1", "x"], "argument 'x'", "unexpected argument"),
+        (["---x"], "argument '---x'", "bad flag syntax"),
+        (["-=x"], "argument '-=x'", "bad flag syntax"),
         (["--", "--port=1"], "--", "would be ignored"),
     ],
 )
@@ -81,3 +81,11 @@ def test_go_int_range():
     assert parse_go_int("9223372036854775807") == 2**63 - 1
     with pytest.raises(ValueError):
         parse_go_int("9223372036854775808")
+
+
+def test_long_tokens_are_not_echoed():
+    key = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA3qSfd0j7FfhNDQlCfCw8kfXadgsXdwxkSADCtbZ2DAKzB0+h"
+    for args in (["--master=", key], [key], ["--port=" + key]):
+        with pytest.raises(FlagError) as info:
+            parse_flags(FLAGS, args)
+        assert "MIIEow" not in str(info.value)
