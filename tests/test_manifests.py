@@ -68,13 +68,13 @@ RECONCILER_ARGS = [
 CERTGEN_ARGS = ["certs", "--secret", f"{NAMESPACE}/{CERTS_SECRET}", "--patch-webhook", "volcano-job-webhook"]
 
 # The API calls the code makes (the product's contract); RBAC must grant exactly these.
-CRUD = ("create", "get", "list", "watch", "update", "patch", "delete")
+CRUD = ("create", "get", "list", "update", "delete")
 EXPECTED_PERMISSIONS = {
     *(("batch.volcano.sh", "jobs", v) for v in ("get", "list", "watch")),
     *(("", r, v) for r in ("configmaps", "services", "secrets") for v in CRUD),
     *(("networking.k8s.io", "networkpolicies", v) for v in CRUD),
     *(("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")),
-    *((g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
+    ("", "events", "create"),
 }
 EXPECTED_CERTGEN_PERMISSIONS = {
     *(("", "secrets", v) for v in ("get", "create", "update")),

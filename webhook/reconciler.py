@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+from datetime import datetime, timezone
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -230,6 +231,7 @@ class Reconciler:
                 # A job we cannot read is left as it is: deleting its objects could break running Pods.
                 log.warning("job %s/%s: not reconciled: %s", namespace, name, exc)
                 self.metrics.reconciles.labels("invalid-job").inc()
+                self._event(raw, "InvalidPlugins", str(exc))
                 return
         wanted = set()
         for obj in desired:
@@ -248,6 +250,10 @@ class Reconciler:
                 current = self._api(lambda: kind.read(self.api, meta["namespace"], meta["name"]))
             if current is not None and not _managed(current):
                 log.info("%s %s/%s exists and is not managed by us; left alone", kind.kind, meta["namespace"], meta["name"])
+                job = self.informer.get(meta["namespace"], meta["ownerReferences"][0]["name"])
+                if job is not None:
+                    self._event(job, "ResourceNotManaged",
+                                f"{kind.kind} {meta['name']} exists without the label {MANAGED_SELECTOR}; left as it is")
                 return
             if not self.is_leader():
                 return
@@ -267,6 +273,28 @@ class Reconciler:
                 # AlreadyExists (created meanwhile) or Conflict (stale resourceVersion): read again.
                 current = None
         raise RuntimeError(f"{kind.kind} {meta['namespace']}/{meta['name']}: still conflicting after 5 attempts")
+
+
+    def _event(self, job: dict[str, Any], reason: str, message: str) -> None:
+        """A Warning Event on the Job, so ``kubectl describe job`` says why. Best effort."""
+        if not self.is_leader():
+            return
+        meta = job.get("metadata") or {}
+        now = datetime.now(timezone.utc)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta.get('name')}.", namespace=meta.get("namespace")),
+            involved_object=client.V1ObjectReference(
+                api_version=job.get("apiVersion", "batch.volcano.sh/v1alpha1"), kind="Job",
+                name=meta.get("name"), namespace=meta.get("namespace"), uid=meta.get("uid"),
+            ),
+            reason=reason, message=message[:1024], type="Warning",
+            source=client.V1EventSource(component="volcano-job-webhook-reconciler"),
+            first_timestamp=now, last_timestamp=now, count=1,
+        )
+        try:
+            client.CoreV1Api(self.api).create_namespaced_event(meta.get("namespace") or "default", body, _request_timeout=10)
+        except Exception as exc:
+            log.info("could not record event %s on job %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), _describe(exc))
 
 
 def _describe(exc: BaseException) -> str:
