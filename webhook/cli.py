@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from collections.abc import Callable, Sequence
 
+from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from plugins import Chain, Job, PluginError
@@ -88,6 +89,33 @@ def cmd_serve(args: argparse.Namespace, chain: Chain) -> int:
     return 0
 
 
+def cmd_certs(args: argparse.Namespace, chain: Chain) -> int:
+    from .certs import ensure_certs
+
+    if args.secret is None:
+        if args.patch_webhook:
+            raise CommandError("--patch-webhook needs --secret NAMESPACE/NAME")
+        paths = ensure_certs(args.certs_dir, args.service_name, args.service_namespace)
+        print(f"{'created' if paths.created else 'kept'}: {paths.cert}; CA bundle: {paths.ca_cert}")
+        return 0
+    from .certs_cmd import CertsError, patch_webhooks, sync_secret
+    from .kubecache import api_client
+
+    namespace, sep, name = args.secret.partition("/")
+    if not sep or not namespace or not name:
+        raise CommandError(f"--secret must be NAMESPACE/NAME, got {args.secret!r}")
+    api = api_client(args.kubeconfig)
+    bundle, written = sync_secret(api, namespace, name, args.service_name, args.service_namespace)
+    print(f"Secret {namespace}/{name}: {'written' if written else 'unchanged'}")
+    if args.patch_webhook:
+        try:
+            patched = patch_webhooks(api, args.patch_webhook, bundle.ca_cert)
+        except CertsError as exc:
+            raise CommandError(str(exc)) from None
+        print(f"caBundle of {args.patch_webhook}: {', '.join(patched) + ' patched' if patched else 'unchanged'}")
+    return 0
+
+
 def cmd_reconcile(args: argparse.Namespace, chain: Chain) -> int:
     from .reconcile_cmd import run
 
@@ -141,6 +169,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     serve.set_defaults(handler=cmd_serve)
 
+    certs = sub.add_parser("certs", help="make the CA and serving certificate (locally, or in a Secret)")
+    certs.add_argument("--certs-dir", type=Path, default=Path("certs"), help="local directory (default certs/)")
+    certs.add_argument("--service-name", default="volcano-job-webhook", help="Service named in the certificate")
+    certs.add_argument("--service-namespace", default="volcano-job-webhook", help="its namespace")
+    certs.add_argument("--secret", metavar="NAMESPACE/NAME", help="keep the certificate in this kubernetes.io/tls Secret")
+    certs.add_argument("--patch-webhook", metavar="NAME", help="set the CA as caBundle of the webhook configurations NAME")
+    certs.add_argument("--kubeconfig", type=Path, help="kubeconfig (default in-cluster)")
+    certs.set_defaults(handler=cmd_certs)
+
     rec = sub.add_parser("reconcile", help="create, update and clean up each job's side objects")
     rec.add_argument("--config", help="YAML settings file (also VOLCANO_WEBHOOK_CONFIG)")
     rec.add_argument("--kubeconfig", type=Path, help="kubeconfig (default in-cluster)")
@@ -169,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             exc = CommandError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
         print(f"volcano-webhook {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except ApiException as exc:
+        print(f"volcano-webhook {args.command}: the API server answered {exc.status} {exc.reason}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-CONTEXT_KEYS = ("uid", "namespace", "pod", "job", "kind", "name", "result", "plugins", "duration_ms", "operation")
+CONTEXT_KEYS = ("uid", "namespace", "pod", "job", "result", "plugins", "operation")
 
 
 class JsonFormatter(logging.Formatter):
