@@ -141,7 +141,7 @@ async def test_bad_plugin_configuration_is_denied(client, jobs_dir, plugins, exp
 
 
 async def test_too_long_hostname_is_denied(client, jobs_dir):
-    name = "j" * 50
+    name = "j" * 56  # "<name>-master-0" is 65 characters
     write_job(jobs_dir, name, {"svc": []})
     response = await post(client, pod_review_for(name, "worker", 1))
     assert response["allowed"] is False
