@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from plugins import Chain, Job  # noqa: E402
 from plugins.podgen import make_pod  # noqa: E402
 from webhook.admission import admission_review  # noqa: E402
+from webhook.certs import ensure_certs  # noqa: E402
 from webhook.patch import make_patch  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -143,6 +144,7 @@ def wait_ready(port: int, ca: Path, timeout: float = 60.0) -> None:
 
 
 def start_server(jobs_dir: Path, certs_dir: Path, port: int, core: str | None) -> subprocess.Popen[bytes]:
+    ensure_certs(certs_dir)  # before the server starts, so the client has the CA to trust
     cmd = [sys.executable, str(ROOT / "bench" / "server.py"), str(jobs_dir), str(certs_dir), str(port)]
     if core is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", core, *cmd]

@@ -7,7 +7,7 @@ container. Volcano ignores this plugin's arguments; it has no flags, so any argu
 from __future__ import annotations
 
 from .base import Plugin, PodContext
-from .pod import ensure_env
+from .pod import ensure_envs
 
 INDEX_ENV_NAMES = ("VK_TASK_INDEX", "VC_TASK_INDEX")
 
@@ -17,6 +17,6 @@ class EnvPlugin(Plugin):
 
     def mutate(self, ctx: PodContext) -> None:
         index = ctx.index(self.name)
+        entries = [(env_name, index, None) for env_name in INDEX_ENV_NAMES]
         for container in ctx.all_containers():
-            for env_name in INDEX_ENV_NAMES:
-                ensure_env(container, env_name, index)
+            ensure_envs(container, entries)

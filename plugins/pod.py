@@ -8,7 +8,7 @@ and this webhook, and those must not count as differences (SPEC Part 1 §1.4).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+
 from typing import Any
 
 TASK_SPEC_KEY = "volcano.sh/task-spec"
@@ -33,7 +33,7 @@ def task_name(pod: Obj) -> str:
     """SPEC Part 1 §1.3: annotation ``volcano.sh/task-spec``, then the label, then ``default``."""
     meta = metadata(pod)
     for source in (meta.get("annotations"), meta.get("labels")):
-        if isinstance(source, Mapping) and source.get(TASK_SPEC_KEY):
+        if isinstance(source, dict) and source.get(TASK_SPEC_KEY):
             return str(source[TASK_SPEC_KEY])
     return DEFAULT_TASK
 
@@ -44,7 +44,7 @@ def task_index(pod: Obj) -> str | None:
     None when no source has it."""
     meta = metadata(pod)
     for source in (meta.get("labels"), meta.get("annotations")):
-        if isinstance(source, Mapping) and source.get(TASK_INDEX_KEY) not in (None, ""):
+        if isinstance(source, dict) and source.get(TASK_INDEX_KEY) not in (None, ""):
             return str(source[TASK_INDEX_KEY])
     parts = str(meta.get("name") or "").split("-")
     return parts[-1] if len(parts) >= 3 and parts[-1] else None
@@ -57,40 +57,48 @@ def containers(pod: Obj, *, init: bool = False) -> list[Obj]:
 
 
 def ensure_env(container: Obj, name: str, value: str | None = None, value_from: Obj | None = None) -> None:
-    """Give ``container`` the variable ``name``: append it, or replace the effective (last) entry of
-    that name in place when its value differs. Volcano appends, and for duplicate names the last entry
-    wins, so the effect matches without leaving a duplicate."""
-    entry: Obj = {"name": name, "valueFrom": value_from} if value_from is not None else {"name": name, "value": value}
+    """Give ``container`` the variable ``name`` (see :func:`ensure_envs`)."""
+    ensure_envs(container, [(name, value, value_from)])
+
+
+def ensure_envs(container: Obj, entries: list[tuple[str, str | None, Obj | None]]) -> None:
+    """Give ``container`` each ``(name, value, value_from)``: append it, or replace the effective
+    (last) entry of that name in place when its value differs. Volcano appends, and for duplicate
+    names the last entry wins, so the effect matches without leaving a duplicate. One pass over the
+    existing list, whatever the number of entries."""
     env = container.get("env")
     if not isinstance(env, list):
-        container["env"] = [entry]
-        return
-    for i in range(len(env) - 1, -1, -1):
+        env = container["env"] = []
+    last = {entry.get("name"): i for i, entry in enumerate(env) if type(entry) is dict}
+    for name, value, value_from in entries:
+        entry: Obj = {"name": name, "valueFrom": value_from} if value_from is not None else {"name": name, "value": value}
+        i = last.get(name)
+        if i is None:
+            last[name] = len(env)
+            env.append(entry)
+            continue
         current = env[i]
-        if isinstance(current, Mapping) and current.get("name") == name:
-            same = (
-                current.get("valueFrom") == value_from
-                if value_from is not None
-                else not current.get("valueFrom") and (current.get("value") or "") == (value or "")
-            )
-            if not same:
-                env[i] = entry
-            return
-    env.append(entry)
+        same = (
+            current.get("valueFrom") == value_from
+            if value_from is not None
+            else not current.get("valueFrom") and (current.get("value") or "") == (value or "")
+        )
+        if not same:
+            env[i] = entry
 
 
 def env_value(container: Obj, name: str) -> Obj | None:
     """The effective (last) entry named ``name`` in the container's env, or None."""
     for entry in reversed(container.get("env") or []):
-        if isinstance(entry, Mapping) and entry.get("name") == name:
+        if isinstance(entry, dict) and entry.get("name") == name:
             return entry
     return None
 
 
 def _covers(existing: Any, desired: Any) -> bool:
     """True when ``existing`` holds everything ``desired`` says; extra (defaulted) fields are fine."""
-    if isinstance(desired, Mapping):
-        return isinstance(existing, Mapping) and all(_covers(existing.get(k), v) for k, v in desired.items())
+    if isinstance(desired, dict):
+        return isinstance(existing, dict) and all(_covers(existing.get(k), v) for k, v in desired.items())
     if isinstance(desired, list):
         return (
             isinstance(existing, list)
@@ -108,7 +116,7 @@ def ensure_volume(pod: Obj, volume: Obj) -> str | None:
     """
     volumes = spec(pod).setdefault("volumes", [])
     for current in volumes:
-        if isinstance(current, Mapping) and current.get("name") == volume["name"]:
+        if isinstance(current, dict) and current.get("name") == volume["name"]:
             if _covers(current, volume):
                 return None
             return f"the Pod already has a different volume named {volume['name']!r}"
@@ -121,7 +129,7 @@ def ensure_mount(container: Obj, mount: Obj) -> None:
     mounts = container.setdefault("volumeMounts", [])
     for current in mounts:
         if (
-            isinstance(current, Mapping)
+            isinstance(current, dict)
             and current.get("name") == mount["name"]
             and current.get("mountPath") == mount["mountPath"]
         ):
@@ -132,6 +140,6 @@ def ensure_mount(container: Obj, mount: Obj) -> None:
 def ensure_port(container: Obj, name: str, number: int) -> None:
     """Add a named port unless any port already uses that ``containerPort`` (Volcano's check)."""
     ports = container.setdefault("ports", [])
-    if any(isinstance(p, Mapping) and p.get("containerPort") == number for p in ports):
+    if any(isinstance(p, dict) and p.get("containerPort") == number for p in ports):
         return
     ports.append({"name": name, "containerPort": number})

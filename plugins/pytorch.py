@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .base import Plugin, PodContext
 from .flags import Flag, port_flag
-from .pod import containers, ensure_env, ensure_port
+from .pod import containers, ensure_envs, ensure_port
 
 PORT_NAME = "pytorchjob-port"
 WAIT_CONTAINER = "wait-for-master"
@@ -73,13 +73,12 @@ class PytorchPlugin(Plugin):
         elif ctx.task.name == self.options["master"]:
             rank = 0
         world_size = str(self.world_size())
+        entries = [("MASTER_ADDR", master_addr, None), ("MASTER_PORT", str(port), None), ("WORLD_SIZE", world_size, None)]
+        if rank is not None:
+            entries.append(("RANK", str(rank), None))
         for container in containers(ctx.pod):
             ensure_port(container, PORT_NAME, port)
-            ensure_env(container, "MASTER_ADDR", master_addr)
-            ensure_env(container, "MASTER_PORT", str(port))
-            ensure_env(container, "WORLD_SIZE", world_size)
-            if rank is not None:
-                ensure_env(container, "RANK", str(rank))
+            ensure_envs(container, entries)
 
     def _add_wait_container(self, ctx: PodContext, master_addr: str) -> None:
         init = ctx.pod["spec"].setdefault("initContainers", [])

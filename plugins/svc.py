@@ -12,7 +12,7 @@ from typing import Any
 
 from .base import Existing, Plugin, PodContext
 from .flags import Flag
-from .pod import JOB_NAME_KEY, Obj, ensure_env, ensure_mount, ensure_volume, spec
+from .pod import JOB_NAME_KEY, Obj, ensure_envs, ensure_mount, ensure_volume, spec
 
 MOUNT_PATH = "/etc/volcano"
 JOB_NAMESPACE_KEY = "volcano.sh/job-namespace"
@@ -71,17 +71,17 @@ class SvcPlugin(Plugin):
         ]
 
     @cached_property
-    def _env(self) -> list[tuple[str, Obj]]:
+    def _env(self) -> list[tuple[str, str | None, Obj | None]]:
         """The ``VC_<TASK>_*`` references every container gets: the same for every Pod of the job."""
         if not self.options["inject-hosts-env"]:
             return []
         cm_name = config_map_name(self.job.name)
-        env: list[tuple[str, Obj]] = []
+        env: list[tuple[str, str | None, Obj | None]] = []
         for task in self.job.tasks:
             names = [num_env_name(task.name)]
             if task.name not in self._oversized:
                 names.insert(0, hosts_env_name(task.name))
-            env.extend((n, {"configMapKeyRef": {"name": cm_name, "key": n}}) for n in names)
+            env.extend((n, None, {"configMapKeyRef": {"name": cm_name, "key": n}}) for n in names)
         return env
 
     def mutate(self, ctx: PodContext) -> None:
@@ -94,14 +94,13 @@ class SvcPlugin(Plugin):
         self.require_name("label", pod_spec["subdomain"], "spec.subdomain")
 
         cm_name = config_map_name(self.job.name)
-        for container in ctx.all_containers():
-            for env_name, ref in self._env:
-                ensure_env(container, env_name, value_from=ref)
         # check() has already made sure the volume name is a valid label.
         problem = ensure_volume(ctx.pod, {"name": cm_name, "configMap": {"name": cm_name}})
         if problem:
             raise self.error("spec.volumes", problem)
         for container in ctx.all_containers():
+            if self._env:
+                ensure_envs(container, self._env)
             ensure_mount(container, {"name": cm_name, "mountPath": MOUNT_PATH})
 
     def hosts_data(self) -> dict[str, str]:
