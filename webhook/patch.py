@@ -15,6 +15,8 @@ Operation = dict[str, Any]
 
 def escape(key: str) -> str:
     """RFC 6901 escaping of one path segment: ``~`` → ``~0``, ``/`` → ``~1``."""
+    if "~" not in key and "/" not in key:
+        return key
     return key.replace("~", "~0").replace("/", "~1")
 
 
