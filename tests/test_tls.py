@@ -165,3 +165,25 @@ def test_client_certificates_are_required_when_configured(certs, tmp_path):
         with_cert = ssl.create_default_context(cafile=str(certs / "ca.crt"))
         with_cert.load_cert_chain(str(tmp_path / "client.crt"), str(tmp_path / "client.key"))
         assert httpx.get(url, verify=with_cert).status_code == 200
+
+
+def test_recorded_reviews_through_the_real_https_server(certs):
+    import base64
+    import json
+
+    from tests.conftest import ROOT
+
+    with Running(certs) as running:
+        context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        with httpx.Client(verify=context, base_url=f"https://localhost:{running.port}") as c:
+            for path in sorted((EXAMPLES / "admission").glob("*.json")):
+                review = json.loads(path.read_text())
+                reply = c.post("/validate" if "validate" in path.stem else "/mutate", json=review)
+                assert reply.status_code == 200
+                body = reply.json()
+                assert body["apiVersion"] == review["apiVersion"] and body["response"]["uid"] == review["request"]["uid"]
+                recorded = ROOT / "tests" / "fixtures" / "admission" / f"{path.stem}.patch.json"
+                if recorded.exists():
+                    assert json.loads(base64.b64decode(body["response"]["patch"])) == json.loads(recorded.read_text())
+                else:
+                    assert body["response"]["allowed"] is (path.stem != "broken-job-validate")
