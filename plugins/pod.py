@@ -87,14 +87,6 @@ def ensure_envs(container: Obj, entries: list[tuple[str, str | None, Obj | None]
             env[i] = entry
 
 
-def env_value(container: Obj, name: str) -> Obj | None:
-    """The effective (last) entry named ``name`` in the container's env, or None."""
-    for entry in reversed(container.get("env") or []):
-        if isinstance(entry, dict) and entry.get("name") == name:
-            return entry
-    return None
-
-
 def _covers(existing: Any, desired: Any) -> bool:
     """True when ``existing`` holds everything ``desired`` says; extra (defaulted) fields are fine."""
     if isinstance(desired, dict):
