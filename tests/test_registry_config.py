@@ -1,0 +1,66 @@
+"""Third-party plugins through entry points, and where the server's settings come from."""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from plugins import Chain, Flag, Job, Plugin, PodContext, registry
+from plugins.pod import containers, ensure_envs
+from webhook.config import load_settings
+
+
+class GreetPlugin(Plugin):
+    name = "greet"
+    flags = (Flag("greeting", "string", "hello"),)
+    requires = ("env",)
+
+    def mutate(self, ctx: PodContext) -> None:
+        for container in containers(ctx.pod):
+            ensure_envs(container, [("GREETING", self.options["greeting"], None)])
+
+
+def fake_entry_points(group: str) -> list[EntryPoint]:
+    assert group == "volcano_webhook.plugins"
+    return [
+        EntryPoint("greet", f"{__name__}:GreetPlugin", group),
+        EntryPoint("broken", "no_such_module:Nothing", group),
+        EntryPoint("env", "plugins.env:EnvPlugin", group),
+    ]
+
+
+def test_third_party_plugins_load_from_entry_points_and_run_after_the_builtins(monkeypatch, caplog):
+    monkeypatch.setattr(registry, "entry_points", lambda group: fake_entry_points(group))
+    reg = registry.Registry(registry.BUILTINS.values())
+    registry.load_entry_points(reg)
+    assert "greet" in reg and "broken" not in reg
+    assert "plugin entry point broken = no_such_module:Nothing not loaded" in caplog.text
+    job = Job.from_object({"metadata": {"name": "j"}, "spec": {
+        "plugins": {"greet": ["--greeting=hi"]}, "tasks": [{"name": "w", "replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}]}})
+    chain = Chain(reg)
+    assert [p.name for p in chain.plugins(job)] == ["env", "greet"]  # requires added; built-ins first
+    pod = {"metadata": {"name": "j-w-0", "annotations": {"volcano.sh/task-spec": "w"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    env = chain.mutate(job, pod).pod["spec"]["containers"][0]["env"]
+    assert env[-1] == {"name": "GREETING", "value": "hi"}
+
+
+def test_settings_flags_over_environment_over_yaml(tmp_path, monkeypatch):
+    config = tmp_path / "config.yaml"
+    config.write_text("port: 9443\nlog_level: debug\ndefault_plugins: {env: []}\nallowed_plugins: [env, svc]\n")
+    monkeypatch.setenv("VOLCANO_WEBHOOK_LOG_LEVEL", "warning")
+    settings = load_settings(str(config), port=None)
+    assert (settings.port, settings.log_level, settings.default_plugins) == (9443, "warning", {"env": []})
+    assert load_settings(str(config), port=7443).port == 7443
+    chain_config = settings.chain_config()
+    assert chain_config.allowed == frozenset({"env", "svc"}) and chain_config.defaults == {"env": []}
+
+
+def test_bad_settings_are_refused(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("port: 70000\n")
+    with pytest.raises(ValueError):
+        load_settings(str(config))
+    config.write_text("prot: 1\n")
+    with pytest.raises(ValueError):
+        load_settings(str(config))
