@@ -1,37 +1,48 @@
-"""A real uvicorn HTTPS server on loopback: TLS versions, certificate swap under load, client certs."""
+"""A real uvicorn HTTPS server on loopback: TLS versions and ciphers, no plaintext, certificate swap
+under load, half-written pairs ignored, client certificates."""
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
 import socket
 import ssl
 import threading
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from plugins import Chain
-from webhook.app import create_app
 from webhook.certs import ensure_certs, generate_ca, generate_serving_cert
-from webhook.jobsource import DirectoryJobSource
-from webhook.tls import build_server
+from webhook.tls import CertReloader, HTTPSServer, build_server, make_server_context
 
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, ROOT
+
+
+async def tiny_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The smallest ASGI app: 200 ``{"status": "ok"}`` for every request."""
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": b'{"status": "ok"}'})
 
 
 def client_cert(ca_pem: bytes, ca_key_pem: bytes) -> tuple[bytes, bytes]:
     """A client certificate (extendedKeyUsage clientAuth), as the API server presents."""
-    from datetime import datetime, timedelta, timezone
-
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
     ca = x509.load_pem_x509_certificate(ca_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.now(timezone.utc)
     cert = (
@@ -46,37 +57,55 @@ def client_cert(ca_pem: bytes, ca_key_pem: bytes) -> tuple[bytes, bytes]:
     return cert.public_bytes(serialization.Encoding.PEM), pem_key
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@contextmanager
+def running(certs: Path, app: Any = tiny_app, client_ca: Path | None = None, interval: float = 3600.0) -> Iterator[HTTPSServer]:
+    """The server on 127.0.0.1, an ephemeral port (``server.port``), in a thread; stopped on exit.
+    The default interval is long so only ``reload_now()`` reloads unless a test asks for polling."""
+    server = build_server(app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", client_ca_file=client_ca,
+                          reload_interval=interval, log_level="warning", lifespan="off" if app is tiny_app else "auto")
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.01)
+    server.port = server.addresses[0][1]  # type: ignore[attr-defined]
+    try:
+        yield server
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        assert not thread.is_alive()
 
 
-class Running:
-    def __init__(self, certs: Path, client_ca: Path | None = None) -> None:
-        self.port = free_port()
-        app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain())
-        self.server = build_server(app, "127.0.0.1", self.port, certs / "tls.crt", certs / "tls.key",
-                                   client_ca_file=client_ca, reload_interval=0.1, log_level="warning")
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+def trusting(ca: Path, version: ssl.TLSVersion | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca))
+    if version is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # TLS 1.0/1.1 are deprecated: that is the point
+            context.minimum_version = context.maximum_version = version
+    return context
 
-    def __enter__(self) -> Running:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "server did not start"
-            time.sleep(0.02)
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
+def handshake(port: int, context: ssl.SSLContext) -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        return context.wrap_socket(raw, server_hostname="localhost")
+    except BaseException:
+        raw.close()
+        raise
 
 
 def served_serial(port: int, ca: Path) -> int:
-    context = ssl.create_default_context(cafile=str(ca))
-    with socket.create_connection(("127.0.0.1", port)) as raw, context.wrap_socket(raw, server_hostname="localhost") as tls:
-        return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
+    """The serial number of the certificate the server presents to a fresh raw TLS connection."""
+    with handshake(port, trusting(ca)) as tls:
+        der = tls.getpeercert(binary_form=True)
+        assert der is not None
+        return x509.load_der_x509_certificate(der).serial_number
+
+
+def serial_of(path: Path) -> int:
+    return x509.load_pem_x509_certificate(path.read_bytes()).serial_number
 
 
 @pytest.fixture
@@ -85,97 +114,250 @@ def certs(tmp_path: Path) -> Path:
     return tmp_path / "certs"
 
 
-def test_tls_versions_and_no_plaintext(certs):
-    with Running(certs) as running:
-        for version, ok in ((ssl.TLSVersion.TLSv1_1, False), (ssl.TLSVersion.TLSv1_2, True), (ssl.TLSVersion.TLSv1_3, True)):
-            context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)  # TLS 1.1 is deprecated: that is the point
-                context.minimum_version = context.maximum_version = version
-            if version == ssl.TLSVersion.TLSv1_1:
-                context.set_ciphers("DEFAULT:@SECLEVEL=0")
+def test_the_context_allows_tls12_plus_with_forward_secret_aead_ciphers_only(certs):
+    context = make_server_context(certs / "tls.crt", certs / "tls.key")
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert context.options & ssl.OP_NO_COMPRESSION
+    assert context.options & getattr(ssl, "OP_NO_RENEGOTIATION", 0) == getattr(ssl, "OP_NO_RENEGOTIATION", 0)
+    assert context.verify_mode == ssl.CERT_NONE
+    tls12 = [c for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"]
+    assert tls12 and all(c["kea"] == "kx-ecdhe" and c["aead"] for c in tls12), tls12
+    with_clients = make_server_context(certs / "tls.crt", certs / "tls.key", certs / "ca.crt")
+    assert with_clients.verify_mode == ssl.CERT_REQUIRED
+    with pytest.raises(ssl.SSLError):
+        make_server_context(certs / "tls.crt", certs / "ca.key")  # not the certificate's key
+
+
+def tls11_client_works_somewhere(certs: Path) -> bool:
+    """Control for the refusal below: does this OpenSSL speak TLS 1.1 at all (to a permissive
+    server)? Only then does a failed TLS 1.1 handshake prove that *our* server refused it."""
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        server_context.minimum_version = ssl.TLSVersion.TLSv1_1
+        server_context.maximum_version = ssl.TLSVersion.TLSv1_1
+    server_context.set_ciphers("DEFAULT:@SECLEVEL=0")
+    server_context.load_cert_chain(certs / "tls.crt", certs / "tls.key")
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def accept() -> None:
+        conn, _ = listener.accept()
+        try:
+            with server_context.wrap_socket(conn, server_side=True):
+                pass
+        except (ssl.SSLError, OSError):
+            pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    client = tls11_client(certs)
+    try:
+        with handshake(listener.getsockname()[1], client) as tls:
+            return tls.version() == "TLSv1.1"
+    except (ssl.SSLError, OSError):
+        return False
+    finally:
+        thread.join(5)
+        listener.close()
+
+
+def tls11_client(certs: Path) -> ssl.SSLContext:
+    context = trusting(certs / "ca.crt", ssl.TLSVersion.TLSv1_1)
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")  # let the client offer TLS 1.1's ciphers
+    return context
+
+
+def test_tls13_and_tls12_are_accepted_tls11_and_weak_ciphers_refused_and_no_plaintext(certs):
+    with running(certs) as server:
+        for version, name in ((ssl.TLSVersion.TLSv1_3, "TLSv1.3"), (ssl.TLSVersion.TLSv1_2, "TLSv1.2")):
+            context = trusting(certs / "ca.crt", version)
+            reply = httpx.get(f"https://localhost:{server.port}/healthz", verify=context)
+            assert reply.status_code == 200 and reply.json() == {"status": "ok"}
+            with handshake(server.port, context) as tls:
+                assert tls.version() == name
+                cipher = tls.cipher()
+                assert cipher is not None and ("GCM" in cipher[0] or "CHACHA20" in cipher[0]), cipher
+
+        if not tls11_client_works_somewhere(certs):
+            pytest.skip("this OpenSSL cannot speak TLS 1.1 at all, so its refusal proves nothing")
+        with pytest.raises((ssl.SSLError, OSError)):
+            handshake(server.port, tls11_client(certs)).close()
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"https://localhost:{server.port}/healthz", verify=tls11_client(certs))
+
+        cbc_only = trusting(certs / "ca.crt", ssl.TLSVersion.TLSv1_2)
+        cbc_only.set_ciphers("ECDHE-ECDSA-AES128-SHA:ECDHE-ECDSA-AES128-SHA256:@SECLEVEL=0")
+        with pytest.raises((ssl.SSLError, OSError)):
+            handshake(server.port, cbc_only).close()
+
+        with pytest.raises(httpx.RemoteProtocolError):  # plain HTTP to the port: not an HTTP server
+            httpx.get(f"http://127.0.0.1:{server.port}/healthz")
+        assert len(server.addresses) == 1, "exactly one listener, the TLS one"
+
+
+class Load:
+    """Requests over a fresh connection each (so each one makes a handshake) until stopped."""
+
+    def __init__(self, port: int, ca: Path) -> None:
+        self.url, self.context = f"https://localhost:{port}/healthz", trusting(ca)
+        self.ok, self.failures = 0, []  # type: ignore[var-annotated]
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._done.is_set():
             try:
-                reply = httpx.get(f"https://localhost:{running.port}/healthz", verify=context)
-                assert ok and reply.json() == {"status": "ok"}
-            except (httpx.ConnectError, ssl.SSLError):
-                assert not ok, version
-        with pytest.raises(httpx.RemoteProtocolError):
-            httpx.get(f"http://127.0.0.1:{running.port}/healthz")
+                with httpx.Client(verify=self.context) as c:
+                    assert c.get(self.url).status_code == 200
+                self.ok += 1
+            except Exception as exc:  # noqa: BLE001 - any failure counts
+                self.failures.append(exc)
 
-
-def test_a_renewed_cert_is_served_without_a_failed_request(certs):
-    with Running(certs) as running:
-        old = served_serial(running.port, certs / "ca.crt")
-        failures, done, count = [], threading.Event(), [0]
-
-        def load() -> None:
-            context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-            while not done.is_set():
-                try:  # a fresh connection each time, so each request makes a handshake
-                    with httpx.Client(verify=context) as c:
-                        assert c.get(f"https://localhost:{running.port}/healthz").status_code == 200
-                    count[0] += 1
-                except Exception as exc:  # noqa: BLE001 - any failure counts
-                    failures.append(exc)
-
-        worker = threading.Thread(target=load)
-        worker.start()
-        time.sleep(0.3)
-        # Renew as a rotation would: same CA, new serving cert and key, each file replaced atomically.
-        new_cert, new_key = generate_serving_cert((certs / "ca.crt").read_bytes(), (certs / "ca.key").read_bytes(), ["localhost"], [])
-        staging = certs.parent / "staging"
-        staging.mkdir()
-        (staging / "tls.key").write_bytes(new_key)
-        (staging / "tls.crt").write_bytes(new_cert)
-        for name in ("tls.key", "tls.crt"):
-            (staging / name).replace(certs / name)
+    def __enter__(self) -> Load:
+        self._thread.start()
         deadline = time.monotonic() + 5
-        while served_serial(running.port, certs / "ca.crt") == old:
-            assert time.monotonic() < deadline, "new certificate not served"
-            time.sleep(0.05)
-        time.sleep(0.3)
-        done.set()
-        worker.join()
-        assert failures == [] and count[0] > 5
-        assert served_serial(running.port, certs / "ca.crt") == x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes()).serial_number
+        while self.ok < 5:  # under way before the swap
+            assert time.monotonic() < deadline and not self.failures, self.failures
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(10)
 
 
-def test_a_mismatched_pair_is_ignored(certs):
-    with Running(certs) as running:
-        old = served_serial(running.port, certs / "ca.crt")
+def swap_in_new_cert(certs: Path, dns: list[str] | None = None) -> int:
+    """Renew as a rotation would: same CA, new key and cert (new serial), each file replaced
+    atomically, key first. Returns the new serial."""
+    cert, key = generate_serving_cert((certs / "ca.crt").read_bytes(), (certs / "ca.key").read_bytes(),
+                                      dns or ["localhost"], ["127.0.0.1"])
+    for name, data in (("tls.key", key), ("tls.crt", cert)):
+        (certs / f".{name}.new").write_bytes(data)
+        (certs / f".{name}.new").replace(certs / name)
+    return x509.load_pem_x509_certificate(cert).serial_number
+
+
+def test_reload_now_serves_the_new_cert_without_a_failed_request(certs):
+    with running(certs) as server:
+        old = served_serial(server.port, certs / "ca.crt")
+        assert old == serial_of(certs / "tls.crt")
+        with Load(server.port, certs / "ca.crt") as load:
+            new = swap_in_new_cert(certs)
+            assert served_serial(server.port, certs / "ca.crt") == old, "nothing changes before a reload"
+            assert server.reloader.reload_now() is True  # from this thread: handed to the server's loop
+            assert served_serial(server.port, certs / "ca.crt") == new
+            before = load.ok
+            while load.ok < before + 5:
+                time.sleep(0.01)
+        assert load.failures == [] and load.ok > 10
+        assert server.reloader.reload_now() is False, "nothing new on disk"
+        assert server.reloader.reloads == 1
+
+
+def test_the_poll_picks_up_a_renewal_by_ensure_certs_under_load(certs):
+    with running(certs, interval=0.05) as server:
+        old = served_serial(server.port, certs / "ca.crt")
+        with Load(server.port, certs / "ca.crt") as load:
+            # ensure_certs writes the key, then the certificate: the poll may see the new key with
+            # the old certificate in between, which must be skipped without a failed handshake.
+            assert ensure_certs(certs, renew_before=timedelta(days=400)).created
+            new = serial_of(certs / "tls.crt")
+            assert new != old
+            deadline = time.monotonic() + 5
+            while served_serial(server.port, certs / "ca.crt") != new:
+                assert time.monotonic() < deadline, "new certificate not served"
+                time.sleep(0.02)
+            before = load.ok
+            while load.ok < before + 5:
+                time.sleep(0.01)
+        assert load.failures == [] and load.ok > 10
+        assert server.reloader.reloads >= 1
+
+
+def test_half_written_mismatched_or_missing_pairs_are_ignored_then_retried(certs, caplog):
+    caplog.set_level(logging.INFO, logger="webhook.tls")
+    with running(certs, interval=0.05) as server:
+        old = served_serial(server.port, certs / "ca.crt")
         ca_cert, ca_key = (certs / "ca.crt").read_bytes(), (certs / "ca.key").read_bytes()
-        new_cert, _ = generate_serving_cert(ca_cert, ca_key, ["localhost"], [])
-        (certs / "tls.crt").write_bytes(new_cert)  # its key never arrives
-        time.sleep(0.4)
-        assert served_serial(running.port, certs / "ca.crt") == old
-        assert running.server.reloader.reloads == 0
+        new_cert, new_key = generate_serving_cert(ca_cert, ca_key, ["localhost"], [])
+
+        (certs / "tls.crt").write_bytes(new_cert)  # its key has not arrived: a mismatched pair
+        assert server.reloader.reload_now() is False
+        (certs / "tls.key").write_bytes(new_key[: len(new_key) // 2])  # half-written key
+        assert server.reloader.reload_now() is False
+        time.sleep(0.2)  # several polls
+        assert served_serial(server.port, certs / "ca.crt") == old
+        assert httpx.get(f"https://localhost:{server.port}/", verify=trusting(certs / "ca.crt")).status_code == 200
+
+        (certs / "tls.key").unlink()  # a missing file, as during some rotations
+        assert server.reloader.reload_now() is False
+        assert served_serial(server.port, certs / "ca.crt") == old
+        assert server.reloader.reloads == 0
+
+        (certs / "tls.key").write_bytes(new_key)  # the write completes: picked up on a later look
+        deadline = time.monotonic() + 5
+        while served_serial(server.port, certs / "ca.crt") != serial_of(certs / "tls.crt"):
+            assert time.monotonic() < deadline, "completed pair not picked up"
+            time.sleep(0.02)
+        assert server.reloader.reloads == 1
+    assert "PRIVATE KEY" not in caplog.text
+    assert any("not loaded" in r.getMessage() for r in caplog.records)
+    assert any("reloaded TLS certificate" in r.getMessage() for r in caplog.records)
+
+
+def test_reloader_without_a_server(certs):
+    """Off any loop, reload_now works directly; touching files without new content is no reload."""
+    reloader = CertReloader(certs / "tls.crt", certs / "tls.key", interval=1)
+    cert = (certs / "tls.crt").read_bytes()
+    (certs / "tls.crt").write_bytes(cert)  # new mtime, same content
+    assert reloader.reload_now() is False and reloader.reloads == 0
+    swap_in_new_cert(certs)
+    assert reloader.reload_now() is True and reloader.reload_now() is False
+    assert reloader.reload_now(force=True) is False  # forced look, same bytes
+    with pytest.raises(FileNotFoundError):
+        CertReloader(certs / "absent.crt", certs / "tls.key")
+
+
+def test_ssl_keywords_are_refused(certs):
+    with pytest.raises(TypeError, match="ssl_certfile"):
+        build_server(tiny_app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", ssl_certfile="x")
 
 
 def test_client_certificates_are_required_when_configured(certs, tmp_path):
     client_ca, client_ca_key = generate_ca("api-server-clients")
     (tmp_path / "clients.crt").write_bytes(client_ca)
-    cert, key = client_cert(client_ca, client_ca_key)
-    (tmp_path / "client.crt").write_bytes(cert)
-    (tmp_path / "client.key").write_bytes(key)
-    with Running(certs, client_ca=tmp_path / "clients.crt") as running:
-        url = f"https://localhost:{running.port}/healthz"
-        anonymous = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-        with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
-            httpx.get(url, verify=anonymous)
-        with_cert = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-        with_cert.load_cert_chain(str(tmp_path / "client.crt"), str(tmp_path / "client.key"))
+    for prefix, (ca, key) in (("client", (client_ca, client_ca_key)), ("stranger", generate_ca("stranger-ca"))):
+        cert, cert_key = client_cert(ca, key)
+        (tmp_path / f"{prefix}.crt").write_bytes(cert)
+        (tmp_path / f"{prefix}.key").write_bytes(cert_key)
+    with running(certs, client_ca=tmp_path / "clients.crt") as server:
+        url = f"https://localhost:{server.port}/healthz"
+        failed = (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)
+        with pytest.raises(failed):
+            httpx.get(url, verify=trusting(certs / "ca.crt"))
+        stranger = trusting(certs / "ca.crt")
+        stranger.load_cert_chain(tmp_path / "stranger.crt", tmp_path / "stranger.key")
+        with pytest.raises(failed):
+            httpx.get(url, verify=stranger)
+        with_cert = trusting(certs / "ca.crt")
+        with_cert.load_cert_chain(tmp_path / "client.crt", tmp_path / "client.key")
+        assert httpx.get(url, verify=with_cert).status_code == 200
+        # Still required after a certificate reload.
+        swap_in_new_cert(certs)
+        assert server.reloader.reload_now()
+        with pytest.raises(failed):
+            httpx.get(url, verify=trusting(certs / "ca.crt"))
         assert httpx.get(url, verify=with_cert).status_code == 200
 
 
 def test_recorded_reviews_through_the_real_https_server(certs):
-    import base64
-    import json
+    from plugins import Chain
+    from webhook.app import create_app
+    from webhook.jobsource import DirectoryJobSource
 
-    from tests.conftest import ROOT
-
-    with Running(certs) as running:
-        context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-        with httpx.Client(verify=context, base_url=f"https://localhost:{running.port}") as c:
+    app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain())
+    with running(certs, app=app) as server:
+        with httpx.Client(verify=trusting(certs / "ca.crt"), base_url=f"https://localhost:{server.port}") as c:
             for path in sorted((EXAMPLES / "admission").glob("*.json")):
                 review = json.loads(path.read_text())
                 reply = c.post("/validate" if "validate" in path.stem else "/mutate", json=review)
@@ -187,3 +369,13 @@ def test_recorded_reviews_through_the_real_https_server(certs):
                     assert json.loads(base64.b64decode(body["response"]["patch"])) == json.loads(recorded.read_text())
                 else:
                     assert body["response"]["allowed"] is (path.stem != "broken-job-validate")
+
+
+def test_reload_without_memfd_uses_a_private_temporary_directory(certs, monkeypatch):
+    import webhook.tls as tls
+
+    monkeypatch.setattr(tls, "_memory_files", lambda blobs: None)
+    reloader = CertReloader(certs / "tls.crt", certs / "tls.key")
+    new = swap_in_new_cert(certs)
+    assert reloader.reload_now() is True
+    assert reloader.reloads == 1 and new == serial_of(certs / "tls.crt")

@@ -1,47 +1,72 @@
 """Certificates for the webhook: a private CA and a serving certificate, made with ``cryptography``.
 
-A :class:`CertBundle` is the three PEM files Kubernetes TLS Secrets hold (``ca.crt``, ``tls.crt``,
-``tls.key``; plus ``ca.key`` when we own the CA). :func:`issue_bundle` keeps a bundle that is still
-good — signed by its CA, covering the names, not close to expiry — and makes a new one otherwise, so
-both the certs directory (:func:`ensure_certs`) and a cluster Secret can be kept idempotently.
+A :class:`CertBundle` is what a Kubernetes ``kubernetes.io/tls`` Secret holds (``ca.crt``,
+``tls.crt``, ``tls.key``; plus ``ca.key`` when we own the CA), as PEM bytes. :func:`issue_bundle`
+keeps a bundle that is still good — the key matches, its CA signed it, it covers the names, it is not
+close to expiry — and issues a new one otherwise (reusing a still-valid CA, so the ``caBundle`` the
+API server trusts does not change when only the serving certificate is renewed). It knows nothing of
+files, so a certs directory (:func:`ensure_certs`) and a cluster Secret (``certs_cmd``) share it.
 
-Keys are ECDSA P-256: small, fast to handshake, accepted by every Kubernetes API server.
+Key material (``ca.key``, ``tls.key``) never appears in a ``repr``, a log line or an exception
+message raised here; private keys are written mode 0600, created with that mode.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-import tempfile
-from dataclasses import dataclass
+import secrets
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+# File names of a Kubernetes TLS Secret (``ca.key`` is ours: the CA survives renewals).
 CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
 RENEW_BEFORE = timedelta(days=30)
+CA_DAYS, SERVING_DAYS = 3650, 365
+# Certificates start a little in the past so a peer whose clock lags ours still accepts them.
+BACKDATE = timedelta(minutes=5)
+_CN_MAX = 64  # RFC 5280 ub-common-name; longer Service FQDNs must not go in the CN
+
+# What a malformed PEM, an unsupported or encrypted key raises while loading; none of these
+# messages quote the input, so catching and re-raising them does not leak key material.
+_BAD_PEM = (ValueError, TypeError, UnsupportedAlgorithm)
 
 
 @dataclass(frozen=True)
 class CertBundle:
-    """PEM bytes of a CA and a serving certificate. ``repr`` never shows key material."""
+    """PEM bytes of a CA certificate, a serving certificate and its key, and (when we own the CA)
+    the CA's key. ``repr``/``str`` show the serial and expiry only — never key material."""
 
     ca_cert: bytes
     cert: bytes
-    key: bytes
-    ca_key: bytes | None = None
+    key: bytes = field(repr=False)
+    ca_key: bytes | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
-        return f"CertBundle(serial={x509.load_pem_x509_certificate(self.cert).serial_number:x}, keys=<redacted>)"
+        try:
+            cert = x509.load_pem_x509_certificate(self.cert)
+            about = f"serial={cert.serial_number:x}, not_after={cert.not_valid_after_utc.isoformat()}"
+        except _BAD_PEM:
+            about = "cert=<unreadable>"
+        owned = "yes" if self.ca_key is not None else "no"
+        return f"CertBundle({about}, ca_key_held={owned}, keys=<redacted>)"
+
+    __str__ = __repr__
 
 
 @dataclass(frozen=True)
 class CertPaths:
+    """Where :func:`ensure_certs` left the files; ``created`` is True when it wrote any."""
+
     ca_cert: Path
     cert: Path
     key: Path
@@ -49,16 +74,29 @@ class CertPaths:
 
 
 def default_sans(service: str = "volcano-job-webhook", namespace: str = "volcano-job-webhook") -> tuple[list[str], list[str]]:
-    """DNS names and IPs of the serving certificate: loopback for local use, the Service's names."""
-    dns = ["localhost", service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+    """The serving certificate's names: ``(dns_names, ips)``.
+
+    Loopback (``localhost``, ``127.0.0.1``, ``::1``) for local runs and port-forwards, and every name
+    the Service answers to in-cluster; the API server calls ``SERVICE.NAMESPACE.svc``.
+    """
+    dns = [
+        "localhost",
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    ]
     return dns, ["127.0.0.1", "::1"]
 
 
 def _now(now: datetime | None) -> datetime:
-    return now or datetime.now(timezone.utc)
+    return now if now is not None else datetime.now(timezone.utc)
 
 
-def _key() -> ec.EllipticCurvePrivateKey:
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    # ECDSA P-256 rather than RSA 2048: equal-or-better strength (~128-bit vs ~112-bit) with a 32-byte
+    # key, much cheaper to generate (no multi-second prime search at startup) and to sign handshakes
+    # with, and P-256 is accepted by every TLS stack the API server (Go crypto/tls) or kubectl use.
     return ec.generate_private_key(ec.SECP256R1())
 
 
@@ -66,11 +104,20 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
-def generate_ca(common_name: str = "volcano-job-webhook-ca", days: int = 3650, now: datetime | None = None) -> tuple[bytes, bytes]:
-    """A self-signed CA: (cert PEM, key PEM)."""
-    key = _key()
+def _cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def generate_ca(common_name: str = "volcano-job-webhook-ca", days: int = CA_DAYS, *,
+                now: datetime | None = None) -> tuple[bytes, bytes]:
+    """A new self-signed CA: ``(cert PEM, key PEM)``, valid ``days`` from ``now``.
+
+    basicConstraints CA:true (critical, pathLen 0: it signs leaf certificates only), keyUsage
+    keyCertSign + cRLSign (critical), and a SubjectKeyIdentifier that issued certificates point to.
+    """
+    key = _new_key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    start = _now(now) - timedelta(minutes=5)
+    start = _now(now) - BACKDATE
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -80,64 +127,121 @@ def generate_ca(common_name: str = "volcano-job-webhook-ca", days: int = 3650, n
         .not_valid_before(start)
         .not_valid_after(start + timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                          data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                          encipher_only=False, decipher_only=False),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+    return _cert_pem(cert), _key_pem(key)
+
+
+def _common_name(dns_names: Sequence[str], ips: Sequence[str]) -> str:
+    # Verifiers use the SANs only; the CN is for humans reading the cert. Prefer the in-cluster
+    # name, but it must fit the 64-character limit (a long Service.Namespace easily exceeds it).
+    for candidate in (*reversed(list(dns_names)), *ips):
+        if 0 < len(candidate) <= _CN_MAX:
+            return candidate
+    return "volcano-job-webhook"
+
+
+def _authority_key_id(ca: x509.Certificate, signer: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> x509.AuthorityKeyIdentifier:
+    # Chain builders match the AKI against the issuer's SKI: copy the CA's SKI when it has one
+    # (a CA made elsewhere may compute it differently), else derive it from the CA's public key.
+    try:
+        ski = ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    except x509.ExtensionNotFound:
+        return x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key())
+    return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
 
 
 def generate_serving_cert(
-    ca_cert_pem: bytes, ca_key_pem: bytes, dns_names: list[str], ips: list[str], days: int = 365, now: datetime | None = None
+    ca_cert: bytes,
+    ca_key: bytes,
+    dns_names: Sequence[str],
+    ip_addresses: Sequence[str],
+    days: int = SERVING_DAYS,
+    *,
+    now: datetime | None = None,
 ) -> tuple[bytes, bytes]:
-    """A serving certificate for ``dns_names`` and ``ips``, signed by the CA: (cert PEM, key PEM)."""
-    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
-    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
-    key = _key()
-    start = _now(now) - timedelta(minutes=5)
+    """A new serving certificate and key signed by the CA (PEM bytes each): ``(cert PEM, key PEM)``.
+
+    SANs are ``dns_names`` and ``ip_addresses``; extendedKeyUsage serverAuth; keyUsage
+    digitalSignature (ECDSA keys sign the handshake; keyEncipherment only means something for RSA key
+    transport and is added only for an RSA key); CA:false; an AuthorityKeyIdentifier naming the CA.
+    The certificate never outlives its CA: ``not_after`` is capped at the CA's.
+
+    Raises ValueError when no names are given, an IP does not parse, or the CA PEMs do not load.
+    """
+    if not dns_names and not ip_addresses:
+        raise ValueError("a serving certificate needs at least one DNS name or IP address")
+    ca = x509.load_pem_x509_certificate(ca_cert)
+    signer = serialization.load_pem_private_key(ca_key, password=None)
+    if not isinstance(signer, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
+        raise ValueError("the CA key must be an EC or RSA private key")
+    key = _new_key()
+    public = key.public_key()
+    start = _now(now) - BACKDATE
+    end = min(start + timedelta(days=days), ca.not_valid_after_utc)
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+    is_rsa = isinstance(public, rsa.RSAPublicKey)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[-1] if dns_names else "volcano-job-webhook")]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, _common_name(dns_names, ip_addresses))]))
+        .issuer_name(ca.subject)
+        .public_key(public)
         .serial_number(x509.random_serial_number())
         .not_valid_before(start)
-        .not_valid_after(start + timedelta(days=days))
+        .not_valid_after(end)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=is_rsa,
+                          data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+                          encipher_only=False, decipher_only=False),
+            critical=True,
+        )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False)  # type: ignore[arg-type]
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+        .add_extension(_authority_key_id(ca, signer), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+        .sign(signer, hashes.SHA256())
     )
-    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+    return _cert_pem(cert), _key_pem(key)
 
 
 def needs_renewal(cert_pem: bytes, renew_before: timedelta = RENEW_BEFORE, now: datetime | None = None) -> bool:
+    """True when the certificate expires within ``renew_before`` of ``now`` (or already has), or is
+    not valid yet. Raises ValueError when ``cert_pem`` is not a PEM certificate."""
     cert = x509.load_pem_x509_certificate(cert_pem)
-    return cert.not_valid_after_utc - renew_before <= _now(now) or cert.not_valid_before_utc > _now(now)
+    at = _now(now)
+    return cert.not_valid_after_utc - renew_before <= at or cert.not_valid_before_utc > at
 
 
-def cert_covers(cert_pem: bytes, dns_names: list[str], ips: list[str]) -> bool:
+def cert_covers(cert_pem: bytes, dns_names: Sequence[str], ips: Sequence[str]) -> bool:
+    """True when every one of ``dns_names`` (compared case-insensitively, as DNS is) and ``ips``
+    (compared as addresses, so ``::1`` equals ``0:0::1``) is a SAN of the certificate."""
     cert = x509.load_pem_x509_certificate(cert_pem)
     try:
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
-        return False
-    have_dns = set(sans.get_values_for_type(x509.DNSName))
-    have_ips = {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
-    return set(dns_names) <= have_dns and {str(ipaddress.ip_address(ip)) for ip in ips} <= have_ips
+        return not dns_names and not ips
+    have_dns = {d.lower() for d in sans.get_values_for_type(x509.DNSName)}
+    have_ips = set(sans.get_values_for_type(x509.IPAddress))
+    return {d.lower() for d in dns_names} <= have_dns and {ipaddress.ip_address(ip) for ip in ips} <= have_ips
 
 
 def _signed_by(cert_pem: bytes, ca_pem: bytes) -> bool:
+    """The CA's key signed ``cert`` and it names the CA as issuer (cryptography checks both)."""
     cert, ca = x509.load_pem_x509_certificate(cert_pem), x509.load_pem_x509_certificate(ca_pem)
     try:
         cert.verify_directly_issued_by(ca)
-        return True
     except (ValueError, TypeError, InvalidSignature):
         return False
+    return True
 
 
 def _key_matches(cert_pem: bytes, key_pem: bytes) -> bool:
@@ -147,82 +251,171 @@ def _key_matches(cert_pem: bytes, key_pem: bytes) -> bool:
     return key.public_key().public_bytes(*der) == cert.public_key().public_bytes(*der)
 
 
-def bundle_is_good(bundle: CertBundle, dns_names: list[str], ips: list[str], renew_before: timedelta = RENEW_BEFORE,
-                   now: datetime | None = None) -> bool:
-    """Signed by its CA, with the matching key, covering the names, neither cert close to expiry."""
+def _is_ca(cert_pem: bytes) -> bool:
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        return cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        return False
+
+
+def ca_is_usable(ca_cert: bytes, ca_key: bytes, renew_before: timedelta = RENEW_BEFORE, now: datetime | None = None) -> bool:
+    """True when the pair can keep issuing: it loads, the key is the certificate's, the certificate
+    is a CA, and it is not within ``renew_before`` of expiry. Never raises for bad input."""
+    try:
+        return _is_ca(ca_cert) and _key_matches(ca_cert, ca_key) and not needs_renewal(ca_cert, renew_before, now)
+    except _BAD_PEM:
+        return False
+
+
+def bundle_is_good(bundle: CertBundle, dns_names: Sequence[str], ips: Sequence[str],
+                   renew_before: timedelta = RENEW_BEFORE, now: datetime | None = None) -> bool:
+    """True when the bundle can keep being served: the key is the certificate's, ``ca.crt`` signed
+    it, it covers ``dns_names`` and ``ips``, and neither certificate is within ``renew_before`` of
+    expiry. Unreadable PEMs make it False; it never raises for bad input."""
     try:
         return (
-            _signed_by(bundle.cert, bundle.ca_cert)
-            and _key_matches(bundle.cert, bundle.key)
+            _key_matches(bundle.cert, bundle.key)
+            and _signed_by(bundle.cert, bundle.ca_cert)
             and cert_covers(bundle.cert, dns_names, ips)
             and not needs_renewal(bundle.cert, renew_before, now)
             and not needs_renewal(bundle.ca_cert, renew_before, now)
         )
-    except ValueError:  # unreadable PEM
+    except _BAD_PEM:
         return False
 
 
-def issue_bundle(existing: CertBundle | None, dns_names: list[str], ips: list[str], *,
-                 renew_before: timedelta = RENEW_BEFORE, now: datetime | None = None) -> tuple[CertBundle, bool]:
-    """``existing`` when it is still good, else a new bundle; the flag says whether it changed.
+def issue_bundle(
+    existing: CertBundle | None,
+    dns_names: Sequence[str],
+    ips: Sequence[str],
+    *,
+    renew_before: timedelta = RENEW_BEFORE,
+    now: datetime | None = None,
+    ca: tuple[bytes, bytes] | None = None,
+) -> tuple[CertBundle, bool]:
+    """``(existing, False)`` when ``existing`` is still good (see :func:`bundle_is_good`), else
+    ``(new bundle, True)``.
 
-    A valid CA whose key we have is kept, so what the API server trusts (the ``caBundle``) does not
-    change when only the serving certificate is renewed.
+    The new serving certificate is signed by the first usable CA (see :func:`ca_is_usable`) of:
+    ``existing``'s own CA pair, then ``ca`` (a ``(cert PEM, key PEM)`` found without a serving
+    certificate, e.g. a certs directory whose ``tls.*`` files were deleted); only when neither is
+    usable is a new CA made — the one case where the trust anchor (``caBundle``) changes. Pure: it
+    reads no files and talks to no cluster.
     """
     if existing is not None and bundle_is_good(existing, dns_names, ips, renew_before, now):
         return existing, False
-    ca_cert, ca_key = (existing.ca_cert, existing.ca_key) if existing is not None else (None, None)
-    if ca_cert is None or ca_key is None or needs_renewal(ca_cert, renew_before, now):
+    candidates = [ca] if ca is not None else []
+    if existing is not None and existing.ca_key is not None:
+        candidates.insert(0, (existing.ca_cert, existing.ca_key))
+    ca_cert, ca_key = next(
+        (pair for pair in candidates if ca_is_usable(*pair, renew_before=renew_before, now=now)), (None, None)
+    )
+    if ca_cert is None or ca_key is None:
         ca_cert, ca_key = generate_ca(now=now)
     cert, key = generate_serving_cert(ca_cert, ca_key, dns_names, ips, now=now)
     return CertBundle(ca_cert=ca_cert, cert=cert, key=key, ca_key=ca_key), True
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """Atomically: a temporary file created with ``mode`` (never wider), then renamed over ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+def _fsync_dir(directory: Path) -> None:
+    # Makes the rename durable; not every filesystem lets a directory be opened, which is harmless.
     try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Replace ``path`` with ``data`` atomically: readers see the old file or the new one, never a
+    part. A temporary file in the same directory (so ``os.replace`` is a rename on one filesystem)
+    is created with ``mode`` by ``os.open`` — a private key is never readable by others, not even
+    for an instant — then written, fsynced and renamed over ``path``.
+
+    A umask can only narrow the mode; the exact ``mode`` is restored with ``fchmod`` *before* any
+    byte is written, and that never widens it beyond ``mode``.
+    """
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(tmp, flags, mode)
+    try:
+        try:
+            if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+                os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)
 
 
-def load_bundle(certs_dir: Path) -> CertBundle | None:
-    """The bundle in ``certs_dir``, or None when ``ca.crt``, ``tls.crt`` or ``tls.key`` is missing."""
+def _read(path: Path) -> bytes | None:
     try:
-        ca_key_path = certs_dir / CA_KEY
-        return CertBundle(
-            ca_cert=(certs_dir / CA_CERT).read_bytes(),
-            cert=(certs_dir / TLS_CERT).read_bytes(),
-            key=(certs_dir / TLS_KEY).read_bytes(),
-            ca_key=ca_key_path.read_bytes() if ca_key_path.exists() else None,
-        )
+        return path.read_bytes()
     except FileNotFoundError:
         return None
 
 
-def ensure_certs(certs_dir: Path, service: str = "volcano-job-webhook", namespace: str = "volcano-job-webhook", *,
-                 renew_before: timedelta = RENEW_BEFORE, now: datetime | None = None) -> CertPaths:
-    """Make ``certs_dir`` hold a good bundle; write nothing when it already does (a read-only mount
-    of a cert-manager Secret is fine). Private keys are written mode 0600, certificates 0644."""
+def load_bundle(certs_dir: Path) -> CertBundle | None:
+    """The bundle in ``certs_dir`` (``ca.crt``, ``tls.crt``, ``tls.key``, and ``ca.key`` when
+    present), or None when any of the first three is missing. The PEMs are not parsed here."""
     certs_dir = Path(certs_dir)
-    paths = (certs_dir / CA_CERT, certs_dir / TLS_CERT, certs_dir / TLS_KEY)
-    dns, ips = default_sans(service, namespace)
+    ca_cert, cert, key = (_read(certs_dir / name) for name in (CA_CERT, TLS_CERT, TLS_KEY))
+    if ca_cert is None or cert is None or key is None:
+        return None
+    return CertBundle(ca_cert=ca_cert, cert=cert, key=key, ca_key=_read(certs_dir / CA_KEY))
+
+
+def ensure_certs(
+    certs_dir: Path,
+    service: str = "volcano-job-webhook",
+    namespace: str = "volcano-job-webhook",
+    *,
+    renew_before: timedelta = RENEW_BEFORE,
+    now: datetime | None = None,
+) -> CertPaths:
+    """Make ``certs_dir`` hold a good bundle for the Service's names (:func:`default_sans`).
+
+    A new serving certificate is issued when ``tls.crt``/``tls.key`` are missing or unreadable, the
+    key does not match, ``ca.crt`` did not sign it, a required SAN is missing, or it (or the CA)
+    expires within ``renew_before``. It is signed by the existing ``ca.crt``/``ca.key`` when that CA
+    is usable, else by a new CA. Files are written atomically (key before certificate, so a watcher
+    that sees a new ``tls.crt`` finds its key already there); keys 0600, certificates 0644; a file
+    whose bytes do not change is not rewritten.
+
+    Idempotent: when the bundle is good nothing is written (same bytes, same mtimes), so a read-only
+    mount is fine. A bundle without ``ca.key`` was issued elsewhere (cert-manager, a certgen Job):
+    it is kept while its key matches, ``ca.crt`` signed it and neither is close to expiry — the
+    names are its issuer's business.
+    """
+    certs_dir = Path(certs_dir)
+    paths = CertPaths(certs_dir / CA_CERT, certs_dir / TLS_CERT, certs_dir / TLS_KEY, created=False)
     existing = load_bundle(certs_dir)
     if existing is not None and existing.ca_key is None and bundle_is_good(existing, [], [], renew_before, now):
-        # Issued elsewhere (cert-manager, the certgen Job): theirs to name and renew.
-        return CertPaths(*paths, created=False)
-    bundle, changed = issue_bundle(existing, dns, ips, renew_before=renew_before, now=now)
-    if changed:
-        certs_dir.mkdir(parents=True, exist_ok=True)
-        if bundle.ca_key is not None:
-            _write(certs_dir / CA_KEY, bundle.ca_key, 0o600)
-        _write(certs_dir / CA_CERT, bundle.ca_cert, 0o644)
-        # Key before cert: a reloader that sees the new cert finds its key already there.
-        _write(certs_dir / TLS_KEY, bundle.key, 0o600)
-        _write(certs_dir / TLS_CERT, bundle.cert, 0o644)
-    return CertPaths(*paths, created=changed)
+        return paths
+    ca_cert, ca_key = _read(certs_dir / CA_CERT), _read(certs_dir / CA_KEY)
+    dns, ips = default_sans(service, namespace)
+    bundle, changed = issue_bundle(existing, dns, ips, renew_before=renew_before, now=now,
+                                   ca=(ca_cert, ca_key) if ca_cert is not None and ca_key is not None else None)
+    if not changed:
+        return paths
+    certs_dir.mkdir(parents=True, exist_ok=True)
+    writes: list[tuple[str, bytes | None, int]] = [
+        (CA_KEY, bundle.ca_key, 0o600), (CA_CERT, bundle.ca_cert, 0o644),
+        (TLS_KEY, bundle.key, 0o600), (TLS_CERT, bundle.cert, 0o644),
+    ]
+    for name, data, mode in writes:
+        if data is not None and _read(certs_dir / name) != data:
+            write_atomic(certs_dir / name, data, mode)
+    return CertPaths(paths.ca_cert, paths.cert, paths.key, created=True)
