@@ -1,7 +1,26 @@
-"""Validation of produced objects against the real Kubernetes schemas (``kubernetes-validate``,
-strict: unknown fields fail), plus the Pod rules the API server enforces that a JSON schema cannot
-say: unique volume names, mounts of existing volumes, unique mount paths and port names, DNS labels
-for hostname and subdomain, port numbers and IANA port names."""
+"""Validation of produced objects against the real Kubernetes schemas, plus the Pod rules the API
+server enforces that a JSON schema cannot say.
+
+* :func:`validate_object` — any object with ``apiVersion``/``kind``, checked with
+  ``kubernetes-validate`` against the strict (unknown fields fail) schemas of Kubernetes
+  :data:`K8S_VERSION`.
+* :func:`validate_pod` — the schema check (``apiVersion: v1``/``kind: Pod`` assumed when absent), then
+  the API server's own Pod validation (``pkg/apis/core/validation``) for the fields the plugins touch:
+
+  - volume names are DNS-1123 labels and unique in the Pod; a volume has exactly one source; a
+    ``configMap``/``secret`` ``defaultMode`` is in 0..0777;
+  - container names (regular and init together) are unique;
+  - every ``volumeMount`` names a volume of the Pod; ``mountPath`` is unique per container;
+    ``subPath`` is relative and has no ``..``;
+  - ``hostname`` and ``subdomain`` are DNS-1123 labels (≤ 63);
+  - ``containerPort`` is in 1..65535; port names are IANA_SVC_NAMEs (≤ 15, lower-case
+    alphanumerics and ``-``, at least one letter, no leading, trailing or double ``-``) and unique
+    per container.
+
+  Duplicate env var names are legal (the last one wins) and are deliberately not checked.
+
+Every failure is an ``AssertionError`` whose message says which object and field broke which rule.
+"""
 
 from __future__ import annotations
 
@@ -11,39 +30,110 @@ from typing import Any
 import kubernetes_validate
 
 K8S_VERSION = "1.30"
+LABEL_MAX = 63
+PORT_NAME_MAX = 15
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_IANA_SVC_NAME = re.compile(r"^(?=.*[a-z])[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_IANA_SVC_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_HAS_LETTER = re.compile(r"[a-z]")
+_VOLUME_SOURCES = frozenset(
+    {
+        "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "configMap", "csi",
+        "downwardAPI", "emptyDir", "ephemeral", "fc", "flexVolume", "flocker", "gcePersistentDisk",
+        "gitRepo", "glusterfs", "hostPath", "image", "iscsi", "nfs", "persistentVolumeClaim",
+        "photonPersistentDisk", "portworxVolume", "projected", "quobyte", "rbd", "scaleIO", "secret",
+        "storageos", "vsphereVolume",
+    }
+)
+
+
+def _where(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{obj.get('kind', '?')} {meta.get('namespace', '')}/{meta.get('name', '?')}"
 
 
 def validate_object(obj: dict[str, Any]) -> None:
-    """Raise AssertionError unless ``obj`` (with apiVersion and kind) fits its Kubernetes schema."""
+    """Raise AssertionError unless ``obj`` (with apiVersion and kind) fits its strict Kubernetes schema."""
+    assert isinstance(obj, dict), f"expected an object, got {type(obj).__name__}"
+    assert obj.get("apiVersion") and obj.get("kind"), f"{_where(obj)}: apiVersion and kind are required for validation"
     try:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
     except kubernetes_validate.ValidationError as exc:
-        raise AssertionError(f"{obj.get('kind')} {obj.get('metadata', {}).get('name')}: {exc.message} at {list(exc.path)}") from None
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path) or "(root)"
+        raise AssertionError(f"{_where(obj)}: {path}: {exc.message}") from None
+    except kubernetes_validate.SchemaNotFoundError:
+        raise AssertionError(f"{_where(obj)}: no Kubernetes {K8S_VERSION} schema for {obj['apiVersion']} {obj['kind']}") from None
+
+
+def _dns_label_problem(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return f"{value!r} is not a string"
+    if len(value) > LABEL_MAX:
+        return f"{value!r} is {len(value)} characters, over the DNS-1123 label limit of {LABEL_MAX}"
+    if not _DNS_LABEL.match(value):
+        return f"{value!r} is not a DNS-1123 label"
+    return None
+
+
+def _port_name_problem(name: str) -> str | None:
+    if len(name) > PORT_NAME_MAX:
+        return f"{name!r} is {len(name)} characters, over the IANA_SVC_NAME limit of {PORT_NAME_MAX}"
+    if not _IANA_SVC_NAME.match(name) or "--" in name:
+        return f"{name!r} is not an IANA_SVC_NAME (lower-case alphanumerics and single '-' inside)"
+    if not _HAS_LETTER.search(name):
+        return f"{name!r} is not an IANA_SVC_NAME (needs at least one letter)"
+    return None
 
 
 def validate_pod(pod: dict[str, Any]) -> None:
-    """Schema and API-server rules for a Pod; apiVersion/kind are assumed when absent."""
-    validate_object({"apiVersion": "v1", "kind": "Pod", **pod})
+    """Schema and API-server rules for a Pod; ``apiVersion: v1``/``kind: Pod`` are assumed when absent."""
+    full = {"apiVersion": "v1", "kind": "Pod", **pod}
+    validate_object(full)
+    where = _where(full)
     spec = pod.get("spec") or {}
+
     for field in ("hostname", "subdomain"):
-        value = spec.get(field)
-        assert value is None or (len(value) <= 63 and _DNS_LABEL.match(value)), f"spec.{field} {value!r} is not a DNS-1123 label"
-    volumes = [v["name"] for v in spec.get("volumes") or []]
-    assert len(volumes) == len(set(volumes)), f"duplicate volume names: {volumes}"
-    for v in volumes:
-        assert len(v) <= 63 and _DNS_LABEL.match(v), f"volume name {v!r} is not a DNS-1123 label"
-    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        mounts = container.get("volumeMounts") or []
-        for mount in mounts:
-            assert mount["name"] in volumes, f"{container['name']}: mount of unknown volume {mount['name']!r}"
-        paths = [m["mountPath"] for m in mounts]
-        assert len(paths) == len(set(paths)), f"{container['name']}: duplicate mountPath in {paths}"
-        ports = container.get("ports") or []
-        names = [p["name"] for p in ports if p.get("name")]
-        assert len(names) == len(set(names)), f"{container['name']}: duplicate port names {names}"
-        for port in ports:
-            assert 1 <= port["containerPort"] <= 65535, f"{container['name']}: containerPort {port['containerPort']}"
-            name = port.get("name")
-            assert name is None or (len(name) <= 15 and _IANA_SVC_NAME.match(name)), f"port name {name!r} is not an IANA_SVC_NAME"
+        if spec.get(field) is not None:
+            problem = _dns_label_problem(spec[field])
+            assert problem is None, f"{where}: spec.{field}: {problem}"
+
+    volumes: list[str] = []
+    for i, volume in enumerate(spec.get("volumes") or []):
+        name = volume.get("name")
+        problem = _dns_label_problem(name)
+        assert problem is None, f"{where}: spec.volumes[{i}].name: {problem}"
+        assert name not in volumes, f"{where}: spec.volumes[{i}].name: duplicate volume name {name!r}"
+        volumes.append(name)
+        sources = sorted(_VOLUME_SOURCES & set(volume))
+        assert len(sources) == 1, f"{where}: spec.volumes[{i}] ({name}): exactly one volume source required, got {sources}"
+        for source in ("configMap", "secret"):
+            mode = (volume.get(source) or {}).get("defaultMode")
+            assert mode is None or 0 <= mode <= 0o777, f"{where}: spec.volumes[{i}].{source}.defaultMode {mode} is not in 0..0777"
+
+    seen_containers: list[str] = []
+    for field in ("containers", "initContainers"):
+        for i, container in enumerate(spec.get(field) or []):
+            cname = container.get("name")
+            at = f"{where}: spec.{field}[{i}] ({cname})"
+            assert cname not in seen_containers, f"{at}: duplicate container name {cname!r}"
+            seen_containers.append(cname)
+
+            paths: list[str] = []
+            for j, mount in enumerate(container.get("volumeMounts") or []):
+                assert mount.get("name") in volumes, f"{at}.volumeMounts[{j}]: mount of unknown volume {mount.get('name')!r} (volumes: {volumes})"
+                path = mount.get("mountPath")
+                assert path not in paths, f"{at}.volumeMounts[{j}]: duplicate mountPath {path!r}"
+                paths.append(path)
+                sub = mount.get("subPath")
+                if sub:
+                    assert not sub.startswith("/") and ".." not in sub.split("/"), f"{at}.volumeMounts[{j}].subPath {sub!r} must be relative without '..'"
+
+            port_names: list[str] = []
+            for j, port in enumerate(container.get("ports") or []):
+                number = port.get("containerPort")
+                assert isinstance(number, int) and 1 <= number <= 65535, f"{at}.ports[{j}].containerPort {number!r} is not in 1..65535"
+                name = port.get("name")
+                if name:
+                    problem = _port_name_problem(name)
+                    assert problem is None, f"{at}.ports[{j}].name: {problem}"
+                    assert name not in port_names, f"{at}.ports[{j}].name: duplicate port name {name!r} in the container"
+                    port_names.append(name)
