@@ -1,0 +1,144 @@
+"""``hostfile``: an MPI / DeepSpeed host file listing the job's Pods, mounted where the launcher looks.
+
+Not a Volcano plugin: a built-in of this project, enabled like the others through ``spec.plugins`` or
+the ``volcano-job-webhook/plugins`` annotation. It brings in ``svc`` (the Pods' host names).
+
+The job gets the ConfigMap ``<job>-hostfile`` whose key ``hostfile`` has one line per Pod — the master
+task's Pods first when ``--include-master``, then the worker task's, each in index order — and every
+line, the last included, ends with ``"\\n"``. The host is the Pod's domain name as svc builds it
+(``<job>-<task>-<i>.<job>``, or the template's hostname/subdomain); the line is ``<host> slots=<N>``
+(``--format`` openmpi, deepspeed) or ``<host>:<N>`` (intel, mpich). ``--slots=auto`` takes ``N`` from
+the GPU limit of the task's first container (a resource named ``*/gpu``), else 1; a number is used
+as is. The reconciler rewrites the ConfigMap when replicas change.
+
+Every container and init container of the master and worker Pods mounts that key read-only at
+``--path`` (``subPath: hostfile``, a single file; default ``/etc/mpi/hostfile``, ``/job/hostfile``
+for deepspeed, DeepSpeed's default). Like every ``subPath`` mount, a running container keeps the
+file it started with; Pods created after a scale see the new list. The master's containers also
+get the variable their MPI implementation reads: ``OMPI_MCA_orte_default_hostfile`` and
+``OMPI_MCA_orte_keep_fqdn_hostnames=true`` (openmpi), ``I_MPI_HYDRA_HOST_FILE`` (intel),
+``HYDRA_HOST_FILE`` (mpich); deepspeed reads the default path itself.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from .base import Existing, Plugin, PodContext
+from .flags import Flag
+from .job import Task
+from .pod import Obj, ensure_envs, ensure_mount, ensure_volume
+from .torchrun import gpu_limit
+
+FORMATS = ("openmpi", "intel", "mpich", "deepspeed")
+DEFAULT_PATH = "/etc/mpi/hostfile"
+DEEPSPEED_PATH = "/job/hostfile"
+KEY = "hostfile"
+ENV: dict[str, tuple[tuple[str, str | None], ...]] = {
+    # None stands for the mount path.
+    "openmpi": (("OMPI_MCA_orte_default_hostfile", None), ("OMPI_MCA_orte_keep_fqdn_hostnames", "true")),
+    "intel": (("I_MPI_HYDRA_HOST_FILE", None),),
+    "mpich": (("HYDRA_HOST_FILE", None),),
+    "deepspeed": (),
+}
+
+
+def config_map_name(job_name: str) -> str:
+    return f"{job_name}-hostfile"
+
+
+class HostfilePlugin(Plugin):
+    name = "hostfile"
+    requires = ("svc",)
+    flags = (
+        Flag("worker", "string", "worker", "name of the worker task"),
+        Flag("include-master", "bool", False, "list the master task's Pods too, first"),
+        Flag("master", "string", "master", "name of the master (launcher) task"),
+        Flag("format", "string", "openmpi", "openmpi, intel, mpich or deepspeed"),
+        Flag("slots", "string", "auto", "slots per host: auto (GPU limit of the task's first container, else 1) or a number"),
+        Flag("path", "string", None, f"where containers find the file (default {DEFAULT_PATH}; {DEEPSPEED_PATH} for deepspeed)"),
+    )
+
+    @property
+    def path(self) -> str:
+        path = self.options["path"]
+        if path is None:
+            return DEEPSPEED_PATH if self.options["format"] == "deepspeed" else DEFAULT_PATH
+        return str(path)
+
+    def check(self) -> list[str]:
+        fmt = self.options["format"]
+        if fmt not in FORMATS:
+            raise self.error("--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        slots = self.options["slots"]
+        if slots != "auto" and not (slots.isascii() and slots.isdigit() and int(slots) >= 1):
+            raise self.error("--slots", f"must be auto or a positive integer, got {slots!r}")
+        path = self.path
+        if not path.startswith("/") or path.endswith("/") or ".." in path.split("/") or ":" in path:
+            raise self.error("--path", f"must be an absolute path to a file (no trailing '/', '..' or ':'), got {path!r}")
+        master, worker = self.options["master"], self.options["worker"]
+        if master == worker:
+            raise self.error("--worker", f"names the master task {master!r}; master and worker must be different tasks")
+        if self.job.task(master) is None:
+            raise self.error("--master", f"the job has no task {master!r} (the launcher that reads the host file)")
+        if self.job.task(worker) is None:
+            raise self.error("--worker", f"the job has no task {worker!r} (the Pods the host file lists)")
+        self.require_name("label", config_map_name(self.job.name), "volume name")
+        self.require_name("subdomain", config_map_name(self.job.name), "ConfigMap name")
+        for task in self._listed():
+            self._slots(task)  # a malformed GPU limit fails here, not in the reconciler
+        return []
+
+    def _listed(self) -> list[Task]:
+        names = ([self.options["master"]] if self.options["include-master"] else []) + [self.options["worker"]]
+        return [task for task in map(self.job.task, names) if task is not None]
+
+    def _slots(self, task: Task) -> int:
+        if self.options["slots"] != "auto":
+            return int(self.options["slots"])
+        first = task.containers[0] if task.containers else {}
+        try:
+            gpus = gpu_limit(first, f"spec.tasks[{task.position}].template.spec.containers[0]")
+        except ValueError as exc:
+            raise self.error("--slots=auto", str(exc)) from None
+        return gpus or 1
+
+    @cached_property
+    def hostfile(self) -> str:
+        """The file: one ``"\\n"``-terminated line per Pod, master task first when included."""
+        sep = ":" if self.options["format"] in ("intel", "mpich") else " slots="
+        lines = []
+        for task in self._listed():
+            slots = self._slots(task)
+            lines.extend(f"{host}{sep}{slots}\n" for host in self.job.host_names(task))
+        return "".join(lines)
+
+    def mutate(self, ctx: PodContext) -> None:
+        is_master = ctx.task.name == self.options["master"]
+        if not is_master and ctx.task.name != self.options["worker"]:
+            return
+        name = config_map_name(self.job.name)
+        problem = ensure_volume(ctx.pod, {"name": name, "configMap": {"name": name}})
+        if problem:
+            raise self.error("spec.volumes", problem)
+        path = self.path
+        env: list[tuple[str, str | None, Obj | None]] = [(var, path if value is None else value, None) for var, value in ENV[self.options["format"]]] if is_master else []
+        for container in ctx.all_containers():
+            for mount in container.get("volumeMounts") or []:
+                if isinstance(mount, dict) and mount.get("mountPath") == path and mount.get("name") != name:
+                    raise self.error(
+                        "--path", f"container {container.get('name')!r} already mounts volume {mount.get('name')!r} at {path!r}"
+                    )
+            ensure_mount(container, {"name": name, "mountPath": path, "subPath": KEY, "readOnly": True})
+            if env:
+                ensure_envs(container, env)
+
+    def resources(self, existing: Existing | None = None) -> list[Obj]:
+        return [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": self.job.object_meta(config_map_name(self.job.name)),
+                "data": {KEY: self.hostfile},
+            }
+        ]

@@ -1,0 +1,290 @@
+"""``torchrun``: the ``PET_*`` environment that ``torchrun`` (``torch.distributed.run``) reads, so that
+a plain ``torchrun train.py`` joins the job with no command-line arguments.
+
+Not a Volcano plugin: a built-in of this project, enabled like the others through ``spec.plugins`` or
+the ``volcano-job-webhook/plugins`` annotation. It brings in ``svc`` (stable Pod host names).
+
+Every regular container of the master and worker Pods gets:
+
+* ``PET_MASTER_ADDR``: the master Pod 0's domain name (``<job>-<master>-0.<job>``, as ``pytorch``'s
+  ``MASTER_ADDR``); ``PET_MASTER_PORT``: ``--port``;
+* ``PET_NNODES``: master + worker replicas, or ``<min>:<max>`` when elastic (below);
+* ``PET_NODE_RANK``: 0 on the master, ``index + 1`` on workers;
+* ``PET_NPROC_PER_NODE``: ``--nproc-per-node`` when it is a number; ``auto`` resolves per container
+  to its GPU limit (the first resource, by name, called ``*/gpu`` with a positive limit), else its CPU
+  limit, else its CPU request, rounded down and at least 1; 1 when it asks for neither;
+* when elastic: ``PET_RDZV_BACKEND`` (``--rdzv-backend``), ``PET_RDZV_ENDPOINT``
+  (``<master domain>:<port>``), ``PET_RDZV_ID`` (the job's uid, else ``<namespace>.<name>``) and
+  ``PET_MAX_RESTARTS`` (``--max-restarts``, default 0); ``PET_MAX_RESTARTS`` also whenever
+  ``--max-restarts`` is given;
+* the port ``torchrun-port`` (``--port``), unless the container already has a port of that number
+  (``pytorch``'s ``pytorchjob-port`` when both plugins use the same port).
+
+``--port`` defaults to the ``pytorch`` plugin's ``--port`` when the job's ``spec.plugins`` or plugin
+annotation turns that plugin on, else to 29500 (torchrun's own default).
+
+Elastic means ``--min-nodes`` or ``--max-nodes`` is given; the missing bound is the job's node count
+(master + worker replicas); both must be at least 1 and min ≤ max.
+
+``PET_*`` names are reserved: a master or worker pod template whose regular containers set one is an
+error (at ``/validate`` and at admission), as torchrun would silently read the template's value. The
+check reads the job's templates, not the Pod, so the chain's own output passes it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from functools import cached_property
+from typing import Any
+
+from .base import Plugin, PodContext
+from .errors import FlagError
+from .flags import Flag, parse_flags
+from .pod import Obj, containers, ensure_envs, ensure_port
+
+PORT_NAME = "torchrun-port"
+DEFAULT_PORT = 29500
+RESERVED_PREFIX = "PET_"
+
+# Kubernetes resource.Quantity: a signed decimal number, then a binary-SI, decimal-SI or exponent suffix.
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$")
+_SUFFIX = {
+    "": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18"),
+    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40), "Pi": Decimal(2**50), "Ei": Decimal(2**60),
+}
+
+
+def parse_quantity(value: Any) -> Decimal:
+    """A Kubernetes quantity (``4``, ``"3500m"``, ``"2.5"``, ``"1k"``, ``"1e3"``) as a Decimal; raises
+    ``ValueError`` for anything else, negative amounts included."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{value!r} is not a quantity")
+    text = str(value).strip() if isinstance(value, str) else repr(value)
+    match = _QUANTITY.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        amount = Decimal(number) * (Decimal(10) ** int(suffix[1:]) if suffix[:1] in ("e", "E") else _SUFFIX[suffix])
+    except (InvalidOperation, ValueError, OverflowError):
+        raise ValueError(f"{text!r} is not a Kubernetes quantity") from None
+    if amount < 0:
+        raise ValueError(f"{text!r} is negative")
+    return amount
+
+
+def whole(amount: Decimal) -> int:
+    """Rounded down, at least 1."""
+    return max(1, math.floor(amount))
+
+
+def _resources(container: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    found = (container.get("resources") or {}).get(kind) if isinstance(container.get("resources"), Mapping) else None
+    return found if isinstance(found, Mapping) else {}
+
+
+def gpu_limit(container: Mapping[str, Any], where: str) -> int | None:
+    """The container's GPU limit: the first resource, in name order, whose name ends in ``/gpu``
+    (``nvidia.com/gpu``, ``amd.com/gpu``) with a positive limit, rounded down; None when none.
+    ``where`` names the container in the ``ValueError`` a malformed quantity raises."""
+    limits = _resources(container, "limits")
+    for name in sorted(k for k in limits if isinstance(k, str) and k.endswith("/gpu")):
+        try:
+            amount = parse_quantity(limits[name])
+        except ValueError as exc:
+            raise ValueError(f"{where}.resources.limits[{name}]: {exc}") from None
+        if amount >= 1:
+            return math.floor(amount)
+    return None
+
+
+def auto_nproc(container: Mapping[str, Any], where: str) -> int:
+    """``--nproc-per-node=auto`` for one container: GPU limit, else CPU limit, else CPU request,
+    rounded down, at least 1; 1 when the container asks for neither."""
+    gpus = gpu_limit(container, where)
+    if gpus is not None:
+        return gpus
+    for kind in ("limits", "requests"):
+        cpu = _resources(container, kind).get("cpu")
+        if cpu is not None:
+            try:
+                return whole(parse_quantity(cpu))
+            except ValueError as exc:
+                raise ValueError(f"{where}.resources.{kind}.cpu: {exc}") from None
+    return 1
+
+
+def effective_plugins(job: Any) -> dict[str, Any]:
+    """The job's own plugin map: ``spec.plugins`` under the plugin annotation, as the chain merges
+    them (server-wide default plugins are not visible to a plugin)."""
+    from .chain import _annotation_plugins  # the chain imports the registry, which imports this module
+
+    return {**job.plugins, **_annotation_plugins(job)}
+
+
+class TorchrunPlugin(Plugin):
+    name = "torchrun"
+    requires = ("svc",)
+    flags = (
+        Flag("master", "string", "master", "name of the master task (node rank 0)"),
+        Flag("worker", "string", "worker", "name of the worker task (node rank index + 1)"),
+        Flag("port", "int", None, "PET_MASTER_PORT (default: the pytorch plugin's --port when it is on, else 29500)", minimum=1, maximum=65535),
+        Flag("nproc-per-node", "string", "auto", "processes per Pod: a number, or auto (GPU limit, else CPUs)"),
+        Flag("min-nodes", "int", None, "elastic: minimum number of nodes"),
+        Flag("max-nodes", "int", None, "elastic: maximum number of nodes"),
+        Flag("max-restarts", "int", None, "PET_MAX_RESTARTS (default 0 when elastic)"),
+        Flag("rdzv-backend", "string", "c10d", "elastic: rendezvous backend"),
+    )
+
+    # ---- arguments
+
+    @cached_property
+    def port(self) -> int:
+        if self.options["port"] is not None:
+            return int(self.options["port"])
+        args = effective_plugins(self.job).get("pytorch", ...)
+        if args is ...:
+            return DEFAULT_PORT
+        from .pytorch import PytorchPlugin
+
+        try:
+            return int(parse_flags(PytorchPlugin.flags, list(args or []))["port"])
+        except (FlagError, TypeError) as exc:
+            raise self.error("--port", f"cannot read the pytorch plugin's --port to default to: {exc}") from None
+
+    @property
+    def elastic(self) -> bool:
+        return self.options["min-nodes"] is not None or self.options["max-nodes"] is not None
+
+    def node_count(self) -> int:
+        """Master + worker replicas."""
+        return self.job.replicas(self.options["master"]) + self.job.replicas(self.options["worker"])
+
+    def nnodes(self) -> str:
+        if not self.elastic:
+            return str(self.node_count())
+        low, high = self._bounds()
+        return f"{low}:{high}"
+
+    def _bounds(self) -> tuple[int, int]:
+        count = self.node_count()
+        low, high = self.options["min-nodes"], self.options["max-nodes"]
+        return (count if low is None else low, count if high is None else high)
+
+    def nproc_fixed(self) -> int | None:
+        """``--nproc-per-node`` as a number, or None for ``auto``."""
+        value = self.options["nproc-per-node"]
+        return None if value == "auto" else int(value)
+
+    def master_address(self) -> str:
+        master = self.job.task(self.options["master"])
+        assert master is not None  # check() makes sure
+        return self.job.domain_name(master, 0)
+
+    def rdzv_id(self) -> str:
+        return self.job.uid or f"{self.job.namespace}.{self.job.name}"
+
+    # ---- hooks
+
+    def check(self) -> list[str]:
+        master_name, worker_name = self.options["master"], self.options["worker"]
+        master = self.job.task(master_name)
+        if master is None:
+            raise self.error("--master", f"the job has no task {master_name!r} (torchrun needs a master Pod for node rank 0)")
+        if worker_name == master_name:
+            raise self.error("--worker", f"names the master task {master_name!r}; master and worker must be different tasks")
+        if master.replicas != 1:
+            raise self.error(
+                f"spec.tasks[{master.position}].replicas",
+                f"the master task {master_name!r} has {master.replicas} replicas; torchrun needs exactly 1 (node rank 0)",
+            )
+        nproc = self.options["nproc-per-node"]
+        if nproc != "auto" and not (nproc.isascii() and nproc.isdigit() and int(nproc) >= 1):
+            raise self.error("--nproc-per-node", f"must be auto or a positive integer, got {nproc!r}")
+        for flag in ("min-nodes", "max-nodes"):
+            value = self.options[flag]
+            if value is not None and value < 1:
+                raise self.error(f"--{flag}", f"must be at least 1, got {value}")
+        if self.options["max-restarts"] is not None and self.options["max-restarts"] < 0:
+            raise self.error("--max-restarts", f"must be 0 or more, got {self.options['max-restarts']}")
+        if not self.options["rdzv-backend"]:
+            raise self.error("--rdzv-backend", "must not be empty")
+        _ = self.port  # a pytorch --port that does not parse surfaces here
+        self._check_reserved()
+        warnings = []
+        if self.job.task(worker_name) is None:
+            warnings.append(self.warning(f"--worker: the job has no task {worker_name!r}; only the master runs (PET_NNODES counts it alone)"))
+        if self.elastic:
+            warnings.extend(self._check_bounds())
+        return warnings
+
+    def _check_bounds(self) -> list[str]:
+        low, high = self._bounds()
+        count = self.node_count()
+        if low > high:
+            if self.options["max-nodes"] is None:
+                which = f"the job's node count {count} (master + worker replicas, the default for --max-nodes)"
+            elif self.options["min-nodes"] is None:
+                raise self.error("--max-nodes", f"{high} is less than the job's node count {count} (master + worker replicas, the default for --min-nodes)")
+            else:
+                which = f"--max-nodes {high}"
+            raise self.error("--min-nodes", f"{low} is more than {which}")
+        if not low <= count <= high:
+            return [self.warning(f"the job runs {count} nodes (master + worker replicas), outside --min-nodes..--max-nodes {low}:{high}")]
+        return []
+
+    def _check_reserved(self) -> None:
+        for task_name in (self.options["master"], self.options["worker"]):
+            task = self.job.task(task_name)
+            if task is None:
+                continue
+            for i, container in enumerate(task.containers):
+                env = container.get("env") if isinstance(container, Mapping) else None
+                for j, entry in enumerate(env if isinstance(env, list) else []):
+                    name = entry.get("name") if isinstance(entry, Mapping) else None
+                    if isinstance(name, str) and name.startswith(RESERVED_PREFIX):
+                        raise self.error(
+                            f"spec.tasks[{task.position}].template.spec.containers[{i}].env[{j}]",
+                            f"{name} is reserved: the torchrun plugin sets the PET_* variables torchrun reads; "
+                            "remove it from the template and use the plugin's flags",
+                        )
+
+    def mutate(self, ctx: PodContext) -> None:
+        if ctx.task.name == self.options["master"]:
+            rank = 0
+        elif ctx.task.name == self.options["worker"]:
+            rank = ctx.index_number(self.name) + 1
+        else:
+            return
+        master = self.master_address()
+        port = self.port
+        common: list[tuple[str, str | None, Obj | None]] = [
+            ("PET_MASTER_ADDR", master, None),
+            ("PET_MASTER_PORT", str(port), None),
+            ("PET_NNODES", self.nnodes(), None),
+            ("PET_NODE_RANK", str(rank), None),
+        ]
+        extra: list[tuple[str, str | None, Obj | None]] = []
+        if self.elastic:
+            extra += [
+                ("PET_RDZV_BACKEND", self.options["rdzv-backend"], None),
+                ("PET_RDZV_ENDPOINT", f"{master}:{port}", None),
+                ("PET_RDZV_ID", self.rdzv_id(), None),
+            ]
+        if self.elastic or self.options["max-restarts"] is not None:
+            extra.append(("PET_MAX_RESTARTS", str(self.options["max-restarts"] or 0), None))
+        fixed = self.nproc_fixed()
+        for i, container in enumerate(containers(ctx.pod)):
+            if fixed is None:
+                try:
+                    nproc = auto_nproc(container, f"spec.containers[{i}]")
+                except ValueError as exc:
+                    raise self.error("--nproc-per-node=auto", str(exc)) from None
+            else:
+                nproc = fixed
+            ensure_port(container, PORT_NAME, port)
+            ensure_envs(container, [*common, ("PET_NPROC_PER_NODE", str(nproc), None), *extra])
