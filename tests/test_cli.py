@@ -16,6 +16,7 @@ from webhook.cli import main
 PLUGIN_TASKS = {
     "env": "worker", "svc": "worker", "ssh": "node", "pytorch": "worker",
     "tensorflow": "worker", "mpi": "mpimaster", "ray": "worker", "hcclrank": "worker",
+    "torchrun": "worker", "hostfile": "mpimaster", "jax": "worker",
 }
 
 

@@ -105,6 +105,20 @@ def test_scaling_updates_host_files_and_ssh_config_but_keeps_keys(server, reconc
     assert state(server)[("Secret", "mpi-demo-ssh")]["data"]["id_rsa"] == keys_before == secret["id_rsa"]
 
 
+def test_host_file_follows_scaling(server, reconciler):
+    create_job(server, load_job("hostfile"))
+    wait_for(lambda: ("ConfigMap", "hostfile-demo-hostfile") in state(server), what="the host file")
+    hostfile = lambda: state(server)[("ConfigMap", "hostfile-demo-hostfile")]["data"]["hostfile"]  # noqa: E731
+    assert hostfile() == "hostfile-demo-worker-0.hostfile-demo slots=2\nhostfile-demo-worker-1.hostfile-demo slots=2\n"
+    api = client.CustomObjectsApi(server.api_client())
+    job = api.get_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", "hostfile-demo")
+    job["spec"]["tasks"][1]["replicas"] = 3
+    api.replace_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", "hostfile-demo", job)
+    wait_for(lambda: hostfile().count("\n") == 3, what="the scaled host file")
+    assert hostfile().splitlines()[-1] == "hostfile-demo-worker-2.hostfile-demo slots=2"
+    kubernetes_validate.validate(state(server)[("ConfigMap", "hostfile-demo-hostfile")], "1.30", strict=False)
+
+
 def test_removing_a_plugin_removes_its_resources(server, reconciler):
     job = load_job("ray")
     job["metadata"]["annotations"] = {"volcano-job-webhook/plugins": '{"ssh": []}'}

@@ -1,0 +1,122 @@
+"""torchrun, hostfile and jax through the server and the CLI: ``/validate`` checks their arguments at
+``kubectl apply`` time, ``/mutate`` denies a Pod of a job that gets them wrong with the same message,
+and the CLI shows their side resources. (Their Pod changes are in ``fixtures/plugins/spec``.)"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import jsonpatch
+import pytest
+import yaml
+
+from plugins import Job
+from plugins.podgen import make_pod
+from tests.conftest import EXAMPLES
+from tests.schema import validate_object, validate_pod
+from webhook.admission import admission_review
+from webhook.cli import main
+
+pytestmark = pytest.mark.anyio
+ANNOTATION = "volcano-job-webhook/plugins"
+
+
+def example(name: str) -> dict:
+    return yaml.safe_load((EXAMPLES / "jobs" / f"{name}-job.yaml").read_text())
+
+
+def with_plugins(job: dict, plugins: dict) -> dict:
+    job["metadata"].setdefault("annotations", {})[ANNOTATION] = json.dumps(plugins)
+    return job
+
+
+def pod_review(job: dict, task: str, index: int) -> dict:
+    return admission_review(make_pod(Job.from_object(job), task, index), uid=f"{task}-{index}")
+
+
+async def answer(client, review: dict, path: str) -> dict:
+    reply = await client.post(path, json=review)
+    assert reply.status_code == 200, reply.text
+    return reply.json()["response"]
+
+
+def broken_torchrun() -> dict:
+    job = example("torchrun")
+    job["metadata"]["name"] = "reserved"
+    job["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["env"] = [{"name": "PET_NODE_RANK", "value": "7"}]
+    return job
+
+
+@pytest.mark.parametrize(
+    ("make_job", "message"),
+    [
+        (
+            broken_torchrun,
+            "job default/reserved: plugin torchrun: spec.tasks[1].template.spec.containers[0].env[0]: PET_NODE_RANK is reserved",
+        ),
+        (
+            lambda: with_plugins(example("hostfile"), {"hostfile": ["--master=mpimaster", "--format=slurm"]}),
+            "job default/hostfile-demo: plugin hostfile: --format: must be one of openmpi, intel, mpich, deepspeed, got 'slurm'",
+        ),
+        (
+            lambda: with_plugins(example("jax"), {"jax": ["--coordinator=head"]}),
+            "job default/jax-demo: plugin jax: --coordinator: the job has no task 'head' (tasks: leader, worker)",
+        ),
+        (
+            lambda: with_plugins(example("torchrun"), {"torchrun": ["--min-nodes=4", "--max-nodes=2"]}),
+            "job default/torchrun-demo: plugin torchrun: --min-nodes: 4 is more than --max-nodes 2",
+        ),
+    ],
+    ids=["torchrun-reserved-env", "hostfile-format", "jax-coordinator", "torchrun-bounds"],
+)
+async def test_bad_arguments_are_denied_at_apply_and_at_admission(client, jobs_dir, make_job, message):
+    job = make_job()
+    verdict = await answer(client, admission_review(job, uid="v"), "/validate")
+    assert verdict["allowed"] is False and verdict["status"]["code"] == 403
+    assert verdict["status"]["message"].startswith(message)
+
+    (jobs_dir / f"{job['metadata']['name']}-job.yaml").write_text(yaml.safe_dump(job))
+    task = job["spec"]["tasks"][-1]["name"]
+    denied = await answer(client, pod_review(job, task, 0), "/mutate")
+    assert denied["allowed"] is False and denied["status"]["message"] == verdict["status"]["message"]
+
+
+@pytest.mark.parametrize("name", ["torchrun", "hostfile", "jax"])
+async def test_examples_are_admitted_and_wired(client, name):
+    job = example(name)
+    verdict = await answer(client, admission_review(job, uid="v"), "/validate")
+    assert verdict["allowed"] is True, verdict
+    for task in job["spec"]["tasks"]:
+        response = await answer(client, pod_review(job, task["name"], task["replicas"] - 1), "/mutate")
+        assert response["allowed"] is True and response["patchType"] == "JSONPatch"
+        pod = pod_review(job, task["name"], task["replicas"] - 1)["request"]["object"]
+        wired = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+        validate_pod(wired)
+        env = {e["name"] for c in wired["spec"]["containers"] for e in c.get("env", [])}
+        assert env & {"PET_NODE_RANK", "JAX_PROCESS_ID", "MPI_HOST", "VC_WORKER_NUM"}, env
+
+
+def test_cli_resources_shows_the_host_file(capsys):
+    code = main(["resources", "--job", str(EXAMPLES / "jobs" / "hostfile-job.yaml"), "-o", "json"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    objects = json.loads(out)
+    objects = objects["items"] if isinstance(objects, dict) else objects
+    by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    hostfile = by_name[("ConfigMap", "hostfile-demo-hostfile")]
+    validate_object(hostfile)
+    assert hostfile["data"] == {
+        "hostfile": "hostfile-demo-worker-0.hostfile-demo slots=2\nhostfile-demo-worker-1.hostfile-demo slots=2\n"
+    }
+
+
+def test_cli_bad_argument_exits_2_naming_job_plugin_and_flag(capsys, tmp_path: Path):
+    job = with_plugins(example("jax"), {"jax": ["--port=coord"]})
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    code = main(["mutate", "--job", str(path), "--task", "worker"])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert "job default/jax-demo: plugin jax: --port: invalid value 'coord'" in err
