@@ -87,6 +87,9 @@ class Plugin:
     name: ClassVar[str] = ""
     flags: ClassVar[tuple[Flag, ...]] = ()
     requires: ClassVar[tuple[str, ...]] = ()
+    # Every plugin the chain runs for this job, with its arguments (server defaults and dependencies
+    # included); the chain sets it. None when a plugin is built on its own.
+    peers: Mapping[str, Sequence[str]] | None = None
 
     def __init__(self, job: Job, args: Sequence[str], settings: Settings | None = None) -> None:
         self.job = job

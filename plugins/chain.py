@@ -109,14 +109,17 @@ class Chain:
         """The job's plugins, built (arguments parsed) and in chain order. Raises
         :class:`PluginError` for an unknown or disallowed plugin or a bad argument."""
         out = []
-        for name, args in sorted(self.plugin_args(job).items(), key=lambda item: self._rank(item[0])):
+        merged = self.plugin_args(job)
+        for name, args in sorted(merged.items(), key=lambda item: self._rank(item[0])):
             cls = self.registry.get(name)
             if cls is None:
                 known = ", ".join(self.registry.names())
                 raise PluginError(job.key, name, "plugin", f"unknown plugin {name!r} (known: {known})")
             if self.config.allowed is not None and name not in self.config.allowed:
                 raise PluginError(job.key, name, "plugin", f"plugin {name!r} is not allowed by this server")
-            out.append(cls(job, list(args), self.config.settings))
+            plugin = cls(job, list(args), self.config.settings)
+            plugin.peers = merged
+            out.append(plugin)
         return out
 
     def check(self, job: Job) -> list[str]:

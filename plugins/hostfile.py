@@ -28,7 +28,7 @@ from .base import Existing, Plugin, PodContext
 from .flags import Flag
 from .job import Task
 from .pod import Obj, ensure_envs, ensure_mount, ensure_volume
-from .torchrun import gpu_limit
+from .quantity import gpu_limit
 
 FORMATS = ("openmpi", "intel", "mpich", "deepspeed")
 DEFAULT_PATH = "/etc/mpi/hostfile"

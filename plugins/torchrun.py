@@ -20,8 +20,9 @@ Every regular container of the master and worker Pods gets:
 * the port ``torchrun-port`` (``--port``), unless the container already has a port of that number
   (``pytorch``'s ``pytorchjob-port`` when both plugins use the same port).
 
-``--port`` defaults to the ``pytorch`` plugin's ``--port`` when the job's ``spec.plugins`` or plugin
-annotation turns that plugin on, else to 29500 (torchrun's own default).
+``--port`` defaults to the ``pytorch`` plugin's ``--port`` when the chain runs that plugin for the job
+(``spec.plugins``, the plugin annotation or the server's defaults), else to 29500 (torchrun's own
+default).
 
 Elastic means ``--min-nodes`` or ``--max-nodes`` is given; the missing bound is the job's node count
 (master + worker replicas); both must be at least 1 and min ≤ max.
@@ -33,10 +34,7 @@ check reads the job's templates, not the Pod, so the chain's own output passes i
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
 from functools import cached_property
 from typing import Any
 
@@ -44,63 +42,11 @@ from .base import Plugin, PodContext
 from .errors import FlagError
 from .flags import Flag, parse_flags
 from .pod import Obj, containers, ensure_envs, ensure_port
+from .quantity import gpu_limit, parse_quantity, requested, whole
 
 PORT_NAME = "torchrun-port"
 DEFAULT_PORT = 29500
 RESERVED_PREFIX = "PET_"
-
-# Kubernetes resource.Quantity: a signed decimal number, then a binary-SI, decimal-SI or exponent suffix.
-_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$")
-_SUFFIX = {
-    "": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18"),
-    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40), "Pi": Decimal(2**50), "Ei": Decimal(2**60),
-}
-
-
-def parse_quantity(value: Any) -> Decimal:
-    """A Kubernetes quantity (``4``, ``"3500m"``, ``"2.5"``, ``"1k"``, ``"1e3"``) as a Decimal; raises
-    ``ValueError`` for anything else, negative amounts included."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"{value!r} is not a quantity")
-    text = str(value).strip() if isinstance(value, str) else repr(value)
-    match = _QUANTITY.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a Kubernetes quantity")
-    number, suffix = match.group(1), match.group(2) or ""
-    try:
-        amount = Decimal(number) * (Decimal(10) ** int(suffix[1:]) if suffix[:1] in ("e", "E") else _SUFFIX[suffix])
-    except (InvalidOperation, ValueError, OverflowError):
-        raise ValueError(f"{text!r} is not a Kubernetes quantity") from None
-    if amount < 0:
-        raise ValueError(f"{text!r} is negative")
-    return amount
-
-
-def whole(amount: Decimal) -> int:
-    """Rounded down, at least 1."""
-    return max(1, math.floor(amount))
-
-
-def _resources(container: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    found = (container.get("resources") or {}).get(kind) if isinstance(container.get("resources"), Mapping) else None
-    return found if isinstance(found, Mapping) else {}
-
-
-def gpu_limit(container: Mapping[str, Any], where: str) -> int | None:
-    """The container's GPU limit: the first resource, in name order, whose name ends in ``/gpu``
-    (``nvidia.com/gpu``, ``amd.com/gpu``) with a positive limit, rounded down; None when none.
-    ``where`` names the container in the ``ValueError`` a malformed quantity raises."""
-    limits = _resources(container, "limits")
-    for name in sorted(k for k in limits if isinstance(k, str) and k.endswith("/gpu")):
-        try:
-            amount = parse_quantity(limits[name])
-        except ValueError as exc:
-            raise ValueError(f"{where}.resources.limits[{name}]: {exc}") from None
-        if amount >= 1:
-            return math.floor(amount)
-    return None
-
 
 def auto_nproc(container: Mapping[str, Any], where: str) -> int:
     """``--nproc-per-node=auto`` for one container: GPU limit, else CPU limit, else CPU request,
@@ -109,21 +55,13 @@ def auto_nproc(container: Mapping[str, Any], where: str) -> int:
     if gpus is not None:
         return gpus
     for kind in ("limits", "requests"):
-        cpu = _resources(container, kind).get("cpu")
+        cpu = requested(container, kind).get("cpu")
         if cpu is not None:
             try:
                 return whole(parse_quantity(cpu))
             except ValueError as exc:
                 raise ValueError(f"{where}.resources.{kind}.cpu: {exc}") from None
     return 1
-
-
-def effective_plugins(job: Any) -> dict[str, Any]:
-    """The job's own plugin map: ``spec.plugins`` under the plugin annotation, as the chain merges
-    them (server-wide default plugins are not visible to a plugin)."""
-    from .chain import _annotation_plugins  # the chain imports the registry, which imports this module
-
-    return {**job.plugins, **_annotation_plugins(job)}
 
 
 class TorchrunPlugin(Plugin):
@@ -146,7 +84,9 @@ class TorchrunPlugin(Plugin):
     def port(self) -> int:
         if self.options["port"] is not None:
             return int(self.options["port"])
-        args = effective_plugins(self.job).get("pytorch", ...)
+        # peers includes the server's default plugins; built alone, the job's spec.plugins is all we know.
+        peers = self.peers if self.peers is not None else self.job.plugins
+        args = peers.get("pytorch", ...)
         if args is ...:
             return DEFAULT_PORT
         from .pytorch import PytorchPlugin

@@ -120,3 +120,40 @@ def test_cli_bad_argument_exits_2_naming_job_plugin_and_flag(capsys, tmp_path: P
     _, err = capsys.readouterr()
     assert code == 2
     assert "job default/jax-demo: plugin jax: --port: invalid value 'coord'" in err
+
+
+@pytest.mark.parametrize(
+    ("defaults", "port"),
+    [({}, "29500"), ({"pytorch": ["--port=4000"]}, "4000"), ({"pytorch": []}, "23456")],
+    ids=["no-pytorch", "server-default-pytorch-port", "pytorch-default-port"],
+)
+def test_torchrun_port_follows_the_pytorch_plugin_the_chain_runs(defaults, port):
+    """The chain's view counts: a pytorch plugin the server adds to every job moves the default too."""
+    from plugins import Chain, ChainConfig
+
+    job = Job.from_object(example("torchrun"))
+    pod = Chain(config=ChainConfig(defaults=defaults)).mutate(job, make_pod(job, "worker", 0)).pod
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["PET_MASTER_PORT"] == port
+    if defaults:
+        assert env["MASTER_PORT"] == port
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [(4, "4"), ("3500m", "3.5"), ("2.5", "2.5"), ("1k", "1000"), ("1Ki", "1024"), ("1e3", "1000"), (".5", "0.5"), ("100u", "0.0001")],
+)
+def test_quantities_as_kubernetes_reads_them(text, value):
+    from decimal import Decimal
+
+    from plugins.quantity import parse_quantity
+
+    assert parse_quantity(text) == Decimal(value)
+
+
+@pytest.mark.parametrize("text", ["two", "-1", "1KB", "", "1.2.3", True, None, "1 k"])
+def test_malformed_quantities_are_refused(text):
+    from plugins.quantity import parse_quantity
+
+    with pytest.raises(ValueError):
+        parse_quantity(text)
