@@ -94,3 +94,40 @@ def test_gpu_limit_sets_processes_per_node(monkeypatch):
         task["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 4
     _, config = launch(injected_env(job_obj, "worker", 0), monkeypatch)
     assert config.nproc_per_node == 4
+
+
+def test_example_trains_under_plain_torchrun(tmp_path):
+    """The example's three Pods as three local ``torchrun train.py`` processes, each with its Pod's
+    injected environment; only the master's cluster DNS name is swapped for loopback."""
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    job_obj = example_job(nproc_per_node="1", port=str(port))
+    script = EXAMPLE.parent.parent / "torchrun" / "train.py"
+    procs = []
+    for task, index in (("master", 0), ("worker", 0), ("worker", 1)):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
+        env.update(injected_env(job_obj, task, index))
+        assert env["PET_MASTER_ADDR"] == "torchrun-demo-master-0.torchrun-demo"
+        env["PET_MASTER_ADDR"] = "127.0.0.1"
+        env["OMP_NUM_THREADS"] = "1"
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", str(script)],
+                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )
+        )
+    outputs = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        outputs.append(out)
+        assert proc.returncode == 0, out
+    assert "(world size 3)" in outputs[0] and "done" in outputs[0], outputs[0]
