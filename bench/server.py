@@ -24,7 +24,7 @@ from webhook.tls import serve
 
 def main() -> None:
     jobs_dir, certs_dir, port = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-    logs.configure("warning")
+    logs.configure("info")  # serve's default level, as in production
     app = create_app(DirectoryJobSource(jobs_dir), Chain())
 
     @app.post("/baseline")
@@ -33,7 +33,7 @@ def main() -> None:
         return Response(orjson.dumps(review_response(review, AdmissionResponse.allow())), media_type="application/json")
 
     paths = ensure_certs(certs_dir, "volcano-job-webhook", "volcano-job-webhook")
-    serve(app, "127.0.0.1", port, paths.cert, paths.key, log_level="warning", access_log=False)
+    serve(app, "127.0.0.1", port, paths.cert, paths.key)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,15 @@ import copy
 import json
 from pathlib import Path
 
+import httpx
 import jsonpatch
 import pytest
 import yaml
 
+from plugins import Chain
 from tests.conftest import EXAMPLES, ROOT
+from webhook.app import create_app
+from webhook.jobsource import DirectoryJobSource
 from tests.schema import validate_pod
 
 pytestmark = pytest.mark.anyio
@@ -199,3 +203,22 @@ async def test_health_and_readiness(client):
     ready = await client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["jobs"] == len(list((EXAMPLES / "jobs").glob("*.yaml")))
     assert ready.json()["source"] == "files"
+
+
+async def test_fast_path_and_documented_routes_answer_alike(client, jobs_dir):
+    """``AdmissionFastPath`` serves /mutate and /validate ahead of FastAPI; the FastAPI routes (in the
+    OpenAPI document) must give the very same bytes, for good, malformed and oversized reviews."""
+    plain = create_app(DirectoryJobSource(jobs_dir, interval=0), Chain(), max_body_bytes=64 * 1024, fast_path=False)
+    routes = httpx.AsyncClient(transport=httpx.ASGITransport(app=plain), base_url="https://webhook.test")
+    bodies = {
+        "/mutate": [json.dumps(load(p)).encode() for p in REVIEWS[:3]] + [b"{", b'{"kind": 1}', b" " * (64 * 1024 + 1)],
+        "/validate": [json.dumps(load(EXAMPLES / "admission" / "pytorch-job-validate.json")).encode(), b"[]"],
+    }
+    async with routes:
+        for path, cases in bodies.items():
+            for body in cases:
+                fast = await client.post(path, content=body, headers={"content-type": "application/json"})
+                slow = await routes.post(path, content=body, headers={"content-type": "application/json"})
+                assert (fast.status_code, fast.content) == (slow.status_code, slow.content), (path, body[:40])
+                assert fast.headers["content-type"] == slow.headers["content-type"] == "application/json"
+    assert {"/mutate", "/validate"} <= set(client.app.openapi()["paths"])

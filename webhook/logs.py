@@ -34,7 +34,8 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(level: str = "info") -> None:
-    """Send every logger's records to stderr as JSON lines."""
+    """Send every logger's records to stderr as JSON lines. uvicorn's per-request access lines only
+    at ``debug``: the API server calls for every Pod, and the webhook logs its own decisions."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
@@ -44,3 +45,4 @@ def configure(level: str = "info") -> None:
         logger = logging.getLogger(name)
         logger.handlers[:] = []
         logger.propagate = True
+    logging.getLogger("uvicorn.access").setLevel(logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING)
