@@ -5,8 +5,9 @@ figures go to ``bench/results/latest.json`` and the chain's cost to ``bench/resu
 
 1. ``/mutate`` over HTTPS with keep-alive: the real app, one uvicorn worker pinned to core 0, loaded
    by ``wrk`` pinned to core 1, at concurrency 1, 16 and 64, for three Pods (env only; pytorch
-   master + 2 workers; svc with 1,000 replicas per task), and ``/baseline`` (parse the review,
-   answer allowed) in the same run; each figure also as a ratio to the baseline;
+   master + 2 workers; svc with 1,000 replicas per task), and in the same run ``/baseline`` (parse
+   the review, answer allowed, as a FastAPI route) and ``/floor`` (the same through the plain-ASGI
+   path ``/mutate`` takes); each figure also as a ratio to the baseline;
 2. the plugin chain in process: microseconds per Pod (chain and patch) for each plugin as replicas
    grow 1 to 10,000;
 3. resident memory of ``serve`` with 10,000 Jobs in its cache.
@@ -192,8 +193,9 @@ def load_figures(quick: bool) -> dict[str, Any]:
             figures: dict[str, Any] = {}
             for connections in (1, 16, 64):
                 run_wrk(f"https://127.0.0.1:{port}/baseline", reviews["pytorch"], connections, 1, client_core)  # warm-up
-                figures[f"baseline/c{connections}"] = run_wrk(
-                    f"https://127.0.0.1:{port}/baseline", reviews["pytorch"], connections, seconds, client_core)
+                for floor in ("baseline", "floor"):
+                    figures[f"{floor}/c{connections}"] = run_wrk(
+                        f"https://127.0.0.1:{port}/{floor}", reviews["pytorch"], connections, seconds, client_core)
                 for label, body in reviews.items():
                     figures[f"{label}/c{connections}"] = run_wrk(
                         f"https://127.0.0.1:{port}/mutate", body, connections, seconds, client_core)
@@ -259,6 +261,8 @@ def report(figures: dict[str, Any], costs: dict[str, dict[int, float]], rss: flo
             row[REPLICAS[-1]] <= 2 * row[REPLICAS[0]] for label, row in costs.items() if label not in GROWING),
         "serve < 200 MB resident with 10,000 cached jobs": rss < TARGETS["rss_mb_10k_jobs"],
     }
+    lines += ["", "pytorch /mutate as a share of /floor (the same plain-ASGI path, parse and answer only): "
+              + ", ".join(f"c{c} {figures[f'pytorch/c{c}']['rps'] / figures[f'floor/c{c}']['rps']:.2f}" for c in (1, 16, 64))]
     lines += ["", f"serve resident memory with 10,000 cached jobs: {rss:.0f} MB", ""]
     lines += [f"- {mark(ok)}: {name}" for name, ok in checks.items()]
     if plotted:

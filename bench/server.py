@@ -1,5 +1,7 @@
-"""The benchmark's server: the real ``serve`` app plus ``/baseline``, an endpoint that parses the
-AdmissionReview and answers allowed with no patch — the floor every figure is compared with.
+"""The benchmark's server: the real ``serve`` app plus two endpoints that parse the AdmissionReview
+and answer allowed with no patch: ``/baseline`` as a FastAPI route (the issue's baseline, every
+figure's ratio is to it) and ``/floor`` through the same plain-ASGI path as ``/mutate`` (what
+``/mutate`` costs beyond parsing and answering).
 
 Run as ``python bench/server.py JOBS_DIR CERTS_DIR PORT``; it is pinned to one core by the caller.
 """
@@ -16,7 +18,7 @@ from fastapi.responses import Response
 from plugins import Chain
 from webhook import logs
 from webhook.admission import AdmissionResponse, parse_review, review_response
-from webhook.app import create_app
+from webhook.app import AdmissionFastPath, create_app
 from webhook.certs import ensure_certs
 from webhook.jobsource import DirectoryJobSource
 from webhook.tls import serve
@@ -32,8 +34,13 @@ def main() -> None:
         review = parse_review(orjson.loads(await request.body()))
         return Response(orjson.dumps(review_response(review, AdmissionResponse.allow())), media_type="application/json")
 
+    async def floor(body: bytes | None) -> tuple[int, bytes]:
+        review = parse_review(orjson.loads(body or b""))
+        return 200, orjson.dumps(review_response(review, AdmissionResponse.allow()))
+
+    served = AdmissionFastPath(app, {"/floor": floor}, limit=3 * 1024 * 1024)
     paths = ensure_certs(certs_dir, "volcano-job-webhook", "volcano-job-webhook")
-    serve(app, "127.0.0.1", port, paths.cert, paths.key)
+    serve(served, "127.0.0.1", port, paths.cert, paths.key)
 
 
 if __name__ == "__main__":

@@ -30,20 +30,26 @@ def make_patch(old: Any, new: Any) -> list[Operation]:
 def _diff(old: Any, new: Any, path: str, ops: list[Operation]) -> None:
     if old == new:
         return
+    _diff_unequal(old, new, path, ops)
+
+
+def _diff_unequal(old: Any, new: Any, path: str, ops: list[Operation]) -> None:
+    # Children are compared before recursing, so equal subtrees (most of a Pod) cost one C-level
+    # comparison each and no path string.
     if isinstance(old, dict) and isinstance(new, dict):
         for key in old:
             if key not in new:
                 ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
         for key, value in new.items():
-            child = f"{path}/{escape(key)}"
             if key not in old:
-                ops.append({"op": "add", "path": child, "value": value})
-            else:
-                _diff(old[key], value, child, ops)
+                ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": value})
+            elif old[key] != value:
+                _diff_unequal(old[key], value, f"{path}/{escape(key)}", ops)
         return
     if isinstance(old, list) and isinstance(new, list) and len(new) >= len(old):
         for i, item in enumerate(old):
-            _diff(item, new[i], f"{path}/{i}", ops)
+            if item != new[i]:
+                _diff_unequal(item, new[i], f"{path}/{i}", ops)
         for item in new[len(old):]:
             ops.append({"op": "add", "path": f"{path}/-", "value": item})
         return
