@@ -114,6 +114,7 @@ def test_example_trains_under_plain_torchrun(tmp_path):
         assert env["PET_MASTER_ADDR"] == "torchrun-demo-master-0.torchrun-demo"
         env["PET_MASTER_ADDR"] = "127.0.0.1"
         env["OMP_NUM_THREADS"] = "1"
+        env["TMPDIR"] = str(tmp_path)  # torchelastic's scratch directories
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "torch.distributed.run", str(script)],
