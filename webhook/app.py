@@ -73,19 +73,6 @@ def _json(status: int, payload: Any) -> Response:
     return Response(content=orjson.dumps(payload), status_code=status, media_type="application/json")
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 async def _receive_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The request body straight from ASGI ``receive``, refused past ``limit`` bytes."""
     for name, value in scope["headers"]:
@@ -203,7 +190,7 @@ def create_app(
 
     async def through_fastapi(request: Request, handle: Callable[[bytes | None], Awaitable[tuple[int, bytes]]]) -> Response:
         try:
-            body: bytes | None = await _read_body(request, max_body_bytes)
+            body: bytes | None = await _receive_body(request.scope, request.receive, max_body_bytes)
         except BodyTooLarge:
             body = None
         status, content = await handle(body)

@@ -384,34 +384,15 @@ def build_server(
 
 
 def serve(
-    app: Any,
-    host: str,
-    port: int,
-    cert_file: str | os.PathLike[str],
-    key_file: str | os.PathLike[str],
-    *,
-    client_ca_file: str | os.PathLike[str] | None = None,
-    reload_interval: float = 10.0,
-    log_config: dict[str, Any] | str | None = None,
-    **uvicorn_kwargs: Any,
+    app: Any, host: str, port: int, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str], **options: Any
 ) -> None:
-    """Serve ``app`` over HTTPS until SIGINT/SIGTERM (uvicorn stops gracefully on both); blocks."""
-    build_server(app, host, port, cert_file, key_file, client_ca_file=client_ca_file,
-                 reload_interval=reload_interval, log_config=log_config, **uvicorn_kwargs).run()
+    """Serve ``app`` over HTTPS until SIGINT/SIGTERM (uvicorn stops gracefully on both); blocks.
+    ``options`` are :func:`build_server`'s keywords."""
+    build_server(app, host, port, cert_file, key_file, **options).run()
 
 
 async def serve_async(
-    app: Any,
-    host: str,
-    port: int,
-    cert_file: str | os.PathLike[str],
-    key_file: str | os.PathLike[str],
-    *,
-    client_ca_file: str | os.PathLike[str] | None = None,
-    reload_interval: float = 10.0,
-    log_config: dict[str, Any] | str | None = None,
-    **uvicorn_kwargs: Any,
+    app: Any, host: str, port: int, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str], **options: Any
 ) -> None:
     """:func:`serve` on the running event loop; returns when the server has shut down."""
-    await build_server(app, host, port, cert_file, key_file, client_ca_file=client_ca_file,
-                       reload_interval=reload_interval, log_config=log_config, **uvicorn_kwargs).serve()
+    await build_server(app, host, port, cert_file, key_file, **options).serve()
