@@ -92,13 +92,16 @@ async def _receive_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             return b"".join(chunks)
 
 
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
 class AdmissionFastPath:
     """``POST /mutate`` and ``POST /validate`` as plain ASGI, ahead of FastAPI's routing.
 
     Every Pod the API server creates waits on ``/mutate``; FastAPI's middleware, route matching
     and dependency solving cost as much as parsing the review and answering it, about half of a
-    plain admission on one core. Both paths run the same ``answer`` function, so the answers are byte for byte the ones the
-    documented FastAPI routes give; anything else goes on to FastAPI.
+    plain admission on one core. Both paths run the same ``answer`` function, so the answers are
+    byte for byte the ones the documented FastAPI routes give; anything else goes on to FastAPI.
     """
 
     def __init__(self, app: ASGIApp, endpoints: Mapping[str, Callable[[bytes | None], Awaitable[tuple[int, bytes]]]], limit: int) -> None:
@@ -120,9 +123,6 @@ class AdmissionFastPath:
         status, content = await endpoint(body)
         await send({"type": "http.response.start", "status": status, "headers": _JSON_HEADERS + [(b"content-length", str(len(content)).encode())]})
         await send({"type": "http.response.body", "body": content})
-
-
-_JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 class WebhookApp(FastAPI):
