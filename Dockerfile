@@ -24,6 +24,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY plugins/ plugins/
 COPY webhook/ webhook/
+COPY examples/ examples/
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir /wheels/*.whl \

@@ -33,11 +33,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from plugins import Chain, Job  # noqa: E402
-from plugins.podgen import make_pod  # noqa: E402
-from webhook.admission import admission_review  # noqa: E402
-from webhook.certs import ensure_certs  # noqa: E402
-from webhook.patch import make_patch  # noqa: E402
+from volcano_job_webhook.plugins import Chain, Job  # noqa: E402
+from volcano_job_webhook.plugins.podgen import make_pod  # noqa: E402
+from volcano_job_webhook.admission import admission_review  # noqa: E402
+from volcano_job_webhook.certs import ensure_certs  # noqa: E402
+from volcano_job_webhook.patch import make_patch  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 REPLICAS = (1, 10, 100, 1_000, 10_000)

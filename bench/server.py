@@ -15,13 +15,13 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from plugins import Chain
-from webhook import logs
-from webhook.admission import AdmissionResponse, parse_review, review_response
-from webhook.app import AdmissionFastPath, create_app
-from webhook.certs import ensure_certs
-from webhook.jobsource import DirectoryJobSource
-from webhook.tls import serve
+from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook import logs
+from volcano_job_webhook.admission import AdmissionResponse, parse_review, review_response
+from volcano_job_webhook.app import AdmissionFastPath, create_app
+from volcano_job_webhook.certs import ensure_certs
+from volcano_job_webhook.jobsource import DirectoryJobSource
+from volcano_job_webhook.tls import serve
 
 
 def main() -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from plugins import Chain
-from webhook.app import create_app
-from webhook.jobsource import DirectoryJobSource
+from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.app import create_app
+from volcano_job_webhook.jobsource import DirectoryJobSource
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

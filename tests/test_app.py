@@ -12,10 +12,10 @@ import jsonpatch
 import pytest
 import yaml
 
-from plugins import Chain
+from volcano_job_webhook.plugins import Chain
 from tests.conftest import EXAMPLES, ROOT
-from webhook.app import create_app
-from webhook.jobsource import DirectoryJobSource
+from volcano_job_webhook.app import create_app
+from volcano_job_webhook.jobsource import DirectoryJobSource
 from tests.schema import validate_pod
 
 pytestmark = pytest.mark.anyio
@@ -138,7 +138,7 @@ async def test_bad_plugin_configuration_is_denied(client, jobs_dir, plugins, exp
     assert response["status"]["message"].startswith(expected)
     # /validate says the same at kubectl apply time.
     job = yaml.safe_load((jobs_dir / "broken.yaml").read_text())
-    from webhook.admission import admission_review
+    from volcano_job_webhook.admission import admission_review
 
     verdict = await post(client, admission_review(job, uid="v-1"), "/validate")
     assert verdict["allowed"] is False and verdict["status"]["message"] == response["status"]["message"]

@@ -16,7 +16,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
-from webhook.certs import (
+from volcano_job_webhook.certs import (
     CertBundle,
     bundle_is_good,
     cert_covers,
@@ -28,8 +28,8 @@ from webhook.certs import (
     load_bundle,
     needs_renewal,
 )
-from webhook.certs_cmd import patch_webhooks, sync_secret
-from webhook.cli import main
+from volcano_job_webhook.certs_cmd import patch_webhooks, sync_secret
+from volcano_job_webhook.cli import main
 
 SANS = ["localhost", "volcano-job-webhook.volcano-job-webhook.svc", "volcano-job-webhook.volcano-job-webhook.svc.cluster.local"]
 FILES = ("ca.crt", "ca.key", "tls.crt", "tls.key")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
-from webhook.cli import main
+from volcano_job_webhook.cli import main
 
 PLUGIN_TASKS = {
     "env": "worker", "svc": "worker", "ssh": "node", "pytorch": "worker",
@@ -95,7 +95,7 @@ def test_bad_plugin_argument_names_job_plugin_and_argument(capsys, tmp_path):
 
 def test_console_script_runs():
     done = subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "review", "--job", str(EXAMPLES / "jobs" / "env-job.yaml"), "--task", "worker"],
+        [sys.executable, "-m", "volcano_job_webhook", "review", "--job", str(EXAMPLES / "jobs" / "env-job.yaml"), "--task", "worker"],
         capture_output=True, text=True, check=True,
     )
     review = json.loads(done.stdout)

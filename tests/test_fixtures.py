@@ -29,9 +29,9 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from plugins import Chain, Job, PluginError
+from volcano_job_webhook.plugins import Chain, Job, PluginError
 from tests.schema import validate_object, validate_pod
-from webhook.patch import make_patch
+from volcano_job_webhook.patch import make_patch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plugins"
 PLUGINS = ("ssh", "env", "svc", "tensorflow", "mpi", "pytorch", "hcclrank", "ray", "torchrun", "hostfile", "jax")

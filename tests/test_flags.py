@@ -2,8 +2,8 @@
 
 import pytest
 
-from plugins.errors import FlagError
-from plugins.flags import Flag, parse_flags, parse_go_int, port_flag
+from volcano_job_webhook.plugins.errors import FlagError
+from volcano_job_webhook.plugins.flags import Flag, parse_flags, parse_go_int, port_flag
 
 FLAGS = (
     Flag("master", "string", "master"),

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from webhook.jobsource import DirectoryJobSource
+from volcano_job_webhook.jobsource import DirectoryJobSource
 
 pytestmark = pytest.mark.anyio
 

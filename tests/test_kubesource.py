@@ -12,14 +12,14 @@ import pytest
 import yaml
 from kubernetes import client
 
-from plugins import Chain
+from volcano_job_webhook.plugins import Chain
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
-from webhook.admission import admission_review
-from webhook.app import create_app
-from webhook.kubecache import KubeJobSource
-from plugins.podgen import make_pod
-from plugins import Job
+from volcano_job_webhook.admission import admission_review
+from volcano_job_webhook.app import create_app
+from volcano_job_webhook.kubecache import KubeJobSource
+from volcano_job_webhook.plugins.podgen import make_pod
+from volcano_job_webhook.plugins import Job
 
 pytestmark = pytest.mark.anyio
 

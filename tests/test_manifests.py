@@ -353,7 +353,7 @@ def test_validating_webhook_contract(base: list[dict[str, Any]]) -> None:
 def test_mutating_timeout_outlasts_a_job_cache_miss(base: list[dict[str, Any]]) -> None:
     """On a cache miss the webhook GETs the Job with its own timeout; the API server must wait longer
     than that, or a slow GET turns into a failed (and, with Fail, refused) Pod creation."""
-    from webhook.kubecache import KubeJobSource
+    from volcano_job_webhook.kubecache import KubeJobSource
 
     get_timeout = inspect.signature(KubeJobSource).parameters["get_timeout"].default
     assert get_timeout + 2 <= mutating(base)["timeoutSeconds"] < 10
@@ -414,9 +414,9 @@ def test_mutating_webhook_selects_pods_of_volcano_jobs(base: list[dict[str, Any]
 
 def test_mutating_webhook_selects_pods_made_from_the_example_jobs(base: list[dict[str, Any]]) -> None:
     """The same, with the Pods the project's own model of Volcano's controller builds."""
-    from plugins import Job
-    from plugins.podgen import make_pod
-    from webhook.documents import load_object
+    from volcano_job_webhook.plugins import Job
+    from volcano_job_webhook.plugins.podgen import make_pod
+    from volcano_job_webhook.documents import load_object
 
     webhook = mutating(base)
     jobs = sorted((ROOT / "examples" / "jobs").glob("*.yaml"))
@@ -600,7 +600,7 @@ def test_one_image_matching_the_package_version(variants: dict[str, list[dict[st
 
 def test_container_arguments_parse_with_the_cli(variants: dict[str, list[dict[str, Any]]]) -> None:
     """Every container's args are a valid `volcano-webhook` command line (ENTRYPOINT volcano-webhook)."""
-    from webhook.cli import build_parser
+    from volcano_job_webhook.cli import build_parser
 
     parser = build_parser()
     commands = {a.dest: a for a in parser._subparsers._group_actions}["command"].choices  # type: ignore[union-attr]
@@ -805,7 +805,7 @@ def test_build_context_holds_what_the_wheel_needs_and_no_secrets() -> None:
         if word == "COPY" and "--from" not in rest:
             copied += rest.split()[:-1]
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    needed = {"pyproject.toml", pyproject["project"]["readme"], *(p + "/" for p in pyproject["tool"]["setuptools"]["packages"])}
+    needed = {"pyproject.toml", pyproject["project"]["readme"], *(p + "/" for p in pyproject["tool"]["setuptools"]["package-dir"].values())}
     assert needed <= set(copied)
     for source in copied:
         path = ROOT / source

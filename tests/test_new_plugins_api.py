@@ -12,12 +12,12 @@ import jsonpatch
 import pytest
 import yaml
 
-from plugins import Job
-from plugins.podgen import make_pod
+from volcano_job_webhook.plugins import Job
+from volcano_job_webhook.plugins.podgen import make_pod
 from tests.conftest import EXAMPLES
 from tests.schema import validate_object, validate_pod
-from webhook.admission import admission_review
-from webhook.cli import main
+from volcano_job_webhook.admission import admission_review
+from volcano_job_webhook.cli import main
 
 pytestmark = pytest.mark.anyio
 ANNOTATION = "volcano-job-webhook/plugins"
@@ -129,7 +129,7 @@ def test_cli_bad_argument_exits_2_naming_job_plugin_and_flag(capsys, tmp_path: P
 )
 def test_torchrun_port_follows_the_pytorch_plugin_the_chain_runs(defaults, port):
     """The chain's view counts: a pytorch plugin the server adds to every job moves the default too."""
-    from plugins import Chain, ChainConfig
+    from volcano_job_webhook.plugins import Chain, ChainConfig
 
     job = Job.from_object(example("torchrun"))
     pod = Chain(config=ChainConfig(defaults=defaults)).mutate(job, make_pod(job, "worker", 0)).pod
@@ -146,14 +146,14 @@ def test_torchrun_port_follows_the_pytorch_plugin_the_chain_runs(defaults, port)
 def test_quantities_as_kubernetes_reads_them(text, value):
     from decimal import Decimal
 
-    from plugins.quantity import parse_quantity
+    from volcano_job_webhook.plugins.quantity import parse_quantity
 
     assert parse_quantity(text) == Decimal(value)
 
 
 @pytest.mark.parametrize("text", ["two", "-1", "1KB", "", "1.2.3", True, None, "1 k"])
 def test_malformed_quantities_are_refused(text):
-    from plugins.quantity import parse_quantity
+    from volcano_job_webhook.plugins.quantity import parse_quantity
 
     with pytest.raises(ValueError):
         parse_quantity(text)

@@ -19,11 +19,11 @@ import kubernetes_validate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plugins import Chain, Job, PluginError
-from plugins.podgen import make_pod
-from webhook.admission import admission_review
-from webhook.app import create_app
-from webhook.patch import make_patch
+from volcano_job_webhook.plugins import Chain, Job, PluginError
+from volcano_job_webhook.plugins.podgen import make_pod
+from volcano_job_webhook.admission import admission_review
+from volcano_job_webhook.app import create_app
+from volcano_job_webhook.patch import make_patch
 
 settings.register_profile("ci", max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", max_examples=20_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,13 +15,13 @@ import time
 import yaml
 from kubernetes import client
 
-from plugins import Chain
+from volcano_job_webhook.plugins import Chain
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
 from tests.manifests_util import rbac_permissions
-from webhook.kubecache import KubeJobSource
-from webhook.leader import LeaderElector
-from webhook.reconciler import Reconciler
+from volcano_job_webhook.kubecache import KubeJobSource
+from volcano_job_webhook.leader import LeaderElector
+from volcano_job_webhook.reconciler import Reconciler
 
 
 def wait_for(predicate, timeout: float = 10.0) -> None:

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from plugins import Chain
+from volcano_job_webhook.plugins import Chain
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
-from webhook.leader import LeaderElector
-from webhook.reconciler import Reconciler
+from volcano_job_webhook.leader import LeaderElector
+from volcano_job_webhook.reconciler import Reconciler
 
 MANAGED = ("configmaps", "services", "secrets", "networkpolicies.networking.k8s.io")
 

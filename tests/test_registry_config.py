@@ -6,9 +6,9 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from plugins import Chain, Flag, Job, Plugin, PodContext, registry
-from plugins.pod import containers, ensure_envs
-from webhook.config import load_settings
+from volcano_job_webhook.plugins import Chain, Flag, Job, Plugin, PodContext, registry
+from volcano_job_webhook.plugins.pod import containers, ensure_envs
+from volcano_job_webhook.config import load_settings
 
 
 class GreetPlugin(Plugin):
@@ -26,7 +26,7 @@ def fake_entry_points(group: str) -> list[EntryPoint]:
     return [
         EntryPoint("greet", f"{__name__}:GreetPlugin", group),
         EntryPoint("broken", "no_such_module:Nothing", group),
-        EntryPoint("env", "plugins.env:EnvPlugin", group),
+        EntryPoint("env", "volcano_job_webhook.plugins.env:EnvPlugin", group),
     ]
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from plugins import Chain
+from volcano_job_webhook.plugins import Chain
 from tests.conftest import EXAMPLES
-from webhook.app import create_app
-from webhook.jobsource import DirectoryJobSource
+from volcano_job_webhook.app import create_app
+from volcano_job_webhook.jobsource import DirectoryJobSource
 
 app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain())
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)

@@ -12,12 +12,12 @@ import yaml
 from kubernetes import client
 from prometheus_client import generate_latest
 
-from plugins import Chain
-from plugins.ssh import generate_key_pair
+from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.plugins.ssh import generate_key_pair
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
-from webhook.admission import admission_review
-from webhook.reconciler import Reconciler
+from volcano_job_webhook.admission import admission_review
+from volcano_job_webhook.reconciler import Reconciler
 
 pytestmark = pytest.mark.anyio
 
@@ -73,8 +73,8 @@ async def test_webhook_answers_logs_and_errors_hold_no_user_key(client, jobs_dir
     broken["spec"]["plugins"]["ssh"] = ["--ssh-private-key=", private]
     (jobs_dir / "ssh-broken.yaml").write_text(yaml.safe_dump(broken))
 
-    from plugins import Job
-    from plugins.podgen import make_pod
+    from volcano_job_webhook.plugins import Job
+    from volcano_job_webhook.plugins.podgen import make_pod
 
     answers = []
     for obj in (job, broken):

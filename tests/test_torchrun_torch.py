@@ -22,8 +22,8 @@ import yaml
 
 torch_run = pytest.importorskip("torch.distributed.run")
 
-from plugins import Chain, Job  # noqa: E402
-from plugins.podgen import make_pod  # noqa: E402
+from volcano_job_webhook.plugins import Chain, Job  # noqa: E402
+from volcano_job_webhook.plugins.podgen import make_pod  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "torchrun-job.yaml"
 ANNOTATION = "volcano-job-webhook/plugins"

@@ -20,7 +20,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from plugins import Chain
+from volcano_job_webhook.plugins import Chain
 
 from .admission import AdmissionRequest, AdmissionResponse, ReviewError, parse_review, review_response
 from .handlers import JobCache, mutate_pod, validate_job

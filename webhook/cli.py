@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from plugins import Chain, Job, PluginError
-from plugins.podgen import make_pod
+from volcano_job_webhook.plugins import Chain, Job, PluginError
+from volcano_job_webhook.plugins.podgen import make_pod
 
 from .admission import API_VERSIONS, admission_review
 from .config import load_settings

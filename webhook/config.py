@@ -15,8 +15,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
-from plugins import BUILTIN_ORDER, ChainConfig, Settings
-from plugins.base import DEFAULT_HOSTS_ENV_LIMIT
+from volcano_job_webhook.plugins import BUILTIN_ORDER, ChainConfig, Settings
+from volcano_job_webhook.plugins.base import DEFAULT_HOSTS_ENV_LIMIT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_ENV = "VOLCANO_WEBHOOK_CONFIG"

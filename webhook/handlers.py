@@ -11,8 +11,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from plugins import Chain, Job, PluginError
-from plugins.pod import JOB_NAME_KEY
+from volcano_job_webhook.plugins import Chain, Job, PluginError
+from volcano_job_webhook.plugins.pod import JOB_NAME_KEY
 
 from .admission import AdmissionRequest, AdmissionResponse
 from .jobsource import JobSource

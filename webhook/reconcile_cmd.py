@@ -10,7 +10,7 @@ import socket
 import threading
 from pathlib import Path
 
-from plugins import Chain, default_registry
+from volcano_job_webhook.plugins import Chain, default_registry
 
 from . import logs
 from .config import WebhookSettings

@@ -23,7 +23,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from plugins import MANAGED_BY, MANAGED_BY_LABEL, Chain, Job, PluginError
+from volcano_job_webhook.plugins import MANAGED_BY, MANAGED_BY_LABEL, Chain, Job, PluginError
 
 from .kubeapi import KINDS, Kind, with_retries
 from .kubecache import JobInformer, JobKey

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from plugins import Chain, default_registry
+from volcano_job_webhook.plugins import Chain, default_registry
 
 from . import logs
 from .app import create_app
