@@ -17,11 +17,11 @@ from fastapi.responses import Response
 
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook import logs
-from volcano_job_webhook.admission import AdmissionResponse, parse_review, review_response
-from volcano_job_webhook.app import AdmissionFastPath, create_app
+from volcano_job_webhook.server.review import AdmissionRequest, AdmissionResponse, parse_review, review_response
+from volcano_job_webhook.server.app import AdmissionEndpoint, create_app
 from volcano_job_webhook.certs import ensure_certs
-from volcano_job_webhook.jobsource import DirectoryJobSource
-from volcano_job_webhook.tls import serve
+from volcano_job_webhook.server.jobs import DirectoryJobSource
+from volcano_job_webhook.certs.tls import serve
 
 
 def main() -> None:
@@ -29,18 +29,17 @@ def main() -> None:
     logs.configure("info")  # serve's default level, as in production
     app = create_app(DirectoryJobSource(jobs_dir), Chain())
 
-    @app.post("/baseline")
+    @app.api.post("/baseline")
     async def baseline(request: Request) -> Response:
         review = parse_review(orjson.loads(await request.body()))
         return Response(orjson.dumps(review_response(review, AdmissionResponse.allow())), media_type="application/json")
 
-    async def floor(body: bytes | None) -> tuple[int, bytes]:
-        review = parse_review(orjson.loads(body or b""))
-        return 200, orjson.dumps(review_response(review, AdmissionResponse.allow()))
+    async def allow(review: AdmissionRequest) -> AdmissionResponse:
+        return AdmissionResponse.allow()
 
-    served = AdmissionFastPath(app, {"/floor": floor}, limit=3 * 1024 * 1024)
+    app.endpoints["/floor"] = AdmissionEndpoint("floor", allow, app.endpoints["/mutate"].metrics, 3 * 1024 * 1024)
     paths = ensure_certs(certs_dir, "volcano-job-webhook", "volcano-job-webhook")
-    serve(served, "127.0.0.1", port, paths.cert, paths.key)
+    serve(app, "127.0.0.1", port, paths.cert, paths.key)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 """
 
 from .base import Plugin, PodContext, Settings
-from .chain import PLUGINS_ANNOTATION, Chain, ChainConfig, Mutation
+from .chain import Chain, ChainConfig, Mutation, PreparedJob
+from .keys import PLUGINS_ANNOTATION
 from .errors import FlagError, PluginError
 from .flags import Flag, port_flag
 from .job import MANAGED_BY, MANAGED_BY_LABEL, Job, Task
@@ -27,6 +28,7 @@ __all__ = [
     "Plugin",
     "PluginError",
     "PodContext",
+    "PreparedJob",
     "Registry",
     "Settings",
     "Task",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +21,8 @@ from .errors import PluginError
 from .flags import shown
 from .job import Job
 from .pod import Obj, task_name
+from .keys import PLUGINS_ANNOTATION
 from .registry import BUILTIN_ORDER, Registry, default_registry
-
-PLUGINS_ANNOTATION = "volcano-job-webhook/plugins"
-
 
 @dataclass(frozen=True)
 class ChainConfig:
@@ -35,15 +32,6 @@ class ChainConfig:
     allowed: frozenset[str] | None = None
     defaults: Mapping[str, Sequence[str]] = field(default_factory=dict)
     settings: Settings = field(default_factory=Settings)
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """A job's plugins, built once: their check warnings and the init containers they inject."""
-
-    plugins: list[Plugin]
-    warnings: list[str]
-    injected_init: frozenset[str]
 
 
 def copy_json(value: Obj) -> Obj:
@@ -77,15 +65,50 @@ def _annotation_plugins(job: Job) -> dict[str, list[str]]:
     return value
 
 
+@dataclass(frozen=True)
+class PreparedJob:
+    """A job with its plugins built and checked: what wiring each of its Pods needs.
+
+    Plugins hold no per-Pod state, so one PreparedJob serves all of a job's Pods (the webhook keeps
+    one per Job snapshot)."""
+
+    job: Job
+    plugins: tuple[Plugin, ...]
+    warnings: tuple[str, ...]
+    injected_init: frozenset[str]
+    settings: Settings
+    names: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", tuple(p.name for p in self.plugins))
+
+    def mutate(self, pod: Obj) -> Mutation:
+        """Run every plugin on a copy of ``pod``; raises :class:`PluginError` when it cannot be wired."""
+        job = self.job
+        name = task_name(pod)
+        task = job.task(name)
+        if task is None:
+            tasks = ", ".join(t.name for t in job.tasks)
+            raise PluginError(job.key, "", "volcano.sh/task-spec", f"the Pod's task {name!r} is not in spec.tasks ({tasks})")
+        ctx = PodContext(
+            job=job,
+            pod=copy_json(pod),
+            task=task,
+            settings=self.settings,
+            warnings=list(self.warnings),
+            injected_init=self.injected_init,
+        )
+        for plugin in self.plugins:
+            plugin.mutate(ctx)
+        return Mutation(ctx.pod, list(self.names), list(dict.fromkeys(ctx.warnings)))
+
+
 class Chain:
     """Runs a job's plugins. Pure: no I/O, and inputs are never modified."""
 
     def __init__(self, registry: Registry | None = None, config: ChainConfig | None = None) -> None:
         self.registry = registry or default_registry()
         self.config = config or ChainConfig()
-        # Plugins hold no per-Pod state, so a job's plugins are built and checked once for all its
-        # Pods; the entry goes when the Job object does.
-        self._prepared: weakref.WeakKeyDictionary[Job, _Prepared] = weakref.WeakKeyDictionary()
 
     def plugin_args(self, job: Job) -> dict[str, list[str]]:
         """The job's effective plugin map, dependencies added, unordered."""
@@ -129,36 +152,19 @@ class Chain:
             warnings.extend(plugin.check())
         return list(dict.fromkeys(warnings))
 
-    def _prepare(self, job: Job) -> _Prepared:
-        prepared = self._prepared.get(job)
-        if prepared is None:
-            plugins = self.plugins(job)
-            warnings = [w for p in plugins for w in p.check()]
-            injected = frozenset().union(*(p.injected_init_containers() for p in plugins))
-            prepared = _Prepared(plugins, list(dict.fromkeys(warnings)), injected)
-            self._prepared[job] = prepared
-        return prepared
+    def prepare(self, job: Job) -> PreparedJob:
+        """The job's plugins built and checked once, ready to wire any number of its Pods. Raises
+        :class:`PluginError` as :meth:`check` does."""
+        plugins = self.plugins(job)
+        warnings = [w for p in plugins for w in p.check()]
+        injected = frozenset().union(*(p.injected_init_containers() for p in plugins))
+        return PreparedJob(job, tuple(plugins), tuple(dict.fromkeys(warnings)), injected, self.config.settings)
 
     def mutate(self, job: Job, pod: Obj) -> Mutation:
         """Run every plugin on a copy of ``pod``. Raises :class:`PluginError` when the job or the Pod
-        cannot be wired."""
-        prepared = self._prepare(job)
-        name = task_name(pod)
-        task = job.task(name)
-        if task is None:
-            tasks = ", ".join(t.name for t in job.tasks)
-            raise PluginError(job.key, "", "volcano.sh/task-spec", f"the Pod's task {name!r} is not in spec.tasks ({tasks})")
-        ctx = PodContext(
-            job=job,
-            pod=copy_json(pod),
-            task=task,
-            settings=self.config.settings,
-            warnings=list(prepared.warnings),
-            injected_init=prepared.injected_init,
-        )
-        for plugin in prepared.plugins:
-            plugin.mutate(ctx)
-        return Mutation(ctx.pod, [p.name for p in prepared.plugins], list(dict.fromkeys(ctx.warnings)))
+        cannot be wired. Wiring many Pods of one job: :meth:`prepare` once, then
+        :meth:`PreparedJob.mutate`."""
+        return self.prepare(job).mutate(pod)
 
     def resources(self, job: Job, existing: Existing | None = None) -> list[Obj]:
         """Every side object the job's plugins want, in chain order. ``existing`` (the job's live

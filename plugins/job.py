@@ -14,11 +14,8 @@ from typing import Any
 
 from .errors import PluginError
 from .names import dns1123_label
+from .keys import JOB_API_VERSION, JOB_KIND, MANAGED_BY, MANAGED_BY_LABEL
 
-JOB_API_VERSION = "batch.volcano.sh/v1alpha1"
-JOB_KIND = "Job"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "volcano-job-webhook"
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,7 @@ class Task:
 class Job:
     """A Volcano Job as the plugins see it. Build one with :meth:`from_object`.
 
-    Compared and hashed by identity: a Job is a snapshot, and the chain caches per snapshot."""
+    Compared and hashed by identity: a Job is a snapshot of one resourceVersion."""
 
     name: str
     namespace: str

@@ -7,14 +7,11 @@ and this webhook, and those must not count as differences (SPEC Part 1 §1.4).
 """
 
 from __future__ import annotations
+from .keys import DEFAULT_TASK, JOB_NAME_KEY, TASK_INDEX_KEY, TASK_SPEC_KEY
 
 
 from typing import Any
 
-TASK_SPEC_KEY = "volcano.sh/task-spec"
-TASK_INDEX_KEY = "volcano.sh/task-index"
-JOB_NAME_KEY = "volcano.sh/job-name"
-DEFAULT_TASK = "default"
 
 Obj = dict[str, Any]
 

@@ -10,10 +10,8 @@ from typing import Any
 from .errors import PluginError
 from .job import Job
 from .pod import JOB_NAME_KEY, TASK_INDEX_KEY, TASK_SPEC_KEY
+from .keys import GROUP_NAME_KEY, JOB_NAMESPACE_KEY, QUEUE_NAME_KEY
 
-JOB_NAMESPACE_KEY = "volcano.sh/job-namespace"
-QUEUE_NAME_KEY = "volcano.sh/queue-name"
-GROUP_NAME_KEY = "scheduling.k8s.io/group-name"
 
 
 def make_pod(job: Job, task_name: str, index: int) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from typing import Any
 from .base import Existing, Plugin, PodContext
 from .flags import Flag
 from .pod import JOB_NAME_KEY, Obj, ensure_envs, ensure_mount, ensure_volume, spec
+from .keys import JOB_NAMESPACE_KEY
 
 MOUNT_PATH = "/etc/volcano"
-JOB_NAMESPACE_KEY = "volcano.sh/job-namespace"
 
 
 def config_map_name(job_name: str) -> str:

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.app import create_app
-from volcano_job_webhook.jobsource import DirectoryJobSource
+from volcano_job_webhook.server.app import create_app
+from volcano_job_webhook.server.jobs import DirectoryJobSource
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -35,7 +35,7 @@ async def client(jobs_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
     """The app over ``jobs_dir``, through httpx's ASGI transport, lifespan included."""
     source = DirectoryJobSource(jobs_dir, interval=0)
     app = create_app(source, Chain(), max_body_bytes=64 * 1024)
-    async with app.router.lifespan_context(app):
+    async with app.lifespan():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook.test") as c:
             c.app = app  # type: ignore[attr-defined]
             yield c

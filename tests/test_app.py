@@ -14,8 +14,8 @@ import yaml
 
 from volcano_job_webhook.plugins import Chain
 from tests.conftest import EXAMPLES, ROOT
-from volcano_job_webhook.app import create_app
-from volcano_job_webhook.jobsource import DirectoryJobSource
+from volcano_job_webhook.server.app import create_app
+from volcano_job_webhook.server.jobs import DirectoryJobSource
 from tests.schema import validate_pod
 
 pytestmark = pytest.mark.anyio
@@ -138,7 +138,7 @@ async def test_bad_plugin_configuration_is_denied(client, jobs_dir, plugins, exp
     assert response["status"]["message"].startswith(expected)
     # /validate says the same at kubectl apply time.
     job = yaml.safe_load((jobs_dir / "broken.yaml").read_text())
-    from volcano_job_webhook.admission import admission_review
+    from volcano_job_webhook.server.review import admission_review
 
     verdict = await post(client, admission_review(job, uid="v-1"), "/validate")
     assert verdict["allowed"] is False and verdict["status"]["message"] == response["status"]["message"]
@@ -221,4 +221,4 @@ async def test_fast_path_and_documented_routes_answer_alike(client, jobs_dir):
                 slow = await routes.post(path, content=body, headers={"content-type": "application/json"})
                 assert (fast.status_code, fast.content) == (slow.status_code, slow.content), (path, body[:40])
                 assert fast.headers["content-type"] == slow.headers["content-type"] == "application/json"
-    assert {"/mutate", "/validate"} <= set(client.app.openapi()["paths"])
+    assert {"/mutate", "/validate"} <= set(client.app.api.openapi()["paths"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from volcano_job_webhook.admission import admission_review
+from volcano_job_webhook.server.review import admission_review
 
 pytestmark = pytest.mark.anyio
 

@@ -16,19 +16,18 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
-from volcano_job_webhook.certs import (
+from volcano_job_webhook.certs.files import ensure_certs, load_bundle
+from volcano_job_webhook.certs.issue import (
     CertBundle,
     bundle_is_good,
     cert_covers,
     default_sans,
-    ensure_certs,
     generate_ca,
     generate_serving_cert,
     issue_bundle,
-    load_bundle,
     needs_renewal,
 )
-from volcano_job_webhook.certs_cmd import patch_webhooks, sync_secret
+from volcano_job_webhook.certs.cluster import patch_webhooks, sync_secret
 from volcano_job_webhook.cli import main
 
 SANS = ["localhost", "volcano-job-webhook.volcano-job-webhook.svc", "volcano-job-webhook.volcano-job-webhook.svc.cluster.local"]

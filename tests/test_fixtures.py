@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from tests.schema import validate_object, validate_pod
-from volcano_job_webhook.patch import make_patch
+from volcano_job_webhook.server.patch import make_patch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plugins"
 PLUGINS = ("ssh", "env", "svc", "tensorflow", "mpi", "pytorch", "hcclrank", "ray", "torchrun", "hostfile", "jax")

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from volcano_job_webhook.jobsource import DirectoryJobSource
+from volcano_job_webhook.server.jobs import DirectoryJobSource
 
 pytestmark = pytest.mark.anyio
 

@@ -15,9 +15,9 @@ from kubernetes import client
 from volcano_job_webhook.plugins import Chain
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
-from volcano_job_webhook.admission import admission_review
-from volcano_job_webhook.app import create_app
-from volcano_job_webhook.kubecache import KubeJobSource
+from volcano_job_webhook.server.review import admission_review
+from volcano_job_webhook.server.app import create_app
+from volcano_job_webhook.server.jobs.kube import KubeJobSource
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.plugins import Job
 
@@ -46,7 +46,7 @@ async def setup() -> AsyncIterator[tuple[FakeApiServer, httpx.AsyncClient, KubeJ
         jobs.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", job("pytorch"))
         source = KubeJobSource(server.api_client())
         app = create_app(source, Chain())
-        async with app.router.lifespan_context(app):
+        async with app.lifespan():
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
                 yield server, c, source
 

@@ -353,7 +353,7 @@ def test_validating_webhook_contract(base: list[dict[str, Any]]) -> None:
 def test_mutating_timeout_outlasts_a_job_cache_miss(base: list[dict[str, Any]]) -> None:
     """On a cache miss the webhook GETs the Job with its own timeout; the API server must wait longer
     than that, or a slow GET turns into a failed (and, with Fail, refused) Pod creation."""
-    from volcano_job_webhook.kubecache import KubeJobSource
+    from volcano_job_webhook.server.jobs.kube import KubeJobSource
 
     get_timeout = inspect.signature(KubeJobSource).parameters["get_timeout"].default
     assert get_timeout + 2 <= mutating(base)["timeoutSeconds"] < 10

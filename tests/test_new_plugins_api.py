@@ -16,7 +16,7 @@ from volcano_job_webhook.plugins import Job
 from volcano_job_webhook.plugins.podgen import make_pod
 from tests.conftest import EXAMPLES
 from tests.schema import validate_object, validate_pod
-from volcano_job_webhook.admission import admission_review
+from volcano_job_webhook.server.review import admission_review
 from volcano_job_webhook.cli import main
 
 pytestmark = pytest.mark.anyio

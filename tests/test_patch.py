@@ -5,7 +5,7 @@ import copy
 import jsonpatch
 import pytest
 
-from volcano_job_webhook.patch import escape, make_patch
+from volcano_job_webhook.server.patch import escape, make_patch
 
 POD = {
     "metadata": {"name": "p", "labels": {"a/b": "1"}},

@@ -19,8 +19,8 @@ from volcano_job_webhook.plugins import Chain
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
 from tests.manifests_util import rbac_permissions
-from volcano_job_webhook.kubecache import KubeJobSource
-from volcano_job_webhook.leader import LeaderElector
+from volcano_job_webhook.server.jobs.kube import KubeJobSource
+from volcano_job_webhook.reconciler.leader import LeaderElector
 from volcano_job_webhook.reconciler import Reconciler
 
 

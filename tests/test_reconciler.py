@@ -16,7 +16,7 @@ from kubernetes import client
 from volcano_job_webhook.plugins import Chain
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
-from volcano_job_webhook.leader import LeaderElector
+from volcano_job_webhook.reconciler.leader import LeaderElector
 from volcano_job_webhook.reconciler import Reconciler
 
 MANAGED = ("configmaps", "services", "secrets", "networkpolicies.networking.k8s.io")

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, settings
 
 from volcano_job_webhook.plugins import Chain
 from tests.conftest import EXAMPLES
-from volcano_job_webhook.app import create_app
-from volcano_job_webhook.jobsource import DirectoryJobSource
+from volcano_job_webhook.server.app import create_app
+from volcano_job_webhook.server.jobs import DirectoryJobSource
 
 app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain())
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)

@@ -16,7 +16,7 @@ from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.ssh import generate_key_pair
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
-from volcano_job_webhook.admission import admission_review
+from volcano_job_webhook.server.review import admission_review
 from volcano_job_webhook.reconciler import Reconciler
 
 pytestmark = pytest.mark.anyio

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from volcano_job_webhook.certs import ensure_certs, generate_ca, generate_serving_cert
-from volcano_job_webhook.tls import CertReloader, HTTPSServer, build_server, make_server_context
+from volcano_job_webhook.certs.tls import CertReloader, HTTPSServer, build_server, make_server_context
 
 from tests.conftest import EXAMPLES, ROOT
 
@@ -275,7 +275,7 @@ def test_the_poll_picks_up_a_renewal_by_ensure_certs_under_load(certs):
 
 
 def test_half_written_mismatched_or_missing_pairs_are_ignored_then_retried(certs, caplog):
-    caplog.set_level(logging.INFO, logger="volcano_job_webhook.tls")
+    caplog.set_level(logging.INFO, logger="volcano_job_webhook.certs.tls")
     with running(certs, interval=0.05) as server:
         old = served_serial(server.port, certs / "ca.crt")
         ca_cert, ca_key = (certs / "ca.crt").read_bytes(), (certs / "ca.key").read_bytes()
@@ -352,8 +352,8 @@ def test_client_certificates_are_required_when_configured(certs, tmp_path):
 
 def test_recorded_reviews_through_the_real_https_server(certs):
     from volcano_job_webhook.plugins import Chain
-    from volcano_job_webhook.app import create_app
-    from volcano_job_webhook.jobsource import DirectoryJobSource
+    from volcano_job_webhook.server.app import create_app
+    from volcano_job_webhook.server.jobs import DirectoryJobSource
 
     app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain())
     with running(certs, app=app) as server:
@@ -372,7 +372,7 @@ def test_recorded_reviews_through_the_real_https_server(certs):
 
 
 def test_reload_without_memfd_uses_a_private_temporary_directory(certs, monkeypatch):
-    import volcano_job_webhook.tls as tls
+    import volcano_job_webhook.certs.tls as tls
 
     monkeypatch.setattr(tls, "_memory_files", lambda blobs: None)
     reloader = CertReloader(certs / "tls.crt", certs / "tls.key")

@@ -3,7 +3,7 @@
 import threading
 import time
 
-from volcano_job_webhook.workqueue import WorkQueue
+from volcano_job_webhook.reconciler.workqueue import WorkQueue
 
 
 def test_a_key_waits_once():

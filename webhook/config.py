@@ -18,9 +18,12 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from volcano_job_webhook.plugins import BUILTIN_ORDER, ChainConfig, Settings
 from volcano_job_webhook.plugins.base import DEFAULT_HOSTS_ENV_LIMIT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_ENV = "VOLCANO_WEBHOOK_CONFIG"
 _config_file: ContextVar[str | None] = ContextVar("config_file", default=None)
+
+
+class ConfigError(Exception):
+    """Settings that cannot work (a jobs directory that is not there): printed as one line, exit 2."""
 
 
 class WebhookSettings(BaseSettings):
@@ -37,7 +40,7 @@ class WebhookSettings(BaseSettings):
     service_namespace: str = Field("volcano-job-webhook", description="its namespace")
 
     job_source: Literal["files", "kube"] = Field("files", description="where Volcano Jobs are looked up")
-    jobs_dir: Path = Field(REPO_ROOT / "examples" / "jobs", description="Job files for job_source=files")
+    jobs_dir: Path | None = Field(None, description="Job files for job_source=files (default: the example jobs shipped with the package)")
     namespaces: list[str] = Field(default_factory=list, description="namespaces to watch (empty: all)")
     kubeconfig: Path | None = Field(None, description="kubeconfig for job_source=kube (default: in-cluster)")
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from volcano_job_webhook.plugins import Job
+
 
 class _JsonLoader(yaml.SafeLoader):
     """YAML as Kubernetes reads it: ``2024-01-01T00:00:00Z`` stays a string (Kubernetes objects are
@@ -74,3 +76,8 @@ _BlockDumper.add_representer(str, _str_representer)
 def dump_yaml_stream(objects: list[Any]) -> str:
     """A ``---``-separated YAML stream, keys in their given order."""
     return yaml.dump_all(objects, Dumper=_BlockDumper, sort_keys=False, explicit_start=True, allow_unicode=True)
+
+
+def load_job(source: str) -> Job:
+    """The Volcano Job in a file (``-`` for standard input)."""
+    return Job.from_object(load_object(source, "Job"))

@@ -12,12 +12,14 @@ from pathlib import Path
 
 from volcano_job_webhook.plugins import Chain, default_registry
 
-from . import logs
-from .config import WebhookSettings
+from volcano_job_webhook import logs
+from volcano_job_webhook.config import WebhookSettings
+from volcano_job_webhook.kube.client import api_client
+
 from .health import HealthServer
-from .kubecache import api_client
 from .leader import LeaderElector
-from .reconciler import Reconciler, ReconcilerMetrics
+from .controller import Reconciler
+from .metrics import ReconcilerMetrics
 
 log = logging.getLogger(__name__)
 

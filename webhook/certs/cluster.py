@@ -1,10 +1,9 @@
-"""``volcano-webhook certs``: make the serving certificate, locally or in the cluster.
+"""The certificate in the cluster: a ``kubernetes.io/tls`` Secret, and the webhook registrations' CA.
 
-Locally it fills a certs directory (as ``serve`` does on start). With ``--secret NS/NAME`` it keeps a
-``kubernetes.io/tls`` Secret holding ``tls.crt``, ``tls.key``, ``ca.crt`` (and ``ca.key``, so the CA
-survives renewals) and with ``--patch-webhook NAME`` sets that CA as the ``caBundle`` of every
-webhook of the Mutating- and ValidatingWebhookConfiguration called NAME — like kube-webhook-certgen,
-and idempotent: a valid certificate is kept, one close to expiry is renewed, nothing is written when
+:func:`sync_secret` keeps a Secret holding ``tls.crt``, ``tls.key``, ``ca.crt`` (and ``ca.key``, so
+the CA survives renewals); :func:`patch_webhooks` sets that CA as the ``caBundle`` of every webhook of
+the Mutating- and ValidatingWebhookConfiguration of one name — like kube-webhook-certgen, and
+idempotent: a valid certificate is kept, one close to expiry is renewed, nothing is written when
 nothing changes.
 """
 
@@ -17,7 +16,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from .certs import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertBundle, default_sans, issue_bundle
+from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
+
+from .issue import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertBundle, default_sans, issue_bundle
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def sync_secret(api: client.ApiClient, namespace: str, name: str, service: str, 
     if secret is None:
         body = client.V1Secret(
             metadata=client.V1ObjectMeta(name=name, namespace=namespace,
-                                         labels={"app.kubernetes.io/managed-by": "volcano-job-webhook"}),
+                                         labels={MANAGED_BY_LABEL: MANAGED_BY}),
             type="kubernetes.io/tls", data=data,
         )
         core.create_namespaced_secret(namespace, body)

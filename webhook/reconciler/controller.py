@@ -25,8 +25,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from volcano_job_webhook.plugins import MANAGED_BY, MANAGED_BY_LABEL, Chain, Job, PluginError
 
-from .kubeapi import KINDS, Kind, with_retries
-from .kubecache import JobInformer, JobKey
+from volcano_job_webhook.kube.backoff import with_retries
+from volcano_job_webhook.kube.informer import JobInformer
+from volcano_job_webhook.plugins.keys import JobKey
+
+from .kinds import KINDS, Kind
+from .metrics import ReconcilerMetrics
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -35,16 +39,6 @@ MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 # Fields the reconciler keeps as desired; everything else on a live object is the server's
 # (defaults, allocated clusterIP) or someone else's (other labels and annotations) and is kept.
 OWNED_TOP_LEVEL = ("data", "spec")
-
-
-class ReconcilerMetrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.reconciles = Counter("volcano_reconciler_reconciles_total", "Job reconciles, by result", ["result"], registry=self.registry)
-        self.writes = Counter("volcano_reconciler_writes_total", "Objects written, by kind and action", ["kind", "action"], registry=self.registry)
-        self.api_errors = Counter("volcano_reconciler_api_errors_total", "API errors seen, by status", ["status"], registry=self.registry)
-        self.queue_depth = Gauge("volcano_reconciler_queue_depth", "Job keys waiting", registry=self.registry)
-        self.leader = Gauge("volcano_reconciler_leader", "1 while this replica leads", registry=self.registry)
 
 
 def _owned_by(obj: dict[str, Any], job_name: str) -> bool:

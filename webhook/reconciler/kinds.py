@@ -13,7 +13,6 @@ from typing import Any, TypeVar
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from .kubecache import Backoff
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -86,35 +85,3 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, ApiException):
-        return exc.status == 429 or exc.status is None or exc.status == 0 or exc.status >= 500
-    return isinstance(exc, (OSError, ConnectionError)) or type(exc).__module__.startswith("urllib3")
-
-
-def retry_after(exc: BaseException) -> float | None:
-    headers = getattr(exc, "headers", None) or {}
-    value = headers.get("Retry-After") if hasattr(headers, "get") else None
-    try:
-        return min(float(value), 60.0) if value is not None else None
-    except ValueError:
-        return None
-
-
-def with_retries(fn: Callable[[], T], *, attempts: int = 5, on_error: Callable[[BaseException], None] | None = None,
-                 sleep: Callable[[float], Any] = time.sleep) -> T:
-    """Call ``fn``; retry transient failures up to ``attempts`` times, then re-raise."""
-    backoff = Backoff(base=0.2, cap=10.0)
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except Exception as exc:
-            if on_error is not None:
-                on_error(exc)
-            if not is_transient(exc) or attempt == attempts - 1:
-                raise
-            delay = retry_after(exc)
-            delay = delay if delay is not None else backoff.next_delay()
-            log.info("transient API error (%s); retrying in %.2fs", getattr(exc, "status", type(exc).__name__), delay)
-            sleep(delay)
-    raise AssertionError("unreachable")

@@ -13,37 +13,15 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from .documents import DocumentError, parse_documents, read_text
+from volcano_job_webhook.plugins.keys import JobKey
+
+from volcano_job_webhook.documents import DocumentError, parse_documents, read_text
 
 log = logging.getLogger(__name__)
 
-JobKey = tuple[str, str]  # (namespace, name)
 JOB_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-class JobSource(Protocol):
-    """What the webhook needs from a store of Volcano Jobs."""
-
-    def start(self) -> None:
-        """Begin loading; returns at once (``ready`` turns true when the first load is done)."""
-
-    def stop(self) -> None:
-        """Stop background work."""
-
-    @property
-    def ready(self) -> bool:
-        """True once the source holds a complete view (``/readyz``)."""
-
-    def __len__(self) -> int:
-        """Jobs held in memory."""
-
-    def status(self) -> dict[str, Any]:
-        """Details for ``/readyz``."""
-
-    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Job object, or None when there is no such Job."""
 
 
 class DirectoryJobSource:

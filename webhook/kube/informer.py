@@ -20,43 +20,18 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_PLURAL, JOB_VERSION, JobKey
+
+from .backoff import Backoff
+
 log = logging.getLogger(__name__)
 
-JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
-JobKey = tuple[str, str]
 EventHandler = Callable[[str, dict[str, Any]], None]
-
-
-def api_client(kubeconfig: Path | None = None) -> client.ApiClient:
-    """A client for the cluster: the given kubeconfig, else in-cluster config, else ``~/.kube/config``."""
-    if kubeconfig is not None:
-        return config.new_client_from_config(config_file=str(kubeconfig))
-    try:
-        configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
-        return client.ApiClient(configuration)
-    except config.ConfigException:
-        return config.new_client_from_config()
 
 
 def _key(obj: dict[str, Any]) -> JobKey:
     meta = obj.get("metadata") or {}
     return (meta.get("namespace") or "default", meta.get("name") or "")
-
-
-class Backoff:
-    """Exponential backoff with full jitter: 0.5 s doubling to ``cap``, reset after a success."""
-
-    def __init__(self, base: float = 0.5, cap: float = 30.0) -> None:
-        self.base, self.cap, self.attempt = base, cap, 0
-
-    def next_delay(self) -> float:
-        delay = min(self.cap, self.base * (2**self.attempt))
-        self.attempt += 1
-        return random.uniform(delay / 2, delay)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 class JobInformer:
@@ -244,46 +219,3 @@ class JobInformer:
 def _rv(obj: dict[str, Any]) -> int:
     text = (obj.get("metadata") or {}).get("resourceVersion") or "0"
     return int(text) if text.isdigit() else 0
-
-
-class KubeJobSource:
-    """The webhook's view of the cluster's Jobs: the informer's cache, with a live GET on a miss (a Job
-    created a moment ago may reach us through its first Pod before its watch event)."""
-
-    def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), get_timeout: float = 2.0) -> None:
-        self.informer = JobInformer(api, namespaces)
-        self.custom = client.CustomObjectsApi(api)
-        self.get_timeout = get_timeout
-
-    def start(self) -> None:
-        self.informer.start()
-
-    def stop(self) -> None:
-        self.informer.stop()
-
-    @property
-    def ready(self) -> bool:
-        return self.informer.synced
-
-    def __len__(self) -> int:
-        return len(self.informer)
-
-    def status(self) -> dict[str, Any]:
-        # Still ready while the API server is away (the cache keeps answering), but say so.
-        return {"source": "kube", "apiServer": "reachable" if self.informer.connected else "unreachable"}
-
-    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        cached = self.informer.get(namespace, name)
-        if cached is not None:
-            return cached
-        try:
-            job = await asyncio.to_thread(
-                self.custom.get_namespaced_custom_object, JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name,
-                _request_timeout=self.get_timeout,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        self.informer.store(job)
-        return job

@@ -1,0 +1,41 @@
+"""``volcano-webhook mutate``: print a Pod as the plugin chain wires it (or the JSON patch)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from volcano_job_webhook.documents import load_job, load_object
+from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.plugins.podgen import make_pod
+from volcano_job_webhook.server.patch import make_patch
+
+from .errors import CommandError
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser("mutate", help="print a Pod as the plugin chain wires it")
+    parser.add_argument("--job", required=True, metavar="JOB", help="Volcano Job file (YAML or JSON, - for stdin)")
+    parser.add_argument("pod", metavar="POD", nargs="?", help="Pod file (YAML or JSON, - for stdin)")
+    parser.add_argument("--task", help="instead of a Pod file: the task whose Pod to build as Volcano's controller does")
+    parser.add_argument("--index", type=int, default=0, help="replica index with --task (default 0)")
+    parser.add_argument("--patch", action="store_true", help="print the RFC 6902 JSON patch instead of the Pod")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    job = load_job(args.job)
+    if args.pod is not None:
+        pod = load_object(args.pod, "Pod")
+    elif args.task is not None:
+        pod = make_pod(job, args.task, args.index)
+    else:
+        raise CommandError("give a POD file, or --task (and --index) to build the Pod as Volcano's controller does")
+    result = Chain().mutate(job, pod)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    out = make_patch(pod, result.pod) if args.patch else result.pod
+    print(json.dumps(out, indent=2, ensure_ascii=False))
+    return 0

@@ -1,0 +1,39 @@
+"""Where the webhook finds Volcano Jobs: one small interface, two sources.
+
+* :class:`~.files.DirectoryJobSource` (the embedded default): Job YAML/JSON files in a directory;
+* :class:`~.kube.KubeJobSource`: a watch-backed cache of the cluster's Jobs (imported from
+  :mod:`.kube`, which needs the ``kubernetes`` client).
+
+Admission never waits on a list: ``get`` answers from memory, and a kube cache miss costs one GET.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from .files import DirectoryJobSource
+
+__all__ = ["DirectoryJobSource", "JobSource"]
+
+
+class JobSource(Protocol):
+    """What the webhook needs from a store of Volcano Jobs."""
+
+    def start(self) -> None:
+        """Begin loading; returns at once (``ready`` turns true when the first load is done)."""
+
+    def stop(self) -> None:
+        """Stop background work."""
+
+    @property
+    def ready(self) -> bool:
+        """True once the source holds a complete view (``/readyz``)."""
+
+    def __len__(self) -> int:
+        """Jobs held in memory."""
+
+    def status(self) -> dict[str, Any]:
+        """Details for ``/readyz``."""
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Job object, or None when there is no such Job."""

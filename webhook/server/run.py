@@ -1,0 +1,65 @@
+"""``volcano-webhook serve``: certificates, job source, app, HTTPS server — in that order."""
+
+from __future__ import annotations
+
+import logging
+import os
+from importlib.resources import files
+from pathlib import Path
+
+from volcano_job_webhook import logs
+from volcano_job_webhook.certs.files import ensure_certs
+from volcano_job_webhook.certs.tls import serve
+from volcano_job_webhook.config import ConfigError, WebhookSettings
+from volcano_job_webhook.plugins import Chain, default_registry
+
+from .app import create_app
+from .jobs import DirectoryJobSource, JobSource
+
+log = logging.getLogger(__name__)
+
+
+def example_jobs_dir() -> Path:
+    """The example jobs shipped with the package (``examples/jobs`` in the repository)."""
+    return Path(str(files("volcano_job_webhook.examples") / "jobs"))
+
+
+def jobs_dir(settings: WebhookSettings) -> Path:
+    """The directory ``job_source=files`` reads; raises :class:`ConfigError` when it cannot be read,
+    so a wrong path fails at start instead of a server that is never ready."""
+    directory = settings.jobs_dir or example_jobs_dir()
+    if not directory.is_dir():
+        raise ConfigError(f"jobs directory {directory} does not exist or is not a directory "
+                          "(pass --jobs-dir DIR, or --job-source kube)")
+    if not os.access(directory, os.R_OK | os.X_OK):
+        raise ConfigError(f"jobs directory {directory} is not readable")
+    return directory
+
+
+def make_source(settings: WebhookSettings) -> JobSource:
+    if settings.job_source == "kube":
+        from volcano_job_webhook.kube.client import api_client
+
+        from .jobs.kube import KubeJobSource
+
+        return KubeJobSource(api_client(settings.kubeconfig), settings.namespaces)
+    return DirectoryJobSource(jobs_dir(settings))
+
+
+def run(settings: WebhookSettings) -> None:
+    """Run the webhook until SIGINT/SIGTERM. Missing certificates are created first."""
+    logs.configure(settings.log_level)
+    source = make_source(settings)
+    paths = ensure_certs(settings.certs_dir, settings.service_name, settings.service_namespace)
+    log.info("serving certificate %s; CA bundle for the webhook registration: %s", paths.cert, paths.ca_cert)
+    print(f"CA bundle: {paths.ca_cert}", flush=True)
+    app = create_app(source, Chain(default_registry(), settings.chain_config()), max_body_bytes=settings.max_body_bytes)
+    serve(
+        app,
+        settings.host,
+        settings.port,
+        paths.cert,
+        paths.key,
+        client_ca_file=settings.client_ca_file,
+        reload_interval=settings.cert_reload_seconds,
+    )
