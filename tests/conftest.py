@@ -56,8 +56,8 @@ def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiS
 
     One API server (with its own etcd) per distinct set of extra ``admission_plugins`` for the whole
     session: asking twice gives the same server, so tests must not depend on a cluster nobody else
-    has touched — work in your own namespace (``kube_namespace``, ``envtest.new_namespace``) and
-    name cluster-scoped objects so they cannot collide. Each server promises: ``/readyz`` ok, the
+    has touched — work in your own namespace (``kube_namespace``, or ``tests.envtest.new_namespace``)
+    and name cluster-scoped objects so they cannot collide; narrow ``audit_events`` by ``since``. Each server promises: ``/readyz`` ok, the
     Volcano Job CRD served, and the manifests' Namespace ``volcano-job-webhook`` and RBAC applied
     with each ServiceAccount subject rebound to the token user of the same name
     (``WEBHOOK_USER``, ``CERTGEN_USER``; ``NOBODY`` has no binding). All are stopped at session end.
@@ -67,20 +67,24 @@ def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiS
     Skips when ``KUBEBUILDER_ASSETS`` does not name a directory with ``kube-apiserver`` and ``etcd``.
     """
     servers: dict[frozenset[str], EnvTest] = {}
+    failures: dict[frozenset[str], BaseException] = {}  # a server that failed to start is not retried
 
     def get(admission_plugins: Sequence[str] = ()) -> EnvTest:
         assets = find_assets()
         if assets is None:
             pytest.skip(f"{ASSETS_ENV} is not set to a directory with kube-apiserver and etcd")
         key = frozenset(admission_plugins)
+        if key in failures:
+            raise RuntimeError("this API server already failed to start in this session") from failures[key]
         if key not in servers:
             name = "-".join(sorted(key)) or "default"
             server = EnvTest(assets, tmp_path_factory.mktemp(f"envtest-{name}"), tuple(sorted(key)))
-            server.start()
             try:
+                server.start()
                 server.install_prerequisites()
-            except BaseException:
+            except Exception as exc:
                 server.stop()
+                failures[key] = exc
                 raise
             servers[key] = server
         return servers[key]
