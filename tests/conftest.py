@@ -12,10 +12,10 @@ import httpx
 import pytest
 from kubernetes import client as kube_client
 
+from tests.envtest import ASSETS_ENV, EnvTest, find_assets, new_namespace
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.jobs import DirectoryJobSource
-from tests.envtest import ASSETS_ENV, EnvTest, find_assets, new_namespace
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -39,10 +39,9 @@ async def client(jobs_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
     """The app over ``jobs_dir``, through httpx's ASGI transport, lifespan included."""
     source = DirectoryJobSource(jobs_dir, interval=0)
     app = create_app(source, Chain(), max_body_bytes=64 * 1024)
-    async with app.lifespan():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook.test") as c:
-            c.app = app  # type: ignore[attr-defined]
-            yield c
+    async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook.test") as c:
+        c.app = app  # type: ignore[attr-defined]
+        yield c
 
 
 # A real API server (tests/envtest.py) -----------------------------------------------------------

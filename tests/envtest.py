@@ -197,7 +197,7 @@ class Process:
         with log_path.open("ab") as log:
             popen = subprocess.Popen(
                 list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=dict(env) if env is not None else None, cwd=cwd, preexec_fn=_die_with_parent,  # noqa: PLW1509 - started from the main thread
+                env=dict(env) if env is not None else None, cwd=cwd, preexec_fn=_die_with_parent,
             )
         return cls(name, popen, log_path)
 

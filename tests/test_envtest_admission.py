@@ -30,9 +30,6 @@ import yaml
 from cryptography import x509
 from kubernetes import client as kube_client
 from kubernetes.client.rest import ApiException
-from volcano_job_webhook.plugins import Chain, Job, PluginError
-from volcano_job_webhook.plugins.keys import JOB_NAME_KEY
-from volcano_job_webhook.plugins.podgen import make_pod
 
 from tests.conftest import EXAMPLES
 from tests.envtest import (
@@ -55,6 +52,9 @@ from tests.envtest import (
     webhook_configurations,
 )
 from tests.manifests_util import rbac_permissions
+from volcano_job_webhook.plugins import Chain, Job, PluginError
+from volcano_job_webhook.plugins.keys import JOB_NAME_KEY
+from volcano_job_webhook.plugins.podgen import make_pod
 
 EXAMPLE_JOBS = sorted((EXAMPLES / "jobs").glob("*-job.yaml"))
 MUTATING_HOOK, VALIDATING_HOOK = "pods.volcano-job-webhook.io", "jobs.volcano-job-webhook.io"
