@@ -35,8 +35,9 @@ ANNOTATION = "volcano-job-webhook/plugins"
 RESULT = re.compile(r"^worker (\d+)/(\d+) task (\d+): rmse ([\d.]+) -> ([\d.]+), model (\w+)$", re.MULTILINE)
 
 
-def example_job(port: int) -> dict[str, Any]:
+def example_job(port: int, workers: int) -> dict[str, Any]:
     obj = yaml.safe_load(EXAMPLE.read_text())
+    obj["spec"]["tasks"][1]["replicas"] = workers
     plugins = json.loads(obj["metadata"]["annotations"][ANNOTATION])
     plugins["xgboost"] = [a for a in plugins["xgboost"] if not a.startswith("--port")] + [f"--port={port}"]
     obj["metadata"]["annotations"][ANNOTATION] = json.dumps(plugins)
@@ -56,9 +57,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_example_pods_train_one_model(tmp_path):
+# 3: the example as it is. 11: task ids 0..11, past one digit, where the tracker's string order of
+# task ids would differ from their numeric order without the script's zero-padding.
+@pytest.mark.parametrize("workers", [3, 11])
+def test_example_pods_train_one_model(tmp_path, workers):
     port = free_port()
-    job_obj = example_job(port)
+    job_obj = example_job(port, workers)
     pods = [(t["name"], i) for t in job_obj["spec"]["tasks"] for i in range(t["replicas"])]
     procs = []
     for task, index in pods:
