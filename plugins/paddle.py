@@ -17,9 +17,9 @@ into the flag in brackets):
   counting the ``--master`` task first and then the others in ``spec.tasks`` order, so the Pod
   running the rendezvous server is node rank 0.
 
-The containers of the master task's Pods also get the port ``paddle-port`` (``--port``, default 6768,
-the launcher's own default master port and below the 35100-64000 range it picks its other ports
-from), unless they already have a port of that number.
+The containers of the master task's Pods also get the port ``paddle-port`` (``--port``, default 6768:
+the master port the launcher assumes for endpoints given without one, and outside the 35100-64000
+range it draws the nodes' other ports from, so they cannot collide), unless they already have a port of that number.
 
 Those four names are reserved, and so are the three the launcher lets override them
 (``PADDLE_TRAINER_ID`` the rank, ``PADDLE_TRAINER_ENDPOINTS`` and ``DISTRIBUTED_TRAINER_ENDPOINTS``
