@@ -35,10 +35,10 @@ from typing import Any
 
 import pytest
 import yaml
-from volcano_job_webhook.plugins import Chain, Job
-from volcano_job_webhook.plugins.podgen import make_pod
 
 from tests.conftest import EXAMPLES
+from volcano_job_webhook.plugins import Chain, Job
+from volcano_job_webhook.plugins.podgen import make_pod
 
 MPIRUN = shutil.which("mpirun.openmpi")
 HYDRA = shutil.which("mpiexec.hydra")

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from volcano_job_webhook.plugins import Chain, Job
-from volcano_job_webhook.plugins.podgen import make_pod
 
 from tests.conftest import EXAMPLES
+from volcano_job_webhook.plugins import Chain, Job
+from volcano_job_webhook.plugins.podgen import make_pod
 
 BUSYBOX = shutil.which("busybox")
 needs_busybox = pytest.mark.skipif(BUSYBOX is None, reason="busybox is not installed (apt-get install busybox)")
