@@ -22,7 +22,6 @@ import shutil
 import socket
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,15 +66,16 @@ class Shell:
     path: list[str]  # PATH after the stand-ins
 
 
-def shells(tmp: Path) -> Iterator[Shell]:
-    yield Shell("sh", ["/bin/sh"], ["/usr/local/bin", "/usr/bin", "/bin"])
-    if BUSYBOX:
-        applets = tmp / "busybox-bin"
-        applets.mkdir()
-        names = subprocess.run([BUSYBOX, "--list"], capture_output=True, text=True, check=True).stdout.split()
-        for name in names:
-            (applets / name).symlink_to(BUSYBOX)
-        yield Shell("busybox", [BUSYBOX, "sh"], [str(applets)])
+@pytest.fixture(scope="module")
+def busybox_applets(tmp_path_factory) -> Path | None:
+    """A directory of busybox's applets, as the busybox image's /bin."""
+    if BUSYBOX is None:
+        return None
+    applets = tmp_path_factory.mktemp("busybox-bin")
+    names = subprocess.run([BUSYBOX, "--list"], capture_output=True, text=True, check=True).stdout.split()
+    for name in names:
+        (applets / name).symlink_to(BUSYBOX)
+    return applets
 
 
 def init_container(args: list[str]) -> dict:
@@ -144,11 +144,12 @@ def search_domains() -> list[str]:
 
 
 @pytest.fixture(params=["sh", "busybox"])
-def shell(request, tmp_path) -> Shell:
-    found = {s.name: s for s in shells(tmp_path)}
-    if request.param not in found:
+def shell(request, busybox_applets) -> Shell:
+    if request.param == "sh":
+        return Shell("sh", ["/bin/sh"], ["/usr/local/bin", "/usr/bin", "/bin"])
+    if busybox_applets is None:
         pytest.skip("busybox is not installed (apt-get install busybox)")
-    return found[request.param]
+    return Shell("busybox", [str(BUSYBOX), "sh"], [str(busybox_applets)])
 
 
 def test_waits_until_every_pod_resolves(shell, tmp_path):
