@@ -14,6 +14,8 @@ from .pod import containers, ensure_envs, ensure_port
 
 PORT_NAME = "pytorchjob-port"
 WAIT_CONTAINER = "wait-for-master"
+# Also the waitfor plugin's image, which reads this plugin's --wait-master-image when the job runs it.
+DEFAULT_WAIT_IMAGE = "busybox:1.36.1"
 
 _WAIT_SCRIPT = """echo "Waiting for master node {addr}:{port} to be ready..."
 TIMEOUT={timeout}
@@ -39,7 +41,7 @@ class PytorchPlugin(Plugin):
         port_flag("port", 23456, "MASTER_PORT, opened on every container"),
         Flag("wait-master-enabled", "bool", False, "workers wait for the master's port in an init container"),
         Flag("wait-master-timeout", "int", 300, "seconds the init container waits", minimum=0),
-        Flag("wait-master-image", "string", "busybox:1.36.1", "image of the wait-for-master init container"),
+        Flag("wait-master-image", "string", DEFAULT_WAIT_IMAGE, "image of the wait-for-master init container (and waitfor's)"),
     )
 
     def check(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""torchrun, hostfile, jax, xgboost and paddle through the server and the CLI: ``/validate`` checks their arguments at
+"""torchrun, hostfile, jax, xgboost, paddle and waitfor through the server and the CLI: ``/validate`` checks their arguments at
 ``kubectl apply`` time, ``/mutate`` denies a Pod of a job that gets them wrong with the same message,
 and the CLI shows their side resources. (Their Pod changes are in ``fixtures/plugins/spec``.)"""
 
@@ -92,10 +92,14 @@ def broken_torchrun() -> dict:
             lambda: with_plugins(example("paddle"), {"paddle": ["--port=-1"]}),
             "job default/paddle-demo: plugin paddle: --port: invalid value '-1': -1 is outside 1..65535",
         ),
+        (
+            lambda: with_plugins(example("waitfor"), {"waitfor": ["--tasks=mpiworker", "--waiters=mpiworker"]}),
+            "job default/waitfor-demo: plugin waitfor: --waiters: task 'mpiworker' would wait for its own Pods",
+        ),
     ],
     ids=[
         "torchrun-reserved-env", "hostfile-format", "jax-coordinator", "torchrun-bounds",
-        "xgboost-reserved-env", "xgboost-tracker", "paddle-reserved-env", "paddle-port",
+        "xgboost-reserved-env", "xgboost-tracker", "paddle-reserved-env", "paddle-port", "waitfor-self-wait",
     ],
 )
 async def test_bad_arguments_are_denied_at_apply_and_at_admission(client, jobs_dir, make_job, message):
@@ -110,7 +114,7 @@ async def test_bad_arguments_are_denied_at_apply_and_at_admission(client, jobs_d
     assert denied["allowed"] is False and denied["status"]["message"] == verdict["status"]["message"]
 
 
-@pytest.mark.parametrize("name", ["torchrun", "hostfile", "jax", "xgboost", "paddle"])
+@pytest.mark.parametrize("name", ["torchrun", "hostfile", "jax", "xgboost", "paddle", "waitfor"])
 async def test_examples_are_admitted_and_wired(client, name):
     job = example(name)
     verdict = await answer(client, admission_review(job, uid="v"), "/validate")
