@@ -126,7 +126,7 @@ async def test_examples_are_admitted_and_wired(client, name):
         wired = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
         validate_pod(wired)
         env = {e["name"] for c in wired["spec"]["containers"] for e in c.get("env", [])}
-        assert env & {"PET_NODE_RANK", "JAX_PROCESS_ID", "MPI_HOST", "VC_WORKER_NUM", "DMLC_TASK_ID", "PADDLE_RANK"}, env
+        assert env & {"PET_NODE_RANK", "JAX_PROCESS_ID", "MPI_HOST", "VC_WORKER_NUM", "VC_MPIWORKER_NUM", "DMLC_TASK_ID", "PADDLE_RANK"}, env
 
 
 def test_cli_resources_shows_the_host_file(capsys):
