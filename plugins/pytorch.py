@@ -32,6 +32,13 @@ done
 echo "Master node is ready!\""""
 
 
+def _name_taken(container: dict[str, object]) -> str:
+    return (
+        f"a container is already named {WAIT_CONTAINER!r}, the init container --wait-master-enabled adds to workers; "
+        "the API server requires container names to be unique across containers and init containers"
+    )
+
+
 class PytorchPlugin(Plugin):
     name = "pytorch"
     requires = ("svc",)
@@ -49,6 +56,12 @@ class PytorchPlugin(Plugin):
             return [self.warning(f"--master: the job has no task {self.options['master']!r}, so pytorch leaves its Pods alone (as Volcano does)")]
         if self.options["wait-master-enabled"] and not self.options["wait-master-image"]:
             raise self.error("--wait-master-image", "must not be empty when --wait-master-enabled is set")
+        self.require_port_free(self.job.tasks, PORT_NAME, self.options["port"])
+        worker = self.job.task(self.options["worker"])
+        if self.options["wait-master-enabled"] and worker is not None:
+            for where, container in self.template_containers(worker, init=False):
+                if container.get("name") == WAIT_CONTAINER:
+                    raise self.error(f"{where}.name", _name_taken(container))
         return []
 
     def injected_init_containers(self) -> frozenset[str]:
@@ -78,13 +91,18 @@ class PytorchPlugin(Plugin):
         entries = [("MASTER_ADDR", master_addr, None), ("MASTER_PORT", str(port), None), ("WORLD_SIZE", world_size, None)]
         if rank is not None:
             entries.append(("RANK", str(rank), None))
-        for container in containers(ctx.pod):
-            ensure_port(container, PORT_NAME, port)
+        for i, container in enumerate(containers(ctx.pod)):
+            problem = ensure_port(container, PORT_NAME, port)
+            if problem:
+                raise self.error(f"spec.containers[{i}].ports", problem)
             ensure_envs(container, entries)
 
     def _add_wait_container(self, ctx: PodContext, master_addr: str) -> None:
         init = ctx.pod["spec"].setdefault("initContainers", [])
         if any(isinstance(c, dict) and c.get("name") == WAIT_CONTAINER for c in init):
             return
+        for i, container in enumerate(containers(ctx.pod)):
+            if container.get("name") == WAIT_CONTAINER:
+                raise self.error(f"spec.containers[{i}].name", _name_taken(container))
         script = _WAIT_SCRIPT.format(addr=master_addr, port=self.options["port"], timeout=self.options["wait-master-timeout"])
         init.append({"name": WAIT_CONTAINER, "image": self.options["wait-master-image"], "command": ["sh", "-c", script]})
