@@ -137,7 +137,7 @@ class HostfilePlugin(Plugin):
         """The file: one ``"\\n"``-terminated line per Pod, master task first when included; as
         long as the replicas, so check() has sized it first."""
         sep = self._separator()
-        lines = []
+        lines: list[str] = []
         for task in self._listed():
             slots = self._slots(task)
             lines.extend(f"{host}{sep}{slots}\n" for host in self.job.host_names(task))

@@ -37,9 +37,11 @@ class MPIPlugin(Plugin):
         if self.job.task(self.options["master"]) is None:
             raise self.error("--master", f"the job has no task {self.options['master']!r} (the specified mpi master task was not found)")
         worker = self.job.task(self.options["worker"])
+        # Without a worker task the master's Pods are left alone; every other Pod gets the port.
+        ported = [t for t in self.job.tasks if worker is not None or t.name != self.options["master"]]
+        self.require_port_free(ported, PORT_NAME, self.options["port"], init=True)
         if worker is None:
             return [self.warning(f"--worker: the job has no task {self.options['worker']!r}; the master gets no MPI_HOST and no port")]
-        self.require_port_free(self.job.tasks, PORT_NAME, self.options["port"], init=True)
         size = task_hosts(self.job, worker).joined()
         if size > env_value_limit("MPI_HOST"):
             return [self.warning(

@@ -9,6 +9,7 @@ and this webhook, and those must not count as differences (SPEC Part 1 §1.4).
 from __future__ import annotations
 from .keys import DEFAULT_TASK, JOB_NAME_KEY, TASK_INDEX_KEY, TASK_SPEC_KEY
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -22,7 +23,8 @@ def metadata(pod: Obj) -> Obj:
 
 def spec(pod: Obj) -> Obj:
     """The Pod's spec, created when absent (plugins add to it)."""
-    return pod.setdefault("spec", {})
+    found: Obj = pod.setdefault("spec", {})
+    return found
 
 
 def task_name(pod: Obj) -> str:
@@ -57,7 +59,7 @@ def ensure_env(container: Obj, name: str, value: str | None = None, value_from: 
     ensure_envs(container, [(name, value, value_from)])
 
 
-def ensure_envs(container: Obj, entries: list[tuple[str, str | None, Obj | None]]) -> None:
+def ensure_envs(container: Obj, entries: Sequence[tuple[str, str | None, Obj | None]]) -> None:
     """Give ``container`` each ``(name, value, value_from)``: append it, or replace the effective
     (last) entry of that name in place when its value differs. Volcano appends, and for duplicate
     names the last entry wins, so the effect matches without leaving a duplicate. One pass over the

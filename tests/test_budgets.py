@@ -268,6 +268,26 @@ def test_billion_replicas_plugins_alone() -> None:
     assert env_of(pc.pod["spec"]["containers"][0])["WORLD_SIZE"] == str(BILLION + 1)
 
 
+def test_ssh_keys_over_the_secret_limit_are_refused() -> None:
+    """Host entries can be left out, the keys cannot."""
+    job = make_job({}, [("worker", 2)])
+    ssh = SSHPlugin(job, ["--ssh-private-key=" + "k" * 600_000, "--ssh-public-key=" + "p" * 300_000])
+    with pytest.raises(PluginError) as info:
+        ssh.check()
+    assert str(info.value) == (
+        "job default/big: plugin ssh: --ssh-private-key: the keys are 1200000 bytes; the Secret 'big-ssh' would be over "
+        "1048576 bytes, the most a ConfigMap's or Secret's data may hold"
+    )
+
+
+def test_mpi_port_checked_on_other_tasks_without_a_worker_task() -> None:
+    """No worker task: the master is left alone (as Volcano), other Pods still get the port."""
+    job = make_job({"mpi": ["--worker=none"]}, [("master", 1), ("extra", 1)],
+                   containers=[{"name": "main", "image": "x:1", "ports": [{"name": "mpijob-port", "containerPort": 80}]}])
+    with pytest.raises(PluginError, match=r"plugin mpi: spec.tasks\[1\].template.spec.containers\[0\].ports: .*'mpijob-port'"):
+        Chain().check(job)
+
+
 def test_billion_replicas_svc_without_host_env_still_refused() -> None:
     """--inject-hosts-env=false drops the variables, not the host files every Pod mounts."""
     job = make_job({"svc": ["--inject-hosts-env=false"]}, [("worker", BILLION)])
