@@ -27,8 +27,8 @@ import sys
 import tempfile
 import time
 import urllib.request
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent

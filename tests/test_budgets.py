@@ -20,7 +20,8 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from volcano_job_webhook.admission import admission_review
+
+from tests.schema import validate_object, validate_pod
 from volcano_job_webhook.plugins import (
     Chain,
     ChainConfig,
@@ -46,8 +47,7 @@ from volcano_job_webhook.plugins.ssh import SSHPlugin
 from volcano_job_webhook.plugins.svc import SvcPlugin
 from volcano_job_webhook.plugins.tensorflow import TensorflowPlugin
 from volcano_job_webhook.plugins.torchrun import TorchrunPlugin
-
-from tests.schema import validate_object, validate_pod
+from volcano_job_webhook.server.review import admission_review
 
 BILLION = 10**9
 MEMORY_BOUND = 4 * 1024 * 1024  # bytes of Python allocations at peak; the lists would be gigabytes
@@ -291,7 +291,7 @@ def test_mpi_port_checked_on_other_tasks_without_a_worker_task() -> None:
 def test_billion_replicas_svc_without_host_env_still_refused() -> None:
     """--inject-hosts-env=false drops the variables, not the host files every Pod mounts."""
     job = make_job({"svc": ["--inject-hosts-env=false"]}, [("worker", BILLION)])
-    with bounded_memory(), pytest.raises(PluginError, match="would hold .* bytes of host files"):
+    with bounded_memory(), pytest.raises(PluginError, match=r"would hold .* bytes of host files"):
         Chain().check(job)
 
 
