@@ -39,7 +39,7 @@ from volcano_job_webhook.plugins import (
 from volcano_job_webhook.plugins.podgen import make_pod
 
 ROOT = Path(__file__).resolve().parent.parent
-PLUGINS = ("mpi", "tensorflow", "svc", "ssh", "pytorch", "torchrun", "hostfile", "jax", "ray", "env", "hcclrank")
+PLUGINS = ("mpi", "tensorflow", "svc", "ssh", "pytorch", "torchrun", "hostfile", "jax", "paddle", "xgboost", "ray", "env", "hcclrank")
 REPLICAS = 10**9
 TARGET_MS = 10.0
 TARGET_MB = 20.0

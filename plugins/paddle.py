@@ -67,6 +67,7 @@ class PaddlePlugin(Plugin):
         reject_reserved_env(
             self, RESERVED, "paddle.distributed.launch would take the job's master, node count, rank or id from it instead of the plugin's"
         )
+        self.require_port_free([self.master], PORT_NAME, self.options["port"])
         return []
 
     def mutate(self, ctx: PodContext) -> None:
@@ -85,7 +86,9 @@ class PaddlePlugin(Plugin):
             ("PADDLE_JOB_ID", self.job.name, None),
             ("PADDLE_RANK", str(self.offsets[ctx.task.name] + index), None),
         ]
-        for container in containers(ctx.pod):
+        for i, container in enumerate(containers(ctx.pod)):
             if on_master:
-                ensure_port(container, PORT_NAME, port)
+                problem = ensure_port(container, PORT_NAME, port)
+                if problem:
+                    raise self.error(f"spec.containers[{i}].ports", problem)
             ensure_envs(container, entries)

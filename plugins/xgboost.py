@@ -58,6 +58,7 @@ class XGBoostPlugin(Plugin):
     def check(self) -> list[str]:
         _ = self.tracker
         reject_reserved_env(self, RESERVED, "the xgboost plugin sets it, with the other DMLC_* variables of the XGBoost group")
+        self.require_port_free([self.tracker], PORT_NAME, self.options["port"])
         return []
 
     def mutate(self, ctx: PodContext) -> None:
@@ -74,7 +75,9 @@ class XGBoostPlugin(Plugin):
             ("DMLC_NUM_WORKER", str(size(self.job.tasks)), None),
             ("DMLC_TASK_ID", str(self.offsets[ctx.task.name] + index), None),
         ]
-        for container in containers(ctx.pod):
+        for i, container in enumerate(containers(ctx.pod)):
             if ctx.task.name == tracker.name:
-                ensure_port(container, PORT_NAME, port)
+                problem = ensure_port(container, PORT_NAME, port)
+                if problem:
+                    raise self.error(f"spec.containers[{i}].ports", problem)
             ensure_envs(container, entries)

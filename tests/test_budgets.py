@@ -41,12 +41,14 @@ from volcano_job_webhook.plugins.budget import (
 from volcano_job_webhook.plugins.hostfile import HostfilePlugin
 from volcano_job_webhook.plugins.jax import JaxPlugin
 from volcano_job_webhook.plugins.mpi import MPIPlugin
+from volcano_job_webhook.plugins.paddle import PaddlePlugin
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.plugins.pytorch import PytorchPlugin
 from volcano_job_webhook.plugins.ssh import SSHPlugin
 from volcano_job_webhook.plugins.svc import SvcPlugin
 from volcano_job_webhook.plugins.tensorflow import TensorflowPlugin
 from volcano_job_webhook.plugins.torchrun import TorchrunPlugin
+from volcano_job_webhook.plugins.xgboost import XGBoostPlugin
 from volcano_job_webhook.server.review import admission_review
 
 BILLION = 10**9
@@ -169,7 +171,7 @@ def billion_job(plugin: str) -> Job:
     return make_job({plugin: []}, tasks)
 
 
-SVC_PLUGINS = ["mpi", "tensorflow", "svc", "pytorch", "torchrun", "hostfile", "jax", "ray"]
+SVC_PLUGINS = ["mpi", "tensorflow", "svc", "pytorch", "torchrun", "hostfile", "jax", "ray", "paddle", "xgboost"]
 
 
 @pytest.mark.parametrize("plugin", SVC_PLUGINS)
@@ -219,7 +221,7 @@ def test_billion_replicas_ssh_leaves_host_entries_out() -> None:
 
 def test_billion_replicas_plugins_alone() -> None:
     """The plugins' own budgets, without svc in front: mpi leaves MPI_HOST out, tensorflow and hostfile
-    refuse with the size, torchrun/jax/pytorch have no lists and wire the Pod."""
+    refuse with the size, torchrun/jax/pytorch/paddle/xgboost have no lists and wire the Pod."""
     job = make_job({}, [("master", 1), ("worker", BILLION)])
     with bounded_memory():
         mpi = MPIPlugin(job, [])
@@ -253,6 +255,14 @@ def test_billion_replicas_plugins_alone() -> None:
         assert pytorch.check() == []
         pc = context(job, "worker", BILLION - 1)
         pytorch.mutate(pc)
+        paddle = PaddlePlugin(job, [])
+        assert paddle.check() == []
+        pdc = context(job, "worker", BILLION - 1)
+        paddle.mutate(pdc)
+        xgboost = XGBoostPlugin(job, [])
+        assert xgboost.check() == []
+        xc = context(job, "worker", BILLION - 1)
+        xgboost.mutate(xc)
 
     assert warning.startswith("job default/big: plugin mpi: MPI_HOST left out of the master's containers: the hosts of task 'worker' are ")
     assert "over 131072 bytes" in warning and "--hostfile /etc/volcano/worker.host" in warning
@@ -266,6 +276,8 @@ def test_billion_replicas_plugins_alone() -> None:
     assert env_of(trc.pod["spec"]["containers"][0])["PET_NODE_RANK"] == str(BILLION)
     assert env_of(jc.pod["spec"]["containers"][0])["JAX_PROCESS_ID"] == str(BILLION)
     assert env_of(pc.pod["spec"]["containers"][0])["WORLD_SIZE"] == str(BILLION + 1)
+    assert env_of(pdc.pod["spec"]["containers"][0])["PADDLE_NNODES"] == str(BILLION + 1)
+    assert env_of(xc.pod["spec"]["containers"][0])["DMLC_TASK_ID"] == str(BILLION)
 
 
 def test_ssh_keys_over_the_secret_limit_are_refused() -> None:
@@ -430,6 +442,8 @@ PORT_CASES = [
     ("pytorch", [], "worker", "pytorchjob-port", 23456),
     ("torchrun", [], "worker", "torchrun-port", 29500),
     ("jax", [], "master", "jax-port", 6666),
+    ("paddle", [], "master", "paddle-port", 6768),
+    ("xgboost", [], "master", "xgboost-port", 9091),
 ]
 
 
