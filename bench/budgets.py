@@ -39,7 +39,9 @@ from volcano_job_webhook.plugins import (
 from volcano_job_webhook.plugins.podgen import make_pod
 
 ROOT = Path(__file__).resolve().parent.parent
-PLUGINS = ("mpi", "tensorflow", "svc", "ssh", "pytorch", "torchrun", "hostfile", "jax", "paddle", "xgboost", "ray", "env", "hcclrank")
+PLUGINS = ("mpi", "tensorflow", "svc", "ssh", "pytorch", "torchrun", "hostfile", "jax", "paddle", "xgboost", "waitfor", "ray", "env",
+           "hcclrank")
+ARGS = {"waitfor": ["--tasks=worker"]}
 REPLICAS = 10**9
 TARGET_MS = 10.0
 TARGET_MB = 20.0
@@ -52,7 +54,7 @@ def job_object(plugin: str) -> dict[str, Any]:
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
         "metadata": {"name": "big", "namespace": "default", "uid": "uid-big"},
-        "spec": {"plugins": {plugin: []}, "tasks": [
+        "spec": {"plugins": {plugin: ARGS.get(plugin, [])}, "tasks": [
             {"name": first, "replicas": 1, "template": {"spec": {"containers": [container]}}},
             {"name": "worker", "replicas": REPLICAS, "template": {"spec": {"containers": [dict(container, name="worker")]}}},
         ]},
@@ -127,7 +129,7 @@ def measure_alone(plugin: str, rounds: int) -> dict[str, Any]:
     before = rss_kb("VmRSS")
 
     def run(task: str | None) -> list[str]:
-        instance = cls(job, [])
+        instance = cls(job, ARGS.get(plugin, []))
         if task is None:
             return instance.check()
         found = job.task(task)

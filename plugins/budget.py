@@ -8,7 +8,8 @@ O(tasks) whatever the replicas. Every size is exact (tests compare it with the b
 The limits, as measured against kube-apiserver v1.36 and etcd 3.6 (README, "Limits"):
 
 * ``ENV_STRING_LIMIT``: Linux ``MAX_ARG_STRLEN`` (32 pages of 4 KiB) bounds each ``NAME=value\\0``
-  string ``execve`` passes; one byte more and the container cannot start (``E2BIG``).
+  string ``execve`` passes, and each argument with its NUL; one byte more and the container cannot
+  start (``E2BIG``).
 * ``DATA_LIMIT``: the values of a ConfigMap's or Secret's data together (keys not counted); one byte
   more and the API server answers 422 "Too long: may not be more than 1048576 bytes".
 * ``STORE_LIMIT``: etcd's default ``--max-request-bytes``; a larger object is refused with
@@ -28,6 +29,7 @@ DATA_LIMIT = 1024 * 1024
 STORE_LIMIT = 1536 * 1024
 
 ENV_LIMIT_TEXT = f"{ENV_STRING_LIMIT} bytes for NAME=value, the most Linux passes in one environment string (MAX_ARG_STRLEN)"
+ARG_LIMIT_TEXT = f"{ENV_STRING_LIMIT - 1} bytes, the most Linux passes in one command-line argument (MAX_ARG_STRLEN)"
 DATA_LIMIT_TEXT = f"{DATA_LIMIT} bytes, the most a ConfigMap's or Secret's data may hold"
 STORE_LIMIT_TEXT = f"{STORE_LIMIT} bytes, the largest object etcd stores (--max-request-bytes)"
 

@@ -31,10 +31,11 @@ from functools import cached_property
 from typing import Any
 
 from .base import Plugin, PodContext
+from .budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
 from .errors import FlagError
 from .flags import Flag, parse_flags
 from .job import Task
-from .pod import Obj, spec
+from .pod import Obj, containers, spec
 from .pytorch import DEFAULT_WAIT_IMAGE, PytorchPlugin
 from .pytorch import WAIT_CONTAINER as PYTORCH_WAIT
 from .svc import SvcPlugin
@@ -87,6 +88,13 @@ while :; do
 done
 echo "waitfor: job $job: all $total Pods of tasks $tasks ready after ${{elapsed}}s"
 """
+
+
+def _name_taken() -> str:
+    return (
+        f"a container is already named {WAIT_CONTAINER!r}, the waitfor plugin's init container; the API server "
+        "requires container names to be unique across containers and init containers"
+    )
 
 
 def _names(text: str) -> list[str]:
@@ -166,6 +174,16 @@ class WaitforPlugin(Plugin):
                         f"spec.tasks[{task.position}].template.spec.initContainers[{i}]",
                         f"the name {WAIT_CONTAINER!r} is the waitfor plugin's init container; rename it",
                     )
+            for where, container in self.template_containers(task, init=False):
+                if container.get("name") == WAIT_CONTAINER:
+                    raise self.error(f"{where}.name", _name_taken())
+        # The script is one argument of sh -c: one string the kernel passes whole, or not at all.
+        if len(self.script) + 1 > ENV_STRING_LIMIT:
+            raise self.error(
+                "--tasks",
+                f"the wait script for {len(self.tasks)} tasks would be {len(self.script)} bytes, over {ARG_LIMIT_TEXT}; "
+                "wait for fewer tasks",
+            )
         return [
             self.warning(
                 f"task {task.name!r} has subdomain {task.subdomain!r}, not the job's headless Service "
@@ -228,5 +246,8 @@ class WaitforPlugin(Plugin):
         init = spec(ctx.pod).setdefault("initContainers", [])
         if any(isinstance(c, dict) and c.get("name") == WAIT_CONTAINER for c in init):
             return
+        for i, regular in enumerate(containers(ctx.pod)):
+            if regular.get("name") == WAIT_CONTAINER:
+                raise self.error(f"spec.containers[{i}].name", _name_taken())
         container: Obj = {"name": WAIT_CONTAINER, "image": self.image, "command": ["sh", "-c", self.script]}
         init.append(container)

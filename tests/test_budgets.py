@@ -48,6 +48,7 @@ from volcano_job_webhook.plugins.ssh import SSHPlugin
 from volcano_job_webhook.plugins.svc import SvcPlugin
 from volcano_job_webhook.plugins.tensorflow import TensorflowPlugin
 from volcano_job_webhook.plugins.torchrun import TorchrunPlugin
+from volcano_job_webhook.plugins.waitfor import WaitforPlugin
 from volcano_job_webhook.plugins.xgboost import XGBoostPlugin
 from volcano_job_webhook.server.review import admission_review
 
@@ -166,12 +167,15 @@ def test_env_value_limit_is_max_arg_strlen() -> None:
 # 10^9 replicas: an answer in small memory from every plugin, through the chain
 
 
+ARGS = {"waitfor": ["--tasks=worker"]}
+
+
 def billion_job(plugin: str) -> Job:
     tasks = [("head", 1), ("worker", BILLION)] if plugin == "ray" else [("master", 1), ("worker", BILLION)]
-    return make_job({plugin: []}, tasks)
+    return make_job({plugin: ARGS.get(plugin, [])}, tasks)
 
 
-SVC_PLUGINS = ["mpi", "tensorflow", "svc", "pytorch", "torchrun", "hostfile", "jax", "ray", "paddle", "xgboost"]
+SVC_PLUGINS = ["mpi", "tensorflow", "svc", "pytorch", "torchrun", "hostfile", "jax", "ray", "paddle", "xgboost", "waitfor"]
 
 
 @pytest.mark.parametrize("plugin", SVC_PLUGINS)
@@ -221,7 +225,7 @@ def test_billion_replicas_ssh_leaves_host_entries_out() -> None:
 
 def test_billion_replicas_plugins_alone() -> None:
     """The plugins' own budgets, without svc in front: mpi leaves MPI_HOST out, tensorflow and hostfile
-    refuse with the size, torchrun/jax/pytorch/paddle/xgboost have no lists and wire the Pod."""
+    refuse with the size, torchrun/jax/pytorch/paddle/xgboost/waitfor have no lists and wire the Pod."""
     job = make_job({}, [("master", 1), ("worker", BILLION)])
     with bounded_memory():
         mpi = MPIPlugin(job, [])
@@ -263,6 +267,10 @@ def test_billion_replicas_plugins_alone() -> None:
         assert xgboost.check() == []
         xc = context(job, "worker", BILLION - 1)
         xgboost.mutate(xc)
+        waitfor = WaitforPlugin(job, ["--tasks=worker"])
+        assert waitfor.check() == []
+        wc = context(job, "master")
+        waitfor.mutate(wc)
 
     assert warning.startswith("job default/big: plugin mpi: MPI_HOST left out of the master's containers: the hosts of task 'worker' are ")
     assert "over 131072 bytes" in warning and "--hostfile /etc/volcano/worker.host" in warning
@@ -278,6 +286,9 @@ def test_billion_replicas_plugins_alone() -> None:
     assert env_of(pc.pod["spec"]["containers"][0])["WORLD_SIZE"] == str(BILLION + 1)
     assert env_of(pdc.pod["spec"]["containers"][0])["PADDLE_NNODES"] == str(BILLION + 1)
     assert env_of(xc.pod["spec"]["containers"][0])["DMLC_TASK_ID"] == str(BILLION)
+    # The script loops over the replicas in the shell: its text does not grow with them.
+    script = wc.pod["spec"]["initContainers"][0]["command"][2]
+    assert f"add big-worker {BILLION} big" in script and len(script) < 4096
 
 
 def test_ssh_keys_over_the_secret_limit_are_refused() -> None:
@@ -481,6 +492,32 @@ def test_wait_container_name_taken_in_the_pod() -> None:
     pod = sidecar_pod(job, "worker", {"name": "wait-for-master", "image": "x:1"})
     with pytest.raises(PluginError, match=r"plugin pytorch: spec.containers\[1\].name: a container is already named 'wait-for-master'"):
         Chain().mutate(job, pod)
+
+
+def test_waitfor_container_name_taken() -> None:
+    job = make_job({"waitfor": ["--tasks=worker"]}, [("master", 1), ("worker", 2)])
+    pod = sidecar_pod(job, "master", {"name": "wait-for-tasks", "image": "x:1"})
+    with pytest.raises(PluginError, match=r"plugin waitfor: spec.containers\[1\].name: a container is already named 'wait-for-tasks'"):
+        Chain().mutate(job, pod)
+    template = make_job({"waitfor": ["--tasks=worker"]}, [("master", 1), ("worker", 2)],
+                        containers=[{"name": "wait-for-tasks", "image": "x:1"}])
+    with pytest.raises(PluginError, match=r"spec.tasks\[0\].template.spec.containers\[0\].name: a container is already named"):
+        Chain().check(template)
+
+
+def test_waitfor_script_over_one_argument_refused() -> None:
+    """The script names each waited task: past what Linux passes in one argument, sh -c would not
+    start. Five thousand tasks do that (about 33 bytes each); two thousand do not."""
+    tasks = [(f"t{i}", 1) for i in range(5_000)] + [("main", 1)]
+    job = make_job({"waitfor": ["--tasks=" + ",".join(t for t, _ in tasks[:-1]), "--waiters=main"]}, tasks)
+    with pytest.raises(PluginError) as info:
+        Chain().check(job)
+    assert str(info.value).startswith("job default/big: plugin waitfor: --tasks: the wait script for 5000 tasks would be ")
+    assert "over 131071 bytes, the most Linux passes in one command-line argument" in str(info.value)
+    fewer = make_job({"waitfor": ["--tasks=" + ",".join(f"t{i}" for i in range(2_000)), "--waiters=main"]},
+                     [(f"t{i}", 1) for i in range(2_000)] + [("main", 1)])
+    pod = Chain().mutate(fewer, make_pod(fewer, "main", 0)).pod
+    assert len(pod["spec"]["initContainers"][0]["command"][2]) < ENV_STRING_LIMIT
 
 
 def test_env_names_are_never_repeated() -> None:
