@@ -21,9 +21,10 @@ from .budget import STORE_LIMIT, STORE_LIMIT_TEXT
 from .errors import PluginError
 from .flags import shown
 from .job import Job, Task
-from .pod import Obj, task_name
 from .keys import PLUGINS_ANNOTATION
+from .pod import Obj, task_name
 from .registry import BUILTIN_ORDER, Registry, default_registry
+
 
 @dataclass(frozen=True)
 class ChainConfig:

@@ -94,7 +94,7 @@ def _convert(flag: Flag, text: str) -> Any:
     if flag.kind == "bool":
         return parse_go_bool(text)
     value = parse_go_int(text)
-    if flag.minimum is not None and value < flag.minimum or flag.maximum is not None and value > flag.maximum:
+    if (flag.minimum is not None and value < flag.minimum) or (flag.maximum is not None and value > flag.maximum):
         raise ValueError(f"{value} is outside {flag.minimum}..{flag.maximum}")
     return value
 

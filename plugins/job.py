@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import PluginError
-from .names import dns1123_label
 from .keys import JOB_API_VERSION, JOB_KIND, MANAGED_BY, MANAGED_BY_LABEL
-
+from .names import dns1123_label
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ and this webhook, and those must not count as differences (SPEC Part 1 §1.4).
 """
 
 from __future__ import annotations
-from .keys import DEFAULT_TASK, JOB_NAME_KEY, TASK_INDEX_KEY, TASK_SPEC_KEY
 
 from collections.abc import Sequence
 from typing import Any
 
+from .keys import DEFAULT_TASK, TASK_INDEX_KEY, TASK_SPEC_KEY
 
 Obj = dict[str, Any]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from .base import Existing, Plugin, PodContext
 from .flags import Flag, port_flag
 from .job import Task
-from .pod import JOB_NAME_KEY, TASK_SPEC_KEY, Obj, containers, ensure_port
-from .svc import JOB_NAMESPACE_KEY
+from .keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY, TASK_SPEC_KEY
+from .pod import Obj, containers, ensure_port
 
 
 def head_service_name(job_name: str) -> str:

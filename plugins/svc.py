@@ -26,8 +26,8 @@ from .budget import (
     task_hosts,
 )
 from .flags import Flag
-from .pod import JOB_NAME_KEY, Obj, ensure_envs, ensure_mount, ensure_volume, spec
-from .keys import JOB_NAMESPACE_KEY
+from .keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY
+from .pod import Obj, ensure_envs, ensure_mount, ensure_volume, spec
 
 MOUNT_PATH = "/etc/volcano"
 

@@ -2,10 +2,9 @@
 variable (one environment string over 128 KiB stops a container), with a warning; below the limit
 nothing changes from Volcano's behaviour."""
 
+from tests.schema import validate_pod
 from volcano_job_webhook.plugins import Chain, ChainConfig, Job, Settings
 from volcano_job_webhook.plugins.podgen import make_pod
-
-from tests.schema import validate_pod
 
 
 def big_job(replicas: int) -> Job:
