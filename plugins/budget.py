@@ -21,7 +21,7 @@ The limits, as measured against kube-apiserver v1.36 and etcd 3.6 (README, "Limi
   150,000 Pods; 32 MiB holds the host files of any job of up to 262,144 Pods whatever its names (a
   domain name is at most 63 + 1 + 63 bytes, plus its newline), so the limit refuses only jobs no
   cluster runs, while bounding what every Pod writes to its node's disk and how long its start
-  waits for it (about 4 s under busybox at the limit, 0.2-0.6 s for 100,000 Pods).
+  waits for it (0.6-1.1 s under busybox at the limit, 0.2-0.5 s for 100,000 Pods: bench/svc_hosts.py).
 """
 
 from __future__ import annotations

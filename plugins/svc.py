@@ -13,12 +13,18 @@ in each Pod instead, by an init container that runs before every other (``volcan
 * the init container mounts the ConfigMap elsewhere, copies its keys into the emptyDir, then
   writes each left-out ``<task>.host``: the names are deterministic (``<job>-<task>-<i>.<subdomain>``,
   or the template's one ``<hostname>.<subdomain>``), so the script holds one short line per such
-  task and counts in ``awk`` (busybox's included; a shell loop is 3-7 times slower), never a list;
+  task and counts in ``awk`` (busybox's included; a shell loop is several times slower), never a list;
 * it writes the same bytes on every run (a restarted init container changes nothing).
 
 Why not one ``subPath`` mount per file: two or three mounts per task in every container make Pods
 that grow with the tasks, and a ``subPath`` mount of a ConfigMap key never sees the ConfigMap's
 updates either. Jobs whose host files fit keep Volcano's objects, field for field.
+
+Bounds: at most ``GENERATED_LIMIT`` bytes written per Pod (any job of up to 262,144 Pods), and a
+script (one ``sh -c`` argument) within what Linux passes, which refuses jobs with thousands of
+left-out host files. The copy is taken when the Pod starts: unlike a ConfigMap mount it does not
+follow a later change of replicas, and a Pod started while the host files still fitted loses the
+file its ConfigMap drops when the job grows past the limit.
 """
 
 from __future__ import annotations
