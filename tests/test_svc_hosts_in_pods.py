@@ -224,24 +224,54 @@ def test_init_container_writes_volcanos_files(shell: Shell, case: Case, tmp_path
     assert again.files == written.files
 
 
-@pytest.mark.skipif(not os.environ.get("VOLCANO_REF"), reason="VOLCANO_REF is not set (Volcano's own plugin code)")
+needs_vcref = pytest.mark.skipif(not os.environ.get("VOLCANO_REF"), reason="VOLCANO_REF is not set (Volcano's own plugin code)")
+
+
+def volcano(job_obj: Obj, build: list[Obj]) -> tuple[Obj, list[Obj]]:
+    """Volcano's svc ConfigMap data and built Pods for the job (vcref)."""
+    done = subprocess.run(
+        [os.environ["VOLCANO_REF"]], input=json.dumps({"job": job_obj, "build": build}).encode(),
+        capture_output=True, timeout=120, check=True,
+    )
+    result = json.loads(done.stdout)
+    assert not result.get("error") and not result.get("pod_errors"), result
+    return next(o for o in result["resources"] if o["kind"] == "ConfigMap")["data"], result["pods"]
+
+
+@needs_vcref
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_files_equal_volcanos_own_config_map(case: Case, tmp_path: Path) -> None:
     """Volcano's svc code on the same job (its ConfigMap could never be stored: vcref's fake API
     server has no limit): every file a Pod sees is that ConfigMap's key, byte for byte."""
-    done = subprocess.run(
-        [os.environ["VOLCANO_REF"]], input=json.dumps({"job": case.job, "build": []}).encode(),
-        capture_output=True, timeout=120, check=True,
-    )
-    result = json.loads(done.stdout)
-    assert not result.get("error"), result
-    volcano = next(o for o in result["resources"] if o["kind"] == "ConfigMap")["data"]
-    assert len(orjson.dumps(volcano)) > DATA_LIMIT  # what the API server refuses
-    assert volcano == volcano_files(case.job)  # the independent host lists are Volcano's
+    volcano_data, _ = volcano(case.job, [])
+    assert len(orjson.dumps(volcano_data)) > DATA_LIMIT  # what the API server refuses
+    assert volcano_data == volcano_files(case.job)  # the independent host lists are Volcano's
     _, _, pod, config_map = wired(case)
     sh = Shell("sh", ["/bin/sh"], os.pathsep.join(["/usr/bin", "/bin"]))
     written = run_init_container(sh, pod["spec"]["initContainers"][0], config_map, tmp_path)
-    assert written.files == {k: v for k, v in volcano.items() if k not in case.left_out}
+    assert written.files == {k: v for k, v in volcano_data.items() if k not in case.left_out}
+
+
+@needs_vcref
+@pytest.mark.parametrize("workers", [5_000, 20_000])
+def test_under_the_limit_volcanos_objects(workers: int) -> None:
+    """Large jobs whose host files fit: Volcano's ConfigMap and Pod wiring, unchanged (at 20,000
+    workers VC_WORKER_HOSTS, 339 KB, is over hosts_env_limit and left out of the containers only,
+    as before)."""
+    job_obj = job_object("big", [("master", 1, {}), ("worker", workers, {})])
+    volcano_data, (volcano_pod,) = volcano(job_obj, [{"task": "worker", "index": workers - 1}])
+    job = Job.from_object(job_obj)
+    chain = Chain()
+    assert next(o for o in chain.resources(job) if o["kind"] == "ConfigMap")["data"] == volcano_data
+    ours = chain.mutate(job, make_pod(job, "worker", workers - 1)).pod["spec"]
+    theirs = volcano_pod["spec"]
+    assert "initContainers" not in ours
+    assert ours["volumes"] == theirs["volumes"] == [{"name": "big-svc", "configMap": {"name": "big-svc"}}]
+    assert (ours["hostname"], ours["subdomain"]) == (theirs["hostname"], theirs["subdomain"])
+    (main,), (reference,) = ours["containers"], theirs["containers"]
+    assert main["volumeMounts"] == reference["volumeMounts"] == [{"name": "big-svc", "mountPath": "/etc/volcano"}]
+    left_out = {"VC_WORKER_HOSTS"} if workers == 20_000 else set()
+    assert main["env"] == [e for e in reference["env"] if e["name"] not in left_out]
 
 
 def test_template_hostnames_written_and_thousands_of_keys_copied(shell: Shell, tmp_path: Path) -> None:
