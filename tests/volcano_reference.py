@@ -104,7 +104,7 @@ def _make_container(rng: random.Random, name: str, tasks: list[str], volumes: li
     env = _env(rng, tasks)
     if env:
         c["env"] = env
-    if not init and rng.random() < 0.4:
+    if rng.random() < (0.15 if init else 0.4):
         numbers = rng.sample(PORTS, rng.randint(1, 2))
         ports = []
         for i, number in enumerate(numbers):
