@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests import volcano_reference as vr
+from tests import volcano_reference as vr  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

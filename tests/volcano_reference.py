@@ -180,7 +180,9 @@ def _flags(rng: random.Random, plugin: str, tasks: list[str], containers: list[s
         jobs Volcano or we deny for a missing task stay a minority."""
         maybe(flag, lambda: _task_flag(rng, tasks, default), 0.5 if default in tasks else 0.95)
 
-    port = lambda: str(rng.choice(PORTS + (1234, 65535)))
+    def port() -> str:
+        return str(rng.choice((*PORTS, 1234, 65535)))
+
     if plugin == "svc":
         for flag in ("publish-not-ready-addresses", "disable-network-policy", "inject-hosts-env"):
             maybe(flag, lambda: _bool(rng))
@@ -525,10 +527,9 @@ def _normal_container(c: Obj) -> Obj:
         env[entry.get("name")] = entry  # the last of a name wins, as in the kubelet
     if env:
         c["env"] = env
-    key = lambda d: json.dumps(d, sort_keys=True)
     for name in ("ports", "volumeMounts"):
         if c.get(name):
-            c[name] = sorted(c[name], key=key)
+            c[name] = sorted(c[name], key=lambda d: json.dumps(d, sort_keys=True))
     return c
 
 
