@@ -189,7 +189,7 @@ def _flags(rng: random.Random, plugin: str, tasks: list[str], containers: list[s
     elif plugin == "ssh":
         maybe("ssh-key-file-path", lambda: rng.choice(("/root/.ssh", "/home/user/.ssh", "/root/.ssh/")))
         maybe("ssh-port", port)
-        if rng.random() < 0.5:  # keys of one's own (also spares a 2048-bit key generation per job)
+        if rng.random() < 0.75:  # keys of one's own (also spares Volcano a 2048-bit key generation)
             chosen += [("ssh-private-key", f"PRIVATE{rng.randint(0, 9)}"), ("ssh-public-key", f"ssh-rsa PUBLIC{rng.randint(0, 9)}")]
     elif plugin == "pytorch":
         task("master", "master")
@@ -236,6 +236,8 @@ def generate_job(rng: random.Random, serial: int) -> Obj:
     plugins: Obj = {}
     for plugin in rng.sample(VOLCANO_PLUGINS, rng.choice((0, 1, 1, 2, 2, 2, 3, 3, 4, 5, 8))):
         plugins[plugin] = _flags(rng, plugin, tasks, containers)
+    if "mpi" in plugins and "ssh" not in plugins and rng.random() < 0.5:  # else mpi brings ssh, keys generated
+        plugins["ssh"] = _flags(rng, "ssh", tasks, containers)
     if rng.random() < 0.02:
         plugins["bogus"] = []
     spec: Obj = {"tasks": [{"name": t, "replicas": rng.randint(1, 5), "template": templates[t]} for t in tasks]}
