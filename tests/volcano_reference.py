@@ -400,10 +400,10 @@ def _ray_ports_not_distinct(job: Obj) -> set[tuple[str, str]]:
     opts = _ray_options(job)
     if opts is None:
         return set()
-    ports = [opts["port"], opts["dashboardPort"], opts["clientPort"]]
-    if len(set(ports)) == 3:
-        return set()
-    return {("ray", "--clientPort" if ports[2] in ports[:2] else "--dashboardPort")}
+    port, dashboard, client = opts["port"], opts["dashboardPort"], opts["clientPort"]
+    if dashboard == port:  # the first flag that repeats an earlier one is named
+        return {("ray", "--dashboardPort")}
+    return {("ray", "--clientPort")} if client in (port, dashboard) else set()
 
 
 def _ray_no_head(job: Obj) -> set[tuple[str, str]]:
