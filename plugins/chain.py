@@ -108,13 +108,19 @@ class PreparedJob:
             tasks = ", ".join(t.name for t in job.tasks)
             raise PluginError(job.key, "", "volcano.sh/task-spec", f"the Pod's task {name!r} is not in spec.tasks ({tasks})")
         copied, size = _sized_copy(pod)
+        injected = self.injected_init
+        if injected:
+            # An init container the task's template defines itself is the user's, not injected:
+            # every plugin wires it, as in Volcano, where it exists before any plugin runs.
+            own = (task.template.get("spec") or {}).get("initContainers") or []
+            injected = injected - {c.get("name") for c in own if isinstance(c, dict)}
         ctx = PodContext(
             job=job,
             pod=copied,
             task=task,
             settings=self.settings,
             warnings=list(self.warnings),
-            injected_init=self.injected_init,
+            injected_init=injected,
             input_bytes=size,
         )
         for plugin in self.plugins:

@@ -1,8 +1,16 @@
 """``hcclrank``: the Ascend HCCL rank as the Pod annotation ``hccl/rankIndex`` (SPEC Part 2 §6.8).
 
-An existing annotation is kept; else the first container ``RANK`` value (pytorch's, which runs
-before this plugin) is copied; else master Pods get their index and workers ``master replicas +
-index``. Pods of other tasks are left alone.
+An existing annotation is kept; else the ``RANK`` of the first container that sets one (pytorch's,
+which runs before this plugin) is copied; else master Pods get their index and workers ``master
+replicas + index``. Pods of other tasks are left alone.
+
+Where that container lists ``RANK`` more than once, the kubelet runs it with the last entry
+(``makeEnvironmentVariables`` keeps the last of a name), and that is the one copied here. Volcano
+copies the first: with pytorch on a template that sets ``RANK`` itself, Volcano appends pytorch's
+after the template's and copies the template's, so every replica of the task gets the same
+``hccl/rankIndex`` while its processes run with pytorch's ranks. Here pytorch replaces the
+template's entry in place, and the annotation is the rank the container runs with (README, "Where
+we differ").
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ class HcclRankPlugin(Plugin):
         annotations = meta.get("annotations")
         if isinstance(annotations, dict) and annotations.get(RANK_ANNOTATION):
             return
-        rank = self._first_rank(ctx)
+        rank = self._effective_rank(ctx)
         if not rank:
             if ctx.task.name == self.options["master"]:
                 rank = str(ctx.index_number(self.name))
@@ -39,10 +47,11 @@ class HcclRankPlugin(Plugin):
         annotations[RANK_ANNOTATION] = rank
 
     @staticmethod
-    def _first_rank(ctx: PodContext) -> str:
-        """Volcano's ``getEnv``: the value of the first ``RANK`` in container order ("" for valueFrom)."""
+    def _effective_rank(ctx: PodContext) -> str:
+        """The ``RANK`` value the first container that sets ``RANK`` runs with: its last entry of
+        that name ("" for ``valueFrom``, whose value only the kubelet knows, as in Volcano)."""
         for container in containers(ctx.pod):
-            for entry in container.get("env") or []:
-                if isinstance(entry, dict) and entry.get("name") == "RANK":
-                    return str(entry.get("value") or "")
+            ranks = [e for e in container.get("env") or [] if isinstance(e, dict) and e.get("name") == "RANK"]
+            if ranks:
+                return str(ranks[-1].get("value") or "")
         return ""

@@ -11,6 +11,8 @@ from .errors import PluginError
 from .job import Job
 from .keys import GROUP_NAME_KEY, JOB_NAME_KEY, JOB_NAMESPACE_KEY, QUEUE_NAME_KEY, TASK_INDEX_KEY, TASK_SPEC_KEY
 
+DEFAULT_SCHEDULER = "volcano"
+
 
 def make_pod(job: Job, task_name: str, index: int) -> dict[str, Any]:
     """Replica ``index`` of task ``task_name`` as ``createJobPod`` makes it (job volumes left out)."""
@@ -42,8 +44,9 @@ def make_pod(job: Job, task_name: str, index: int) -> dict[str, Any]:
         "volcano.sh/job-retry-count": str(status.get("retryCount", 0)),
     })
     pod_spec = template.get("spec") or {}
-    if not pod_spec.get("schedulerName") and spec.get("schedulerName"):
-        pod_spec["schedulerName"] = spec["schedulerName"]
+    if not pod_spec.get("schedulerName"):
+        # Volcano's job admission names its scheduler in a job that names none.
+        pod_spec["schedulerName"] = spec.get("schedulerName") or DEFAULT_SCHEDULER
     if not pod_spec.get("priorityClassName") and spec.get("priorityClassName"):
         pod_spec["priorityClassName"] = spec["priorityClassName"]
     return {

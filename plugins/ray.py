@@ -4,6 +4,11 @@ In head Pods the container named ``--headContainer`` gets the ports ``gcs``, ``d
 ``client-server`` and runs ``ray start --head``; in worker Pods the container named
 ``--workerContainer`` runs ``ray start --address=<head Pod 0 domain>:<port>``. The job gets the
 ClusterIP Service ``<job>-head-svc`` in front of the head.
+
+Like Volcano, the head and worker roles are two independent checks, so a task named by both
+``--head`` and ``--worker`` runs a head in one container and a worker in the other. Where both flags
+name the same container too, Volcano's worker command replaces the head command and no head runs
+anywhere; the head command is kept here (README, "Where we differ").
 """
 
 from __future__ import annotations
@@ -36,18 +41,45 @@ class RayPlugin(Plugin):
     def ports(self) -> list[tuple[str, int]]:
         return [("gcs", self.options["port"]), ("dashboard", self.options["dashboardPort"]), ("client-server", self.options["clientPort"])]
 
+    def head_is_worker(self) -> bool:
+        """One task and one container named for both roles: it runs the head only."""
+        options = self.options
+        return bool(options["head"] == options["worker"] and options["headContainer"] == options["workerContainer"])
+
     def check(self) -> list[str]:
         head = self.job.task(self.options["head"])
         if head is None:
             raise self.error("--head", f"the job has no head task {self.options['head']!r}")
         self.require_name("dns1035", head_service_name(self.job.name), "head Service name")
+        self._require_distinct_ports()
         self._require_ports_free(head, self.options["headContainer"])
         warnings = []
+        if self.head_is_worker():
+            warnings.append(self.warning(
+                f"--head and --worker name the same task {self.options['head']!r} and --headContainer and "
+                f"--workerContainer the same container {self.options['headContainer']!r}: it runs the ray head "
+                "(Volcano would run a worker there that waits for a head no Pod starts)"
+            ))
         for flag, task_flag in (("headContainer", "head"), ("workerContainer", "worker")):
             task = self.job.task(self.options[task_flag])
             if task and not any(c.get("name") == self.options[flag] for c in task.containers if isinstance(c, dict)):
                 warnings.append(self.warning(f"--{flag}: task {task.name!r} has no container named {self.options[flag]!r}; it gets no ray command"))
         return warnings
+
+    def _require_distinct_ports(self) -> None:
+        """Volcano opens each port only when the container lacked it before, so two flags of one
+        number give the head container two ports of that number (accepted, with a warning) and the
+        head Service two ports of that number, which the API server rejects ("Duplicate value"):
+        Volcano's job never gets past creating it. Ray cannot serve two things on one port either."""
+        seen: dict[int, str] = {}
+        for flag in ("port", "dashboardPort", "clientPort"):
+            number = self.options[flag]
+            if number in seen:
+                raise self.error(
+                    f"--{flag}",
+                    f"{number} is also --{seen[number]}: the head Service cannot carry one port number twice",
+                )
+            seen[number] = flag
 
     def _require_ports_free(self, head: Task, container: str) -> None:
         """The head container's ports, in order: an earlier one may take a number a later one skips."""
@@ -64,27 +96,27 @@ class RayPlugin(Plugin):
         head = self.job.task(self.options["head"])
         if head is None:
             raise self.error("--head", f"the job has no head task {self.options['head']!r}")
-        if ctx.task.name == self.options["head"]:
-            target = self.options["headContainer"]
-            command = (
-                "ray start --head --block --dashboard-host=0.0.0.0 "
-                f"--port={self.options['port']} --dashboard-port={self.options['dashboardPort']} "
-                f"--ray-client-server-port={self.options['clientPort']}"
-            )
-        elif ctx.task.name == self.options["worker"]:
-            target = self.options["workerContainer"]
-            command = f"ray start --block --address={self.job.domain_name(head, 0)}:{self.options['port']}"
-        else:
+        is_head = ctx.task.name == self.options["head"]
+        # Volcano's two checks are independent: a task that is both head and worker gets both.
+        is_worker = ctx.task.name == self.options["worker"] and not self.head_is_worker()
+        if not (is_head or is_worker):
             return
+        head_command = (
+            "ray start --head --block --dashboard-host=0.0.0.0 "
+            f"--port={self.options['port']} --dashboard-port={self.options['dashboardPort']} "
+            f"--ray-client-server-port={self.options['clientPort']}"
+        )
+        worker_command = f"ray start --block --address={self.job.domain_name(head, 0)}:{self.options['port']}"
         for i, container in enumerate(containers(ctx.pod)):
-            if container.get("name") != target:
-                continue
-            if ctx.task.name == self.options["head"]:
-                for name, number in self.ports():
-                    problem = ensure_port(container, name, number)
+            name = container.get("name")
+            if is_head and name == self.options["headContainer"]:
+                for port_name, number in self.ports():
+                    problem = ensure_port(container, port_name, number)
                     if problem:
                         raise self.error(f"spec.containers[{i}].ports", problem)
-            container["command"] = ["sh", "-c", command]
+                container["command"] = ["sh", "-c", head_command]
+            if is_worker and name == self.options["workerContainer"]:
+                container["command"] = ["sh", "-c", worker_command]
 
     def resources(self, existing: Existing | None = None) -> list[Obj]:
         job = self.job
