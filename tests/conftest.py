@@ -1,17 +1,21 @@
-"""Shared fixtures: the example jobs, a jobs directory to write into, an in-process webhook client."""
+"""Shared fixtures: the example jobs, a jobs directory to write into, an in-process webhook client,
+and a real API server (``envtest``, ``apiserver_factory``, ``kube_admin``, ``kube_namespace``; see
+tests/envtest.py)."""
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
 import pytest
+from kubernetes import client as kube_client
 
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.jobs import DirectoryJobSource
+from tests.envtest import ASSETS_ENV, EnvTest, find_assets, new_namespace
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -39,3 +43,71 @@ async def client(jobs_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook.test") as c:
             c.app = app  # type: ignore[attr-defined]
             yield c
+
+
+# A real API server (tests/envtest.py) -----------------------------------------------------------
+
+ApiServerFactory = Callable[..., EnvTest]
+
+
+@pytest.fixture(scope="session")
+def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServerFactory]:
+    """``apiserver_factory(admission_plugins=())`` → a running :class:`EnvTest`.
+
+    One API server (with its own etcd) per distinct set of extra ``admission_plugins`` for the whole
+    session: asking twice gives the same server, so tests must not depend on a cluster nobody else
+    has touched — work in your own namespace (``kube_namespace``, ``envtest.new_namespace``) and
+    name cluster-scoped objects so they cannot collide. Each server promises: ``/readyz`` ok, the
+    Volcano Job CRD served, and the manifests' Namespace ``volcano-job-webhook`` and RBAC applied
+    with each ServiceAccount subject rebound to the token user of the same name
+    (``WEBHOOK_USER``, ``CERTGEN_USER``; ``NOBODY`` has no binding). All are stopped at session end.
+    E.g. ``apiserver_factory(admission_plugins=[OWNER_REFERENCES_ENFORCEMENT])`` behaves like
+    OpenShift: setting ``blockOwnerDeletion`` needs ``update`` on the owner's ``finalizers``.
+
+    Skips when ``KUBEBUILDER_ASSETS`` does not name a directory with ``kube-apiserver`` and ``etcd``.
+    """
+    servers: dict[frozenset[str], EnvTest] = {}
+
+    def get(admission_plugins: Sequence[str] = ()) -> EnvTest:
+        assets = find_assets()
+        if assets is None:
+            pytest.skip(f"{ASSETS_ENV} is not set to a directory with kube-apiserver and etcd")
+        key = frozenset(admission_plugins)
+        if key not in servers:
+            name = "-".join(sorted(key)) or "default"
+            server = EnvTest(assets, tmp_path_factory.mktemp(f"envtest-{name}"), tuple(sorted(key)))
+            server.start()
+            try:
+                server.install_prerequisites()
+            except BaseException:
+                server.stop()
+                raise
+            servers[key] = server
+        return servers[key]
+
+    try:
+        yield get
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def envtest(apiserver_factory: ApiServerFactory) -> EnvTest:
+    """The session's API server with the default admission plugins (see ``apiserver_factory``):
+    ``envtest.host``, ``envtest.ca_file``, ``envtest.api_client(user)``, ``envtest.kubeconfig(user)``."""
+    return apiserver_factory()
+
+
+@pytest.fixture(scope="session")
+def kube_admin(envtest: EnvTest) -> kube_client.ApiClient:
+    """An official ``kubernetes.client.ApiClient`` for ``envtest``'s ``system:masters`` admin."""
+    return envtest.api_client()
+
+
+@pytest.fixture
+def kube_namespace(envtest: EnvTest, kube_admin: kube_client.ApiClient) -> str:
+    """A fresh namespace of ``envtest`` (``test-<random>``) with its ``default`` ServiceAccount, so
+    Pods can be created in it. Not deleted afterwards: without a controller-manager a namespace never
+    finishes terminating, and the API server goes at session end anyway."""
+    return new_namespace(kube_admin)

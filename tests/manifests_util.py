@@ -422,3 +422,48 @@ def rbac_permissions(
     whatever the scope or resourceNames; ``""`` is the core group. For ServiceAccount
     volcano-job-webhook (the webhook and the reconciler) this is the same in every variant."""
     return {(g.api_group, g.resource, g.verb) for g in rbac_grants(build_variant(variant), service_account, namespace)}
+
+
+# The image ----------------------------------------------------------------------------------------
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def dockerignore_excludes(path: str, patterns: list[str]) -> bool:
+    """Docker's rule: the last pattern matching the path or one of its parent directories decides."""
+    def regex(pattern: str) -> re.Pattern[str]:
+        out, i = "", 0
+        while i < len(pattern):
+            if pattern.startswith("**/", i):
+                out, i = out + "(?:.*/)?", i + 3
+            elif pattern.startswith("**", i):
+                out, i = out + ".*", i + 2
+            elif pattern[i] == "*":
+                out, i = out + "[^/]*", i + 1
+            elif pattern[i] == "?":
+                out, i = out + "[^/]", i + 1
+            elif pattern[i] == "[":
+                j = pattern.index("]", i)
+                out, i = out + pattern[i:j + 1], j + 1
+            else:
+                out, i = out + re.escape(pattern[i]), i + 1
+        return re.compile(out)
+
+    parts = path.split("/")
+    candidates = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    excluded = False
+    for raw in patterns:
+        negate = raw.startswith("!")
+        pattern = raw.lstrip("!").strip().strip("/")
+        if any(regex(pattern).fullmatch(c) for c in candidates):
+            excluded = not negate
+    return excluded

@@ -6,6 +6,7 @@ import base64
 import os
 import stat
 from datetime import datetime, timedelta, timezone
+import ssl
 from pathlib import Path
 
 import pytest
@@ -51,10 +52,44 @@ def verify_signed_by(cert: x509.Certificate, ca: x509.Certificate) -> None:
     assert cert.issuer == ca.subject
 
 
-def test_default_sans():
-    dns, ips = default_sans("hook", "ns")
-    assert dns == ["localhost", "hook", "hook.ns", "hook.ns.svc", "hook.ns.svc.cluster.local"]
-    assert ips == ["127.0.0.1", "::1"]
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext, server_hostname: str) -> None:
+    """A TLS handshake over memory BIOs; raises ``ssl.SSLCertVerificationError`` if the client refuses."""
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    c = client.wrap_bio(c_in, c_out, server_hostname=server_hostname)
+    s = server.wrap_bio(s_in, s_out, server_side=True)
+    done = {"c": False, "s": False}
+    for _ in range(20):
+        for name, side in (("c", c), ("s", s)):
+            if not done[name]:
+                try:
+                    side.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        if all(done.values()):
+            return
+    raise AssertionError("handshake did not finish")
+
+
+@pytest.mark.parametrize("name", ["hook.ns.svc", "hook.ns.svc.cluster.local", "hook.ns", "localhost", "127.0.0.1", "::1"])
+def test_default_certificate_is_accepted_where_clients_dial(tmp_path, name):
+    """The API server dials ``<service>.<namespace>.svc``; local tools dial localhost or a loopback IP."""
+    paths = ensure_certs(tmp_path, "hook", "ns")
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(paths.cert, paths.key)
+    client = ssl.create_default_context(cafile=str(paths.ca_cert))
+    _handshake(server, client, name)
+
+
+def test_default_certificate_is_refused_for_other_names(tmp_path):
+    paths = ensure_certs(tmp_path, "hook", "ns")
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(paths.cert, paths.key)
+    client = ssl.create_default_context(cafile=str(paths.ca_cert))
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _handshake(server, client, "other.ns.svc")
 
 
 def test_generate_ca_is_a_p256_ca_for_signing_certificates_only():

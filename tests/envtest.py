@@ -1,0 +1,744 @@
+"""A real kube-apiserver and etcd for the tests, envtest-style (see /work/shared/envtest/README.md).
+
+The binaries come from the directory named by ``KUBEBUILDER_ASSETS`` (``kube-apiserver``, ``etcd``),
+the layout controller-runtime's envtest and ``setup-envtest use 1.36 -p path`` give; without it the
+fixtures in ``tests/conftest.py`` skip. Nothing else of a cluster runs: no controller-manager (no
+garbage collection, no ``default`` ServiceAccount in new namespaces, namespaces never finish
+terminating), no scheduler, no kubelet (Pods stay Pending, which is all admission needs).
+
+What :class:`EnvTest` sets up in its work directory:
+
+* one CA (``ca.crt``) that signed the API server's serving certificate (IP SAN 127.0.0.1) and is
+  also its ``--client-ca-file``;
+* a service-account key pair, so ``TokenRequest`` and projected token volumes work;
+* ``tokens.csv``: user :data:`ADMIN` in ``system:masters``, and every name of ``users`` with no
+  group at all, so what such a user may do is exactly what RBAC objects grant it;
+* one kubeconfig per user on demand (:meth:`EnvTest.kubeconfig`), for subprocesses;
+* ``audit.log``: every request's user, verb, resource and response code (audit level Metadata),
+  read back by :meth:`EnvTest.audit_events` — which API calls a process really made under RBAC,
+  and which were refused.
+
+Module functions speak to the API server through an official ``kubernetes.client.ApiClient`` with no
+generated per-kind API classes: :func:`apply` (server-side apply), :func:`create`, :func:`read`,
+:func:`delete`, and helpers that install this project's prerequisites the way
+``kubectl apply -k manifests`` would: the Volcano Job CRD (:func:`install_job_crd`), and the
+manifests' RBAC rebound from ServiceAccounts to token users (:func:`install_rbac`). The last section
+runs the product itself as a subprocess (:func:`start_product`) and registers its webhook
+configurations (:func:`webhook_configurations`).
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import functools
+import ipaddress
+import json
+import os
+import secrets
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.manifests_util import DEFAULT_VARIANT, build_variant
+
+ASSETS_ENV = "KUBEBUILDER_ASSETS"
+BINARIES = ("kube-apiserver", "etcd")
+
+ADMIN = "envtest-admin"
+# The ServiceAccounts of the manifests, as token users of the same name (see install_rbac).
+WEBHOOK_USER = "volcano-job-webhook"
+CERTGEN_USER = "volcano-job-webhook-certgen"
+NOBODY = "nobody"  # no binding names it: only what every authenticated user may do
+DEFAULT_USERS = (WEBHOOK_USER, CERTGEN_USER, NOBODY)
+
+OWNER_REFERENCES_ENFORCEMENT = "OwnerReferencesPermissionEnforcement"
+BASE_ADMISSION_PLUGINS = ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook")
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+JOB_CRD = Path(__file__).resolve().parent / "fixtures" / "crd" / "batch.volcano.sh_jobs.yaml"
+JOB_API_VERSION = "batch.volcano.sh/v1alpha1"
+FIELD_MANAGER = "envtest"
+
+T = TypeVar("T")
+
+
+def find_assets(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The ``KUBEBUILDER_ASSETS`` directory when it holds executable ``kube-apiserver`` and ``etcd``."""
+    value = environ.get(ASSETS_ENV)
+    if not value:
+        return None
+    directory = Path(value)
+    if all(os.access(directory / name, os.X_OK) for name in BINARIES):
+        return directory
+    return None
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (the caller binds it soon after)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that; AssertionError naming
+    ``what`` after ``timeout`` seconds. Exceptions from ``predicate`` propagate."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+# Certificates and keys -------------------------------------------------------------------------
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def _make_ca_and_serving_cert() -> tuple[bytes, bytes, bytes]:
+    """``(ca.crt, apiserver.crt, apiserver.key)``: a throwaway CA and a serving certificate for
+    127.0.0.1 and the in-cluster names, valid for a day."""
+    start = datetime.now(UTC) - timedelta(minutes=5)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "envtest-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name).issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start).not_valid_after(start + timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                     crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = [
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.DNSName("localhost"),
+        *(x509.DNSName(n) for n in ("kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                                    "kubernetes.default.svc.cluster.local")),
+    ]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start).not_valid_after(start + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    return ca.public_bytes(pem), cert.public_bytes(pem), _pem_key(key)
+
+
+def _make_service_account_keys() -> tuple[bytes, bytes]:
+    """``(sa.key, sa.pub)``: the pair the API server signs and checks service-account tokens with."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return _pem_key(key), public
+
+
+# Processes -------------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    # A killed pytest must not leave a 300 MB API server behind: the kernel sends SIGKILL to the
+    # child when the thread that started it exits (the fixtures start processes from the main
+    # thread). Linux only; elsewhere the fixtures' teardown is all there is.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class Process:
+    """A child process whose stdout and stderr go to ``log_path``."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @classmethod
+    def start(cls, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
+              cwd: Path | None = None) -> Process:
+        with log_path.open("ab") as log:
+            popen = subprocess.Popen(
+                list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=dict(env) if env is not None else None, cwd=cwd, preexec_fn=_die_with_parent,  # noqa: PLW1509 - started from the main thread
+            )
+        return cls(name, popen, log_path)
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self, tail: int | None = None) -> str:
+        """The output so far (the last ``tail`` lines when given)."""
+        text = self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-tail:]) if tail else text
+
+    def stop(self, grace: float = 5.0) -> int:
+        """SIGTERM, up to ``grace`` seconds to exit, then SIGKILL. Returns the exit status."""
+        if self.alive:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+        return self.popen.wait()
+
+
+# The API server --------------------------------------------------------------------------------
+
+
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+"""
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One request as the API server's audit log records it. ``code`` is the HTTP status answered
+    (None while a watch is still streaming); ``api_group`` is "" for the core group."""
+
+    user: str
+    verb: str
+    api_group: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+    code: int | None
+    uri: str
+    received: datetime  # when the API server received the request (UTC)
+
+    @property
+    def permission(self) -> tuple[str, str, str]:
+        """``(apiGroup, resource[/subresource], verb)``, as an RBAC rule names it."""
+        resource = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        return self.api_group, resource, self.verb
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    token: str
+    groups: tuple[str, ...] = ()
+
+
+@dataclass
+class EnvTest:
+    """etcd and kube-apiserver on free loopback ports, files in ``workdir``.
+
+    ``admission_plugins`` are enabled on top of the API server's defaults and the two webhook
+    plugins (e.g. :data:`OWNER_REFERENCES_ENFORCEMENT`). ``users`` become token users with no group.
+    Use as a context manager, or :meth:`start` / :meth:`stop`.
+    """
+
+    assets: Path
+    workdir: Path
+    admission_plugins: tuple[str, ...] = ()
+    users: tuple[str, ...] = DEFAULT_USERS
+    host: str = ""
+    ca_file: Path = field(init=False)
+    audit_log: Path = field(init=False)
+    startup_seconds: float = 0.0
+    _tokens: dict[str, User] = field(default_factory=dict, init=False)
+    _etcd: Process | None = field(default=None, init=False)
+    _apiserver: Process | None = field(default=None, init=False)
+    _clients: list[client.ApiClient] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.ca_file = self.workdir / "ca.crt"
+        self.audit_log = self.workdir / "audit.log"
+
+    # Lifecycle ---------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> Self:
+        """Write the certificates, keys and token file, start etcd and kube-apiserver, and return
+        once ``/readyz`` answers ``ok`` (its post-start hooks, the bootstrap RBAC roles among them,
+        have run). A port taken between choosing and binding it is retried with new ports."""
+        started = time.monotonic()
+        self._write_credentials()
+        for attempt in range(3):
+            try:
+                self._start_processes(timeout)
+                break
+            except _EarlyExit:
+                self.stop()
+                if attempt == 2:
+                    raise
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def stop(self) -> None:
+        """Stop the API server (SIGTERM, 5 s, SIGKILL: its graceful shutdown can take a minute),
+        then etcd (stops at once). Idempotent."""
+        for api in self._clients:
+            api.close()
+        self._clients.clear()
+        if self._apiserver is not None:
+            self._apiserver.stop(grace=5.0)
+            self._apiserver = None
+        if self._etcd is not None:
+            self._etcd.stop(grace=5.0)
+            self._etcd = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _write_credentials(self) -> None:
+        ca, cert, key = _make_ca_and_serving_cert()
+        self.ca_file.write_bytes(ca)
+        (self.workdir / "apiserver.crt").write_bytes(cert)
+        _write_private(self.workdir / "apiserver.key", key)
+        sa_key, sa_pub = _make_service_account_keys()
+        _write_private(self.workdir / "sa.key", sa_key)
+        (self.workdir / "sa.pub").write_bytes(sa_pub)
+        if ADMIN in self.users or len(set(self.users)) != len(self.users):
+            raise ValueError(f"users must be distinct and not {ADMIN!r}: {self.users}")
+        self._tokens = {ADMIN: User(ADMIN, secrets.token_hex(16), ("system:masters",))}
+        self._tokens.update({name: User(name, secrets.token_hex(16)) for name in self.users})
+        lines = []
+        for user in self._tokens.values():
+            groups = f',"{",".join(user.groups)}"' if user.groups else ""
+            lines.append(f"{user.token},{user.name},{user.name}{groups}\n")
+        _write_private(self.workdir / "tokens.csv", "".join(lines).encode())
+        (self.workdir / "audit-policy.yaml").write_text(AUDIT_POLICY, encoding="utf-8")
+
+    def _start_processes(self, timeout: float) -> None:
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        data_dir = self.workdir / f"etcd-{etcd_port}"
+        self._etcd = Process.start("etcd", [
+            str(self.assets / "etcd"), "--name=envtest", f"--data-dir={data_dir}",
+            f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-cluster=envtest=http://127.0.0.1:{peer_port}",
+            "--unsafe-no-fsync=true", "--log-level=warn",
+        ], self.workdir / "etcd.log")
+        plugins = ",".join(dict.fromkeys((*BASE_ADMISSION_PLUGINS, *self.admission_plugins)))
+        w = self.workdir
+        self._apiserver = Process.start("kube-apiserver", [
+            str(self.assets / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
+            f"--cert-dir={w / 'certs'}", f"--tls-cert-file={w / 'apiserver.crt'}",
+            f"--tls-private-key-file={w / 'apiserver.key'}",
+            f"--client-ca-file={self.ca_file}", f"--token-auth-file={w / 'tokens.csv'}",
+            f"--service-account-key-file={w / 'sa.pub'}", f"--service-account-signing-key-file={w / 'sa.key'}",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}", f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+            "--authorization-mode=RBAC", f"--enable-admission-plugins={plugins}",
+            "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
+            "--endpoint-reconciler-type=none", "--profiling=false",
+            f"--audit-policy-file={w / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json", "--audit-log-mode=blocking",
+        ], self.workdir / "kube-apiserver.log")
+        self.host = f"https://127.0.0.1:{api_port}"
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+
+        def ready() -> bool:
+            for process in (self._etcd, self._apiserver):
+                if process is not None and not process.alive:
+                    raise _EarlyExit(f"{process.name} exited ({process.popen.returncode}):\n{process.log(tail=30)}")
+            request = urllib.request.Request(f"{self.host}/readyz",
+                                             headers={"Authorization": f"Bearer {self._tokens[ADMIN].token}"})
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=2) as response:
+                    return bool(response.read() == b"ok")
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                return False
+
+        try:
+            wait_until(ready, timeout, "kube-apiserver /readyz")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self._apiserver.log(tail=30)}") from None
+
+    # Access ------------------------------------------------------------------------------------
+
+    def token(self, user: str = ADMIN) -> str:
+        """The bearer token of ``user`` (:data:`ADMIN` or one of ``users``); KeyError for others."""
+        return self._tokens[user].token
+
+    def configuration(self, user: str = ADMIN) -> client.Configuration:
+        """A client Configuration for ``user``: host, bearer token, the API server's CA."""
+        configuration = client.Configuration()
+        configuration.host = self.host
+        configuration.ssl_ca_cert = str(self.ca_file)
+        configuration.api_key = {"authorization": self.token(user)}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        return configuration
+
+    def api_client(self, user: str = ADMIN) -> client.ApiClient:
+        """A new official ApiClient acting as ``user``; closed by :meth:`stop`."""
+        api = client.ApiClient(self.configuration(user))
+        self._clients.append(api)
+        return api
+
+    def kubeconfig(self, user: str = ADMIN) -> Path:
+        """A kubeconfig file for ``user`` (written once, mode 0600), for ``--kubeconfig`` of a
+        subprocess: server, the API server's CA file, and the user's token."""
+        path = self.workdir / f"kubeconfig-{user}.yaml"
+        if not path.exists():
+            config = {
+                "apiVersion": "v1", "kind": "Config",
+                "clusters": [{"name": "envtest", "cluster": {"server": self.host, "certificate-authority": str(self.ca_file)}}],
+                "users": [{"name": user, "user": {"token": self.token(user)}}],
+                "contexts": [{"name": f"{user}@envtest", "context": {"cluster": "envtest", "user": user}}],
+                "current-context": f"{user}@envtest",
+            }
+            _write_private(path, yaml.safe_dump(config).encode())
+        return path
+
+    def audit_events(self, user: str | None = None, since: datetime | None = None) -> list[AuditEvent]:
+        """Every request so far (of ``user`` only, and received at or after ``since`` only, when
+        given), oldest first, one per request: a watch appears once it has started streaming, with
+        ``code`` set when it has ended. The log is written as requests complete, so poll
+        (:func:`wait_until`) for a request just made. The server is shared by the session: narrow
+        by ``since`` (e.g. when your process started) to see only your own requests."""
+        by_id: dict[str, AuditEvent] = {}
+        if not self.audit_log.exists():
+            return []
+        with self.audit_log.open(encoding="utf-8") as f:
+            for line in f:
+                try:
+                    event = json.loads(line)
+                except ValueError:  # the last line, half written
+                    continue
+                username = event.get("user", {}).get("username", "")
+                if user is not None and username != user:
+                    continue
+                received = datetime.fromisoformat(event["requestReceivedTimestamp"])
+                if since is not None and received < since:
+                    continue
+                ref = event.get("objectRef") or {}
+                code = (event.get("responseStatus") or {}).get("code")
+                by_id[event["auditID"]] = AuditEvent(
+                    user=username, verb=event.get("verb", ""), api_group=ref.get("apiGroup", ""),
+                    resource=ref.get("resource", ""), subresource=ref.get("subresource", ""),
+                    namespace=ref.get("namespace", ""), name=ref.get("name", ""),
+                    code=None if event.get("stage") == "ResponseStarted" else code,
+                    uri=event.get("requestURI", ""), received=received,
+                )
+        return list(by_id.values())
+
+    def install_prerequisites(self) -> None:
+        """What the product needs of a cluster before it is installed: the Volcano Job CRD, and the
+        manifests' Namespace and RBAC with each ServiceAccount subject rebound to the token user of
+        the same name (:func:`install_rbac`)."""
+        api = self.api_client()
+        install_job_crd(api)
+        install_rbac(api)
+
+
+class _EarlyExit(RuntimeError):
+    """etcd or kube-apiserver exited before the API server was ready."""
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+# Talking to it -----------------------------------------------------------------------------------
+
+_discovery: dict[tuple[str, str], dict[str, tuple[str, bool]]] = {}
+
+
+def request(api: client.ApiClient, method: str, path: str, *, body: Any = None,
+            query: Iterable[tuple[str, str]] = (), content_type: str = "application/json") -> Any:
+    """One call to the API server as ``api``'s user; the decoded JSON answer. Raises
+    ``ApiException`` (``.status``, ``.body`` a JSON Status) for an error answer."""
+    method, url, headers, payload, _ = api.param_serialize(
+        method, path, query_params=list(query),
+        header_params={"Content-Type": content_type, "Accept": "application/json"},
+        body=body, auth_settings=["BearerToken"],
+    )
+    response = api.call_api(method, url, header_params=headers, body=payload)
+    response.read()
+    return api.response_deserialize(response, {"2XX": "object"}).data
+
+
+def status_message(exc: ApiException) -> str:
+    """The ``message`` of the Status an error answer carries (the body itself when it is not one)."""
+    try:
+        return str(json.loads(exc.body or "")["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(exc.body)
+
+
+def _resources(api: client.ApiClient, api_version: str, refresh: bool) -> dict[str, tuple[str, bool]]:
+    key = (api.configuration.host, api_version)
+    if refresh or key not in _discovery:
+        path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        listing = request(api, "GET", path)
+        _discovery[key] = {r["kind"]: (r["name"], r["namespaced"]) for r in listing["resources"] if "/" not in r["name"]}
+    return _discovery[key]
+
+
+def resource_path(api: client.ApiClient, api_version: str, kind: str, namespace: str | None = None,
+                  name: str | None = None) -> str:
+    """The REST path of a kind (its collection, or one object with ``name``), found by discovery
+    (cached; refreshed once on a miss, e.g. right after a CRD is installed)."""
+    resources = _resources(api, api_version, refresh=False)
+    if kind not in resources:
+        resources = _resources(api, api_version, refresh=True)
+    if kind not in resources:
+        raise LookupError(f"the API server serves no {kind} in {api_version}")
+    plural, namespaced = resources[kind]
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    if namespaced:
+        if not namespace:
+            raise ValueError(f"{kind} is namespaced: give a namespace")
+        base += f"/namespaces/{namespace}"
+    return f"{base}/{plural}" + (f"/{name}" if name else "")
+
+
+def _path_of(api: client.ApiClient, obj: Mapping[str, Any], with_name: bool) -> str:
+    meta = obj.get("metadata") or {}
+    return resource_path(api, obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"] if with_name else None)
+
+
+def apply(api: client.ApiClient, obj: Mapping[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+    """Server-side apply of ``obj`` (created or updated; conflicts forced), as ``kubectl apply
+    --server-side --force-conflicts`` does. Returns the object as stored."""
+    result: dict[str, Any] = request(
+        api, "PATCH", _path_of(api, obj, with_name=True), body=dict(obj), content_type="application/apply-patch+yaml",
+        query=[("fieldManager", field_manager), ("force", "true")],
+    )
+    return result
+
+
+def create(api: client.ApiClient, obj: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    """POST ``obj`` (through admission, webhooks included); ``dry_run`` stores nothing."""
+    query = [("dryRun", "All")] if dry_run else []
+    result: dict[str, Any] = request(api, "POST", _path_of(api, obj, with_name=False), body=dict(obj), query=query)
+    return result
+
+
+def replace(api: client.ApiClient, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """PUT ``obj`` (its ``metadata.resourceVersion`` makes it a compare-and-swap)."""
+    result: dict[str, Any] = request(api, "PUT", _path_of(api, obj, with_name=True), body=dict(obj))
+    return result
+
+
+def read(api: client.ApiClient, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    """The object, or None when it does not exist."""
+    try:
+        result: dict[str, Any] = request(api, "GET", resource_path(api, api_version, kind, namespace, name))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return result
+
+
+def delete(api: client.ApiClient, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+    """Delete the object; False when it did not exist. (Nothing garbage-collects its dependents.)"""
+    try:
+        request(api, "DELETE", resource_path(api, api_version, kind, namespace, name))
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def new_namespace(api: client.ApiClient, prefix: str = "test-", labels: Mapping[str, str] | None = None) -> str:
+    """Create a namespace named ``prefix`` + a random suffix, and its ``default`` ServiceAccount
+    (no controller-manager makes it, and Pods cannot be created without it). Returns the name."""
+    ns = create(api, {"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"generateName": prefix, "labels": dict(labels or {})}})
+    name: str = ns["metadata"]["name"]
+    create(api, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}})
+    return name
+
+
+# This project's prerequisites ------------------------------------------------------------------
+
+
+def job_crd() -> dict[str, Any]:
+    """The CustomResourceDefinition of Volcano's Job (tests/fixtures/crd/)."""
+    crd: dict[str, Any] = yaml.safe_load(JOB_CRD.read_text(encoding="utf-8"))
+    return crd
+
+
+def install_job_crd(api: client.ApiClient, timeout: float = 30.0) -> None:
+    """Apply the Job CRD and return once Jobs can be listed (the CRD is Established and served)."""
+    apply(api, job_crd())
+
+    def served() -> bool:
+        try:
+            request(api, "GET", resource_path(api, JOB_API_VERSION, "Job", "default"))
+        except (LookupError, ApiException):
+            return False
+        return True
+
+    wait_until(served, timeout, "the Volcano Job CRD to be served")
+
+
+RBAC_KINDS = frozenset({"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
+
+
+def user_for(service_account: Mapping[str, Any]) -> str:
+    """The token user that stands for a ServiceAccount subject: the same name."""
+    return str(service_account["name"])
+
+
+def rbac_objects(variant: str = DEFAULT_VARIANT) -> list[dict[str, Any]]:
+    """The install variant's Roles, ClusterRoles and bindings, every ServiceAccount subject replaced
+    by ``User`` :func:`user_for` it — the rules themselves untouched, so a token user is granted
+    exactly what the manifests grant the ServiceAccount."""
+    out = []
+    for obj in build_variant(variant):
+        if obj["kind"] not in RBAC_KINDS:
+            continue
+        if obj["kind"].endswith("Binding"):
+            obj = {**obj, "subjects": [
+                {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user_for(s)}
+                if s.get("kind") == "ServiceAccount" else s
+                for s in obj.get("subjects") or []
+            ]}
+        out.append(obj)
+    return out
+
+
+def can(api: client.ApiClient, user: str, verb: str, resource: str, *, group: str = "", namespace: str = "",
+        name: str = "", subresource: str = "") -> bool:
+    """Whether the API server's authorizer lets ``user`` do this now (a SubjectAccessReview; ``api``
+    must be allowed to create those, as the admin is)."""
+    attributes = {"verb": verb, "group": group, "resource": resource, "subresource": subresource,
+                  "namespace": namespace, "name": name}
+    review = create(api, {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                          "spec": {"user": user, "resourceAttributes": attributes}})
+    return bool(review["status"].get("allowed"))
+
+
+def wait_for_bindings(api: client.ApiClient, objects: Iterable[Mapping[str, Any]], timeout: float = 10.0) -> None:
+    """Return once every User subject of the bindings among ``objects`` holds the first permission of
+    its role: the RBAC authorizer works from a cache, so a binding just written may not count yet."""
+    objects = list(objects)
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+             for o in objects if o["kind"] in ("Role", "ClusterRole")}
+    for binding in objects:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        ref, namespace = binding["roleRef"], binding["metadata"].get("namespace") or ""
+        role = roles.get((ref["kind"], namespace or None if ref["kind"] == "Role" else None, ref["name"]))
+        if role is None or not role.get("rules"):
+            continue
+        rule = role["rules"][0]
+        resource, _, subresource = rule["resources"][0].partition("/")
+        for subject in binding.get("subjects") or []:
+            if subject.get("kind") != "User":
+                continue
+            check = functools.partial(
+                can, api, subject["name"], rule["verbs"][0], resource, group=rule["apiGroups"][0],
+                namespace=namespace, name=(rule.get("resourceNames") or [""])[0], subresource=subresource,
+            )
+            wait_until(check, timeout, f"{binding['kind']} {binding['metadata']['name']} to apply to {subject['name']}")
+
+
+def install_rbac(api: client.ApiClient, variant: str = DEFAULT_VARIANT) -> list[dict[str, Any]]:
+    """Apply the variant's Namespace (``volcano-job-webhook``, for its Roles) and :func:`rbac_objects`,
+    and wait until the bindings are in force. Returns the RBAC objects applied."""
+    for obj in build_variant(variant):
+        if obj["kind"] == "Namespace":
+            apply(api, obj)
+    objects = rbac_objects(variant)
+    for obj in objects:
+        apply(api, obj)
+    wait_for_bindings(api, objects)
+    return objects
+
+
+# The product -------------------------------------------------------------------------------------
+
+
+def product_env() -> dict[str, str]:
+    """This environment minus what would change the product's settings or cluster behind the
+    test's back (``VOLCANO_WEBHOOK_*``, ``KUBECONFIG``); output unbuffered for the log file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOLCANO_WEBHOOK_") and k != "KUBECONFIG"}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def start_product(args: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> Process:
+    """``python -m volcano_job_webhook ARGS`` with this interpreter, output to ``log_path``."""
+    return Process.start("volcano_job_webhook", [sys.executable, "-m", "volcano_job_webhook", *args], log_path,
+                         env=env if env is not None else product_env())
+
+
+def https_get(url: str, ca_file: Path, timeout: float = 2.0) -> tuple[int, bytes] | None:
+    """``(status, body)`` of a GET checked against ``ca_file``; None when nothing answers."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None
+
+
+def webhook_configurations(base_url: str, ca_bundle: bytes, variant: str = DEFAULT_VARIANT) -> list[dict[str, Any]]:
+    """The variant's Mutating- and ValidatingWebhookConfigurations as installed, with each
+    ``clientConfig.service`` replaced by ``url: base_url + its path`` and ``caBundle`` set — the
+    only way an envtest API server reaches a webhook. Everything else (rules, selectors, failure
+    policy, timeouts) is the manifests'."""
+    out = []
+    for obj in build_variant(variant):
+        if obj["kind"] not in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            continue
+        webhooks = []
+        for hook in obj["webhooks"]:
+            service = hook["clientConfig"]["service"]
+            webhooks.append({**hook, "clientConfig": {
+                "url": base_url.rstrip("/") + service.get("path", "/"),
+                "caBundle": base64.b64encode(ca_bundle).decode(),
+            }})
+        out.append({**obj, "webhooks": webhooks})
+    return out
+

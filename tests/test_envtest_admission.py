@@ -1,0 +1,336 @@
+"""The product behind a real kube-apiserver: Pods and Jobs go through admission and come back wired.
+
+``python -m volcano_job_webhook serve --job-source=kube`` runs as a subprocess, as token user
+``volcano-job-webhook`` holding exactly the RBAC that manifests/ grant its ServiceAccount, with the
+serving certificate it makes itself. The manifests' MutatingWebhookConfiguration and
+ValidatingWebhookConfiguration are registered with ``clientConfig.url`` pointing at it. The test
+then creates Volcano Jobs and their Pods (as Volcano's job controller builds them, ``make_pod``) as
+the admin, and compares what the API server stored with what the plugin chain makes of the same
+Pod offline.
+
+The offline expectation has to go through the API server too, without the webhook: the webhook
+sees a Pod after defaulting and the built-in admission plugins (the ServiceAccount plugin adds the
+``kube-api-access-*`` token volume and mounts), and its patch is defaulted again afterwards (e.g.
+``protocol: TCP`` on an added port). So: dry-run the Pod without the ``volcano.sh/job-name`` label
+(the objectSelector then keeps the webhook out), run ``Chain().mutate`` on that, dry-run the result
+the same way, and compare it with the Pod created for real through the webhook.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+from kubernetes import client as kube_client
+from kubernetes.client.rest import ApiException
+from volcano_job_webhook.plugins import Chain, Job, PluginError
+from volcano_job_webhook.plugins.pod import JOB_NAME_KEY
+from volcano_job_webhook.plugins.podgen import make_pod
+
+from tests.conftest import EXAMPLES
+from tests.envtest import (
+    JOB_API_VERSION,
+    WEBHOOK_USER,
+    AuditEvent,
+    EnvTest,
+    Process,
+    create,
+    delete,
+    free_port,
+    https_get,
+    new_namespace,
+    read,
+    replace,
+    start_product,
+    status_message,
+    wait_until,
+    webhook_configurations,
+)
+from tests.manifests_util import rbac_permissions
+
+EXAMPLE_JOBS = sorted((EXAMPLES / "jobs").glob("*-job.yaml"))
+MUTATING_HOOK, VALIDATING_HOOK = "pods.volcano-job-webhook.io", "jobs.volcano-job-webhook.io"
+BAD_PORT = "--port=70000"
+
+
+def example_job(path: Path, namespace: str) -> dict[str, Any]:
+    job: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    job["metadata"].pop("uid", None)
+    job["metadata"]["namespace"] = namespace
+    return job
+
+
+def bad_job(namespace: str, name: str) -> dict[str, Any]:
+    """The pytorch example with a port no TCP socket can have."""
+    job = example_job(EXAMPLES / "jobs" / "pytorch-job.yaml", namespace)
+    job["metadata"]["name"] = name
+    job["spec"]["plugins"]["pytorch"] = ["--master=master", "--worker=worker", BAD_PORT]
+    return job
+
+
+def offline_error(job: Job, pod: Mapping[str, Any] | None = None) -> str:
+    """The message the chain fails with offline: ``mutate`` for a Pod, else ``check`` for the Job."""
+    with pytest.raises(PluginError) as info:
+        if pod is None:
+            Chain().check(job)
+        else:
+            Chain().mutate(job, dict(pod))
+    return str(info.value)
+
+
+def denied(hook: str, message: str) -> str:
+    """The API server's message for a webhook's denial."""
+    return f'admission webhook "{hook}" denied the request: {message}'
+
+
+# The product and its registration ----------------------------------------------------------------
+
+
+@dataclass
+class Webhook:
+    process: Process
+    base_url: str
+    ca_bundle: bytes
+    started: datetime  # before the process started: its requests in the audit log come after
+
+
+@dataclass
+class Registered:
+    webhook: Webhook
+    stale_job: dict[str, Any]  # a Job with a bad argument, stored before the validating webhook existed
+
+
+@pytest.fixture(scope="module")
+def webhook(envtest: EnvTest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    """``serve --job-source=kube`` as user volcano-job-webhook, ready (its Job cache synced)."""
+    workdir = tmp_path_factory.mktemp("webhook")
+    certs, port = workdir / "certs", free_port()
+    started = datetime.now(UTC)
+    process = start_product([
+        "serve", "--host=127.0.0.1", f"--port={port}", f"--certs-dir={certs}", "--job-source=kube",
+        f"--kubeconfig={envtest.kubeconfig(WEBHOOK_USER)}", "--log-level=debug",
+    ], workdir / "serve.log")
+    base_url = f"https://127.0.0.1:{port}"
+    try:
+        def ready() -> bool:
+            assert process.alive, f"serve exited:\n{process.log(tail=40)}"
+            answer = https_get(f"{base_url}/readyz", certs / "ca.crt") if (certs / "ca.crt").exists() else None
+            return answer is not None and answer[0] == 200
+
+        try:
+            wait_until(ready, 30, "the webhook's /readyz (Job cache synced)")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{process.log(tail=40)}") from None
+        serving = x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes())
+        ips = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.IPAddress)
+        assert "127.0.0.1" in {str(ip) for ip in ips}, "the API server calls https://127.0.0.1:PORT"
+        yield Webhook(process, base_url, (certs / "ca.crt").read_bytes(), started)
+    finally:
+        process.stop()
+
+
+def dry_run_error(api: kube_client.ApiClient, obj: Mapping[str, Any]) -> str | None:
+    """The API server's message when a dry-run create of ``obj`` fails, None when it would succeed."""
+    try:
+        create(api, obj, dry_run=True)
+    except ApiException as exc:
+        return status_message(exc)
+    return None
+
+
+@pytest.fixture(scope="module")
+def registered(webhook: Webhook, envtest: EnvTest, kube_admin: kube_client.ApiClient) -> Iterator[Registered]:
+    """The manifests' webhook configurations registered and in effect.
+
+    A Job with a bad plugin argument is stored first, while only the mutating webhook is
+    registered: such Jobs exist in a real cluster too (created before the install, or while the
+    validating webhook, which fails open, was unreachable), and their Pods must still be denied.
+    Each registration is polled until the API server acts on it (about a second). Both are deleted
+    at the end: the API server is shared by the session and the mutating webhook fails closed.
+    """
+    configs = {c["kind"]: c for c in webhook_configurations(webhook.base_url, webhook.ca_bundle)}
+    mutating, validating = configs["MutatingWebhookConfiguration"], configs["ValidatingWebhookConfiguration"]
+    namespace = new_namespace(kube_admin, "stale-")
+    try:
+        stale = create(kube_admin, bad_job(namespace, "stale"))
+        stale_pod = make_pod(Job.from_object(stale), "worker", 0)
+        create(kube_admin, mutating)
+
+        def in_effect(obj: Mapping[str, Any], hook: str) -> bool:
+            message = dry_run_error(kube_admin, obj)
+            if message is not None and "failed calling webhook" in message:
+                raise AssertionError(f"{message}\n{webhook.process.log(tail=40)}")
+            return message is not None and message.startswith(f'admission webhook "{hook}" denied')
+
+        wait_until(lambda: in_effect(stale_pod, MUTATING_HOOK), 20, "the MutatingWebhookConfiguration to take effect")
+        create(kube_admin, validating)
+        wait_until(lambda: in_effect(bad_job(namespace, "probe"), VALIDATING_HOOK), 20,
+                   "the ValidatingWebhookConfiguration to take effect")
+        yield Registered(webhook, stale)
+    finally:
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            delete(kube_admin, "admissionregistration.k8s.io/v1", kind, configs[kind]["metadata"]["name"])
+
+
+# Normalising what the API server returns -----------------------------------------------------------
+
+SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "managedFields")
+TOKEN_VOLUME_PREFIX = "kube-api-access-"
+
+
+def without_job_label(pod: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(pod))
+    del out["metadata"]["labels"][JOB_NAME_KEY]
+    return out
+
+
+def with_job_label(pod: Mapping[str, Any], job_name: str) -> dict[str, Any]:
+    out = copy.deepcopy(dict(pod))
+    out["metadata"]["labels"][JOB_NAME_KEY] = job_name
+    return out
+
+
+def comparable(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The Pod without what differs between two creations of the same Pod: server-set metadata, and
+    the random suffix of the ServiceAccount plugin's token volume."""
+    out = copy.deepcopy(dict(pod))
+    for key in SERVER_SET:
+        out["metadata"].pop(key, None)
+    spec = out["spec"]
+    for volume in spec.get("volumes") or []:
+        if volume["name"].startswith(TOKEN_VOLUME_PREFIX):
+            volume["name"] = TOKEN_VOLUME_PREFIX
+    for container in (*spec.get("initContainers", ()), *spec["containers"]):
+        for mount in container.get("volumeMounts") or []:
+            if mount["name"].startswith(TOKEN_VOLUME_PREFIX):
+                mount["name"] = TOKEN_VOLUME_PREFIX
+    return out
+
+
+def wiring(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields the plugins write, to show first when two Pods differ."""
+    spec = pod["spec"]
+    return {
+        "hostname": spec.get("hostname"),
+        "subdomain": spec.get("subdomain"),
+        "volumes": spec.get("volumes"),
+        "containers": {
+            c["name"]: {"env": c.get("env"), "volumeMounts": c.get("volumeMounts"), "ports": c.get("ports")}
+            for c in (*spec.get("initContainers", ()), *spec["containers"])
+        },
+    }
+
+
+def expected_pod(api: kube_client.ApiClient, job: Job, pod: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(before, after)``: the Pod as the API server would store it without the webhook, and the
+    offline chain's wiring of that, as the API server would store it (both dry runs)."""
+    before = with_job_label(create(api, without_job_label(pod), dry_run=True), job.name)
+    wired = Chain().mutate(job, before).pod
+    after = with_job_label(create(api, without_job_label(wired), dry_run=True), job.name)
+    return before, after
+
+
+def replica_indexes(replicas: int) -> list[int]:
+    return sorted({0, replicas - 1}) if replicas > 0 else []
+
+
+# Tests -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", EXAMPLE_JOBS, ids=lambda p: p.stem)
+def test_pods_are_wired_as_the_chain_wires_them_offline(
+    path: Path, registered: Registered, kube_admin: kube_client.ApiClient, kube_namespace: str
+) -> None:
+    stored = create(kube_admin, example_job(path, kube_namespace))  # and /validate let it through
+    job = Job.from_object(stored)
+    pods = 0
+    for task in job.tasks:
+        for index in replica_indexes(task.replicas):
+            pod = make_pod(job, task.name, index)
+            before, expected = expected_pod(kube_admin, job, pod)
+            assert comparable(expected) != comparable(before), f"{job.key}: the chain changed nothing in {task.name}-{index}"
+            created = create(kube_admin, pod)
+            actual = read(kube_admin, "v1", "Pod", created["metadata"]["name"], kube_namespace)
+            assert actual is not None
+            assert wiring(comparable(actual)) == wiring(comparable(expected)), f"{task.name}-{index}"
+            assert comparable(actual) == comparable(expected), f"{task.name}-{index}"
+            pods += 1
+    assert pods >= 2
+
+
+def test_pod_of_a_job_with_a_bad_argument_is_denied(registered: Registered, kube_admin: kube_client.ApiClient) -> None:
+    job = Job.from_object(registered.stale_job)
+    pod = make_pod(job, "master", 0)
+    with pytest.raises(ApiException) as info:
+        create(kube_admin, pod)
+    assert info.value.status == 403
+    assert status_message(info.value) == denied(MUTATING_HOOK, offline_error(job, pod))
+    assert BAD_PORT.partition("=")[2] in status_message(info.value)
+    assert read(kube_admin, "v1", "Pod", pod["metadata"]["name"], job.namespace) is None
+
+
+def test_job_with_a_bad_argument_is_denied_at_validate(
+    registered: Registered, kube_admin: kube_client.ApiClient, kube_namespace: str
+) -> None:
+    obj = bad_job(kube_namespace, "bad")
+    with pytest.raises(ApiException) as info:
+        create(kube_admin, obj)
+    assert info.value.status == 403
+    assert status_message(info.value) == denied(VALIDATING_HOOK, offline_error(Job.from_object(obj)))
+    assert read(kube_admin, JOB_API_VERSION, "Job", "bad", kube_namespace) is None
+
+
+def test_update_to_a_bad_argument_is_denied_and_the_job_kept(
+    registered: Registered, kube_admin: kube_client.ApiClient, kube_namespace: str
+) -> None:
+    stored = create(kube_admin, example_job(EXAMPLES / "jobs" / "pytorch-job.yaml", kube_namespace))
+    changed = copy.deepcopy(stored)
+    changed["spec"]["plugins"]["pytorch"] = ["--master=master", "--worker=worker", BAD_PORT]
+    with pytest.raises(ApiException) as info:
+        replace(kube_admin, changed)
+    assert info.value.status == 403
+    assert status_message(info.value) == denied(VALIDATING_HOOK, offline_error(Job.from_object(changed)))
+    now = read(kube_admin, JOB_API_VERSION, "Job", stored["metadata"]["name"], kube_namespace)
+    assert now is not None and now["spec"]["plugins"] == stored["spec"]["plugins"]
+
+
+def test_pod_of_a_job_that_does_not_exist_is_let_through_unwired(
+    registered: Registered, kube_admin: kube_client.ApiClient, kube_namespace: str
+) -> None:
+    """A cache miss goes to the API server (a live GET, under the webhook's RBAC); a 404 lets the
+    Pod through exactly as it came, rather than blocking it."""
+    obj = example_job(EXAMPLES / "jobs" / "env-job.yaml", kube_namespace)
+    obj["metadata"]["uid"] = "00000000-0000-4000-8000-00000000dead"
+    job = Job.from_object(obj)
+    pod = make_pod(job, "worker", 0)
+    before = with_job_label(create(kube_admin, without_job_label(pod), dry_run=True), job.name)
+    created = create(kube_admin, pod)
+    assert comparable(created) == comparable(before)
+
+
+def test_the_webhook_makes_only_granted_calls_and_none_is_refused(
+    registered: Registered, envtest: EnvTest, kube_admin: kube_client.ApiClient, kube_namespace: str
+) -> None:
+    """By the API server's audit log: the webhook lists and watches Jobs cluster-wide and, on a
+    cache miss, GETs one; each call is within what manifests/ grant its ServiceAccount, and the API
+    server refused none of its requests. (Nothing else in this module acts as its user, and the
+    session runs one test at a time, so its user's requests since it started are its own.)"""
+    job = Job.from_object(example_job(EXAMPLES / "jobs" / "env-job.yaml", kube_namespace) | {"metadata": {
+        "name": "never-created", "namespace": kube_namespace, "uid": "00000000-0000-4000-8000-00000000beef"}})
+    create(kube_admin, make_pod(job, "worker", 0))  # a miss: the webhook asks the API server
+
+    def calls() -> list[AuditEvent]:
+        events = envtest.audit_events(WEBHOOK_USER, since=registered.webhook.started)
+        return events if any(e.verb == "get" and e.namespace == kube_namespace for e in events) else []
+
+    made = wait_until(calls, 10, "the webhook's GET in the audit log")
+    assert {e.permission for e in made} == {("batch.volcano.sh", "jobs", verb) for verb in ("list", "watch", "get")}
+    assert {e.permission for e in made} <= rbac_permissions()
+    assert [e for e in made if e.code in (401, 403)] == []
