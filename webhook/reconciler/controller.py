@@ -78,9 +78,14 @@ class Reconciler:
         self.jobs = JobInformer(api, self.namespaces, on_event=self._on_job)
         self.owned: dict[str, Informer] = {
             kind: Informer(api, resource, self.namespaces, label_selector=MANAGED_SELECTOR,
-                           on_event=self._on_owned, index=owner_job, transform=cached_form)
+                           on_event=self._owned_handler(kind), index=owner_job, transform=cached_form)
             for kind, resource in OWNED.items()
         }
+        # The last state of owned objects deleted under a job that is still there, by job: what the
+        # plugins see of them when they are made again, so that a deleted SSH Secret comes back
+        # with the keys the job's running Pods hold.
+        self._deleted: dict[JobKey, dict[tuple[str, str], dict[str, Any]]] = {}
+        self._deleted_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -133,10 +138,19 @@ class Reconciler:
     def _on_job(self, kind: str, job: dict[str, Any]) -> None:
         self.queue.add(object_key(job))
 
-    def _on_owned(self, kind: str, obj: dict[str, Any]) -> None:
-        owner = owner_job(obj)
-        if owner is not None:
+    def _owned_handler(self, kind: str) -> Callable[[str, dict[str, Any]], None]:
+        def on_event(event: str, obj: dict[str, Any]) -> None:
+            owner = owner_job(obj)
+            if owner is None:
+                return
+            ident = (kind, obj["metadata"]["name"])
+            with self._deleted_lock:
+                if event == "DELETED":
+                    self._deleted.setdefault(owner, {})[ident] = obj
+                elif ident in self._deleted.get(owner, {}):
+                    del self._deleted[owner][ident]
             self.queue.add(owner)
+        return on_event
 
     def resync(self) -> int:
         """Queue, at low priority, every known job and the owner of every cached object (jobs deleted
@@ -221,10 +235,12 @@ class Reconciler:
         existing = self._existing(key)
         desired: list[dict[str, Any]] = []
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
-            self._forget_reports(key)
+            self._forget(key)
         else:
+            with self._deleted_lock:
+                seen = {**self._deleted.get(key, {}), **existing}
             try:
-                desired = self.chain.resources(Job.from_object(job), existing)
+                desired = self.chain.resources(Job.from_object(job), seen)
             except PluginError as exc:
                 # A job we cannot read is left as it is: deleting its objects could break running Pods.
                 log.warning("job %s/%s: not reconciled: %s", namespace, name, exc)
@@ -278,7 +294,9 @@ class Reconciler:
 
     # Events on the Job ---------------------------------------------------------------------------
 
-    def _forget_reports(self, key: JobKey) -> None:
+    def _forget(self, key: JobKey) -> None:
+        with self._deleted_lock:
+            self._deleted.pop(key, None)
         with self._reported_lock:
             for report in [r for r in self._reported if r[0] == key]:
                 del self._reported[report]
