@@ -70,7 +70,8 @@ RECONCILER_ARGS = [
 CERTGEN_ARGS = ["certs", "--secret", f"{NAMESPACE}/{CERTS_SECRET}", "--patch-webhook", "volcano-job-webhook"]
 
 # The API calls the code makes (the product's contract); RBAC must grant exactly these.
-# The reconciler's caches list and watch; it looks before creating, applies (create + patch), deletes.
+# The reconciler's caches list and watch; it creates (POST), reads what a create found, patches
+# (server-side apply, merge patch) and deletes.
 OWNED_VERBS = ("get", "list", "watch", "create", "patch", "delete")
 EXPECTED_PERMISSIONS = {
     *(("batch.volcano.sh", "jobs", v) for v in ("get", "list", "watch")),

@@ -2,11 +2,11 @@
 server with OwnerReferencesPermissionEnforcement on (the strictest mode).
 
 The calls are not listed by hand: the product runs every path that talks to the API server (job
-cache and live GET, reconciles of every kind, scaling, drift, plugin removal, job deletion, an
-unmanaged object, an invalid job, leader election) as the manifests' ServiceAccount, and the API
+cache and live GET, reconciles of every kind, scaling, drift in every kind, plugin removal, job
+deletion, unmanaged objects of every kind, an invalid job, leader election) as the manifests' ServiceAccount, and the API
 server's audit log says which requests it made. Two permissions are checked without a request of
 their own: server-side apply that creates an object needs ``create`` as well as ``patch`` (the audit
-log shows a ``patch`` answered 201), and with OwnerReferencesPermissionEnforcement an object with a
+log shows a ``patch`` answered 201; the reconciler creates with a POST, but counted all the same), and with OwnerReferencesPermissionEnforcement an object with a
 ``blockOwnerDeletion`` reference to a Job needs ``update`` on ``jobs/finalizers``.
 """
 
@@ -47,7 +47,15 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
     admin = server.api_client()
     namespace = new_namespace(admin)
     delete(admin, "coordination.k8s.io/v1", "Lease", *LEASE)
+    # Objects of every kind that a job's objects would be, made by someone else (no label).
     create(admin, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "svc-demo-svc", "namespace": namespace}})
+    for kind, api_version, name, body in (
+        ("Secret", "v1", "ssh-demo-ssh", {}),
+        ("ConfigMap", "v1", "ssh-demo-svc", {}),
+        ("Service", "v1", "ssh-demo", {"spec": {"ports": [{"port": 80}]}}),
+        ("NetworkPolicy", "networking.k8s.io/v1", "ssh-demo", {"spec": {"podSelector": {}}}),
+    ):
+        create(admin, {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}, **body})
     since = datetime.now(timezone.utc)
 
     elector = LeaderElector(server.api_client(WEBHOOK_USER), *LEASE, "me", lease_duration=3, renew_deadline=2, retry_period=0.3)
@@ -58,7 +66,7 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
     source = KubeJobSource(server.api_client(WEBHOOK_USER))
     source.start()
     try:
-        for name in ("mpi", "ray", "svc"):
+        for name in ("mpi", "ray", "svc", "ssh"):
             create(admin, example_job(name, namespace))
         invalid = example_job("env", namespace)
         invalid["spec"]["plugins"]["nope"] = []
@@ -70,7 +78,20 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
         replace(admin, job)
         wait_until(lambda: objects(admin, namespace)[("ConfigMap", "mpi-demo-svc")]["data"]["VC_MPIWORKER_NUM"] == "3", 10, "scaled")
         delete(admin, "v1", "Service", "svc-demo", namespace)
-        wait_until(lambda: ("Service", "svc-demo") in objects(admin, namespace), 10, "drift repaired")
+        wait_until(lambda: ("Service", "svc-demo") in objects(admin, namespace), 10, "a deleted Service made again")
+        # Drift in an object of every kind, repaired by apply.
+        for kind, api_version, name, part, value in (
+            ("ConfigMap", "v1", "ray-demo-svc", "data", {"VC_HEAD_NUM": "7"}),
+            ("Secret", "v1", "mpi-demo-ssh", "data", {"config": "eA=="}),
+            ("Service", "v1", "ray-demo", "spec", {"publishNotReadyAddresses": True}),
+            ("NetworkPolicy", "networking.k8s.io/v1", "ray-demo", "spec", {"policyTypes": ["Ingress", "Egress"]}),
+        ):
+            obj = read(admin, api_version, kind, name, namespace)
+            assert obj is not None
+            good = obj[part]
+            obj[part] = {**good, **value}
+            replace(admin, obj)
+            wait_until(lambda: (o := read(admin, api_version, kind, name, namespace)) and o[part] == good, 10, f"{kind} repaired")
         delete(admin, JOB_API_VERSION, "Job", "mpi-demo", namespace)
         wait_until(lambda: not any(name.startswith("mpi-demo") for _, name in objects(admin, namespace)), 10, "mpi's objects deleted")
         assert events(admin, namespace, "InvalidPlugins") and events(admin, namespace, "ResourceNotManaged")
@@ -88,9 +109,9 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
     refused = [(e.verb, e.resource, e.name) for e in requests if e.code == 403]
     assert refused == []
     used = {e.permission for e in requests}
-    created = {(e.api_group, e.resource) for e in requests if e.verb == "patch" and e.code == 201}
-    used |= {(group, resource, "create") for group, resource in created}
-    if created:  # every side object has a blockOwnerDeletion reference to its Job
+    used |= {(e.api_group, e.resource, "create") for e in requests if e.verb == "patch" and e.code == 201}
+    if any(e.verb in ("create", "patch") and e.code == 201 and e.resource != "events" for e in requests):
+        # Every side object has a blockOwnerDeletion reference to its Job.
         used.add(("batch.volcano.sh", "jobs/finalizers", "update"))
     granted = rbac_permissions()
     assert used - granted == set(), "calls the ClusterRole/Role does not grant"
@@ -121,7 +142,7 @@ def test_without_update_on_job_finalizers_an_enforcing_server_refuses_the_side_o
         wait_until(lambda: reconciler.metrics.api_errors.labels("403")._value.get() > 0, 15, "a refusal")
         assert objects(admin, namespace) == {}
         refused = [e for e in server.audit_events(NOBODY) if e.namespace == namespace and e.code == 403]
-        assert refused and {e.verb for e in refused} == {"patch"}
+        assert refused and {e.verb for e in refused} == {"create"}
     finally:
         reconciler.stop()
         delete(admin, "rbac.authorization.k8s.io/v1", "RoleBinding", "trimmed", namespace)

@@ -78,10 +78,10 @@ def test_faults_end_in_the_same_state_with_nothing_lost_or_duplicated(server: Fa
         expected = comparable(state(clean))
 
     # Faults aimed at the reconciler's own calls (the test creates jobs through the same server).
-    server.fail_next(3, status=500, method="PATCH", path_contains="/configmaps")
-    server.fail_next(2, status=429, method="PATCH", path_contains="/secrets", retry_after=0)
+    server.fail_next(3, status=500, method="POST", path_contains="/configmaps")
+    server.fail_next(2, status=429, method="POST", path_contains="/secrets", retry_after=0)
     server.fail_next(4, status=503, method="GET", path_contains="/configmaps")
-    server.drop_next(1, method="PATCH", path_contains="/services")
+    server.drop_next(1, method="POST", path_contains="/services")
     r = start(server)
     create_job(server, "mpi")
     wait_for(lambda: r.ready, what="caches synced")
@@ -94,7 +94,7 @@ def test_faults_end_in_the_same_state_with_nothing_lost_or_duplicated(server: Fa
     time.sleep(0.5)
     r.stop()
     assert comparable(state(server)) == expected
-    creates = [q for q in server.requests if q.verb == "patch" and q.status == 201 and q.resource != "jobs"]
+    creates = [q for q in server.requests if q.verb == "create" and q.status == 201 and q.resource not in ("jobs", "events")]
     assert len(creates) == 11, "each object created exactly once"
     assert r.jobs.relists >= 2, "the expired watch was followed by a fresh list"
 
@@ -103,12 +103,12 @@ def test_a_reconcile_that_keeps_failing_is_retried_until_it_succeeds(server: Fak
     # More failures than one reconcile's own retries (kube.backoff.with_retries: 5 attempts), so the
     # job must come back through the work queue's rate-limited re-add: nothing else queues it (no
     # resync within the test, and our own writes' watch events change nothing in the cache).
-    server.fail_next(12, status=500, method="PATCH", path_contains="/configmaps")
+    server.fail_next(12, status=500, method="POST", path_contains="/configmaps")
     r = start(server)
     try:
         create_job(server, "svc")
         wait_for(lambda: ("ConfigMap", "svc-demo-svc") in state(server), timeout=30, what="the ConfigMap, eventually")
-        failed = [q for q in server.requests if q.verb == "patch" and q.resource == "configmaps" and q.status == 500]
+        failed = [q for q in server.requests if q.verb == "create" and q.resource == "configmaps" and q.status == 500]
         assert len(failed) == 12
         assert r.metrics.reconciles.labels("error")._value.get() >= 2
     finally:

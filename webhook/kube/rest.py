@@ -115,8 +115,19 @@ class Rest:
             raise
         return True
 
-    def create(self, resource: Resource, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self.call("POST", resource.path(namespace), body=obj)
+    def create(self, resource: Resource, namespace: str, obj: dict[str, Any], field_manager: str | None = None) -> dict[str, Any]:
+        """POST: 409 AlreadyExists when an object of that name is there, whoever made it."""
+        query = [("fieldManager", field_manager)] if field_manager else []
+        result: dict[str, Any] = self.call("POST", resource.path(namespace), body=obj, query=query)
+        return result
+
+    def merge_patch(self, resource: Resource, namespace: str, name: str, patch: dict[str, Any],
+                    field_manager: str) -> dict[str, Any]:
+        """RFC 7386 JSON merge patch (``null`` removes a field)."""
+        result: dict[str, Any] = self.call(
+            "PATCH", resource.path(namespace, name), body=patch, content_type="application/merge-patch+json",
+            query=[("fieldManager", field_manager)],
+        )
         return result
 
     def watch(self, path: str, query: Query, timeout: float) -> Stream:

@@ -1,16 +1,21 @@
-"""Would a server-side apply of ``desired`` change the live object? Answered from the cache alone,
+"""What would bring a live object to the desired one, if anything? Answered from the cache alone,
 so that a reconcile of a job whose objects are as they should be sends nothing.
 
 The live object is what the API server stored: our fields after its defaulting, plus fields it
 defaulted (a Service's ``type``, ``sessionAffinity``, ``ipFamilies``...) and fields other writers
-set. An apply changes something when
+set. Something is to be done when
 
 * a field we set is missing or different — where "missing" does not count for Go zero values
   (``false``, ``0``, ``""``, empty lists and maps), which the server drops from ``omitempty``
-  fields (a Service's ``publishNotReadyAddresses: false`` is stored as nothing); or
-* our field manager owns a field the desired object no longer has (an apply removes it), or owns
-  a map whole (``+mapType=atomic``, e.g. a Service's ``selector``) that holds other keys (an apply
-  replaces it).
+  fields (a Service's ``publishNotReadyAddresses: false`` is stored as nothing): an apply;
+* our field manager owns a map whole (``+mapType=atomic``, e.g. a Service's ``selector``) that
+  holds other keys: an apply replaces it;
+* our field manager owns a field the desired object no longer has: it is removed. Objects are
+  created with a POST (it cannot take over an object someone else made), so what it set is owned
+  by our manager's *update* entry, which an apply never removes; a merge patch does. That entry
+  also holds what the server defaulted, so only data keys, labels and annotations are read from it
+  (:data:`UPDATE_MAPS`): a spec field a POST set and the desired object later drops stays (our
+  plugins always set the same spec fields).
 
 Lists are atomic (compared whole) except the associative lists we set, merged by key:
 ``metadata.ownerReferences`` by ``uid`` — another owner's reference is not ours to remove.
@@ -18,6 +23,7 @@ Lists are atomic (compared whole) except the associative lists we set, merged by
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 # Cached objects keep the paths our manager owns under this key (see kinds.cached_form).
@@ -76,13 +82,24 @@ def _fields_paths(fields: dict[str, Any], path: Path) -> set[Path]:
     return out
 
 
+# In our update entry (the POST that made the object) the server also records fields it defaulted
+# (a Service's type, sessionAffinity, internalTrafficPolicy; a Secret's type): not ours to remove.
+# Only these maps, never defaulted, are read from it.
+UPDATE_MAPS = {("data",), ("binaryData",), ("metadata", "labels"), ("metadata", "annotations")}
+
+
 def owned_paths(managed_fields: list[dict[str, Any]], manager: str) -> frozenset[Path]:
-    """The paths ``manager`` owns by apply, cut at lists as :func:`desired_paths` does (a list's
-    entries are ``k:``/``v:``/``i:`` keys in ``fieldsV1``). Interned: objects of one shape share it."""
+    """The paths ``manager`` set: all of its apply entry, and the keys of :data:`UPDATE_MAPS` in its
+    update entry; cut at lists as :func:`desired_paths` does (a list's entries are ``k:``/``v:``/
+    ``i:`` keys in ``fieldsV1``). Interned: objects of one shape share it."""
     paths: set[Path] = set()
     for entry in managed_fields:
-        if entry.get("manager") == manager and entry.get("operation") == "Apply":
-            paths |= _fields_paths(entry.get("fieldsV1") or {}, ()) - {()}
+        if entry.get("manager") != manager:
+            continue
+        found = _fields_paths(entry.get("fieldsV1") or {}, ()) - {()}
+        if entry.get("operation") != "Apply":
+            found = {p for p in found if p[:1] in UPDATE_MAPS or p[:2] in UPDATE_MAPS}
+        paths |= found
     owned = frozenset(paths)
     return _interned.setdefault(owned, owned)
 
@@ -93,23 +110,45 @@ def _at(obj: Any, path: Path) -> Any:
     return obj
 
 
-def _leftover(live: dict[str, Any], desired: dict[str, Any], owned: frozenset[Path]) -> bool:
-    """Whether an apply would remove or replace something of what our manager owns: a field the
-    desired object no longer has, or an atomic map (owned whole, e.g. a Service's ``selector``)
-    with keys the desired one does not have."""
+@dataclass(frozen=True)
+class Changes:
+    """What it takes to bring a live object to the desired one: fields to remove first (ours, no
+    longer wanted: a merge patch nulls them, since an apply cannot remove what our POST made), then
+    whether an apply is needed."""
+
+    remove: tuple[Path, ...] = ()
+    apply: bool = False
+
+    def __bool__(self) -> bool:
+        return self.apply or bool(self.remove)
+
+    def removal_patch(self) -> dict[str, Any]:
+        patch: dict[str, Any] = {}
+        for path in self.remove:
+            node = patch
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = None
+        return patch
+
+
+def changes(live: dict[str, Any], desired: dict[str, Any]) -> Changes:
+    """Compare, from the cache: fields of ours the desired object no longer has are removed; an
+    atomic map we own whole (a Service's ``selector``) that differs, or anything ``desired`` says
+    that does not hold (:func:`covered`), needs an apply."""
+    body = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind")}
+    apply = not covered(live, body)
+    owned = live.get(OWNED_FIELDS)
+    if owned is None:
+        return Changes(apply=True)
     paths = desired_paths(desired)
     if owned <= paths:
-        return False
+        return Changes(apply=apply)
     prefixes = {d[:i] for d in paths for i in range(1, len(d))}
-    for path in owned - paths:
-        if path not in prefixes or _at(live, path) != _at(desired, path):
-            return True
-    return False
-
-
-def needs_apply(live: dict[str, Any], desired: dict[str, Any]) -> bool:
-    body = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind")}
-    if not covered(live, body):
-        return True
-    owned = live.get(OWNED_FIELDS)
-    return owned is None or _leftover(live, desired, owned)
+    remove = []
+    for path in sorted(owned - paths):
+        if path not in prefixes:
+            remove.append(path)
+        elif _at(live, path) != _at(desired, path):
+            apply = True
+    return Changes(tuple(remove), apply)

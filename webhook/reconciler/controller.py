@@ -10,8 +10,9 @@ The shape is controller-runtime's ``For(Job).Owns(ConfigMap, Service, Secret, Ne
 watch-backed cache of Jobs and one of each owned kind (only objects with our label, indexed by
 owning job); an event on a Job queues it, an event on an owned object queues its owner. Workers
 reconcile from the caches alone — a reconcile whose objects are as they should be makes no API call
-at all — and write straight to the API: server-side apply for what is missing or drifted, delete
-for what is no longer wanted. What an apply returns goes into the cache at once, so the watch event
+at all — and write straight to the API: a POST for what is missing (it never takes over an object
+of the same name someone else made), server-side apply for what drifted, delete for what is no
+longer wanted. What an apply returns goes into the cache at once, so the watch event
 of our own write changes nothing and queues nothing. A periodic resync (and gaining leadership)
 queues every job at low priority; watch events go first.
 """
@@ -34,7 +35,7 @@ from volcano_job_webhook.kube.rest import Rest, widen_pool
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.keys import JobKey
 
-from .compare import needs_apply
+from .compare import changes
 from .kinds import EVENT, FIELD_MANAGER, MANAGED_SELECTOR, OWNED, cached_form, managed, owner_job
 from .limits import oversize
 from .metrics import ReconcilerMetrics
@@ -269,28 +270,47 @@ class Reconciler:
 
     def _ensure(self, job: dict[str, Any], desired: dict[str, Any], current: dict[str, Any] | None) -> None:
         kind, meta = desired["kind"], desired["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
         resource, cache = OWNED[kind], self.owned[kind]
         if current is None:
-            # Not in our cache: absent, or there without our label (the cache holds only labelled
-            # objects), or made a moment ago. Look before writing: an apply would take it over.
-            live = self._api("get", kind, lambda: self.rest.get(resource, meta["namespace"], meta["name"]))
-            if live is not None:
+            # Not in our cache: absent, made a moment ago, or there without our label (the cache
+            # holds only labelled objects). A POST makes it only if no object of that name exists.
+            if not self.is_leader():
+                return
+            try:
+                stored = self._api("create", kind, lambda: self.rest.create(resource, namespace, desired, FIELD_MANAGER))
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                live = self._api("get", kind, lambda: self.rest.get(resource, namespace, name))
+                if live is None:
+                    raise _CacheBehind() from None  # deleted meanwhile: start over
                 if not managed(live):
-                    log.info("%s %s/%s exists and is not managed by us; left alone", kind, meta["namespace"], meta["name"])
-                    self._warn(job, "ResourceNotManaged", meta["name"],
-                               f"{kind} {meta['name']} exists without the label {MANAGED_SELECTOR}; left as it is")
+                    log.info("%s %s/%s exists and is not managed by us; left alone", kind, namespace, name)
+                    self._warn(job, "ResourceNotManaged", name, f"{kind} {name} exists without the label {MANAGED_SELECTOR}; left as it is")
                     return
+                # Ours, and the cache is behind: start over with it (an SSH Secret keeps its keys).
                 cache.store(live)
-                raise _CacheBehind()
-        elif not needs_apply(current, desired):
+                raise _CacheBehind() from None
+            cache.store(stored)
+            self.metrics.writes.labels(kind, "create").inc()
+            log.info("created %s %s/%s", kind, namespace, name)
             return
-        if not self.is_leader():
+        todo = changes(current, desired)
+        if not todo or not self.is_leader():
             return
+        if todo.remove:
+            patch = todo.removal_patch()
+            stored = self._api("patch", kind, lambda: self.rest.merge_patch(resource, namespace, name, patch, FIELD_MANAGER))
+            cache.store(stored)
+            log.info("removed %s from %s %s/%s", ", ".join(".".join(p) for p in todo.remove), kind, namespace, name)
+            if not changes(cache.get(namespace, name) or stored, desired).apply:
+                self.metrics.writes.labels(kind, "update").inc()
+                return
         stored = self._api("apply", kind, lambda: self.rest.apply(resource, desired, FIELD_MANAGER))
         cache.store(stored)
-        action = "create" if current is None else "update"
-        self.metrics.writes.labels(kind, action).inc()
-        log.info("%s %s %s/%s", "created" if current is None else "updated", kind, meta["namespace"], meta["name"])
+        self.metrics.writes.labels(kind, "update").inc()
+        log.info("updated %s %s/%s", kind, namespace, name)
 
     # Events on the Job ---------------------------------------------------------------------------
 

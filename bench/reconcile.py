@@ -1,0 +1,349 @@
+"""The reconciler's benchmark against a real kube-apiserver + etcd: ``python bench/reconcile.py``.
+
+Needs ``KUBEBUILDER_ASSETS`` (a directory with ``kube-apiserver`` and ``etcd``, as for the tests);
+starts them the way tests/envtest.py does (audit log on), installs the Job CRD and the manifests'
+RBAC, and runs ``volcano-webhook reconcile`` as a subprocess under exactly that RBAC. In one run it
+measures, and prints as a table with each target marked:
+
+1. the raw create rate: 8 client threads creating ConfigMaps as the same user, the floor the
+   reconciler's rates are compared with;
+2. convergence for 500 and then 5,000 more jobs (svc + ssh + pytorch; 1 master + 3 workers: a
+   ConfigMap, a Service, a NetworkPolicy and a Secret each), created before the reconciler starts:
+   objects per second from its caches' sync to the last object, and as a ratio to (1);
+3. one steady-state resync of every job (5,500): API requests and writes the reconciler made, from
+   the API server's audit log;
+4. drift repair: a deleted Service, a deleted ConfigMap, a hand-edited ConfigMap, until restored;
+5. a new job's objects while a full resync of every job is under way;
+6. the reconciler's resident memory with all that cached, and its SIGTERM-to-exit time.
+
+Also the cost of what the ssh plugin must do per job (an RSA-2048 key pair), for reading (2).
+The machine is shared: the load average at start and end is printed with the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.envtest import WEBHOOK_USER, EnvTest, Process, find_assets, free_port, new_namespace, start_product  # noqa: E402
+from volcano_job_webhook.kube.informer import JOB, Informer  # noqa: E402
+from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
+from volcano_job_webhook.plugins.ssh import generate_key_pair  # noqa: E402
+from volcano_job_webhook.reconciler.kinds import MANAGED_SELECTOR, OWNED  # noqa: E402
+
+JOBS = JOB
+OBJECTS_PER_JOB = 4
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+def bench_job(namespace: str, name: str) -> dict[str, Any]:
+    def task(task_name: str, replicas: int) -> dict[str, Any]:
+        return {"name": task_name, "replicas": replicas, "template": {"spec": {
+            "containers": [{"name": task_name, "image": "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"}]}}}
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"minAvailable": 4, "schedulerName": "volcano", "queue": "default",
+                     "plugins": {"svc": [], "ssh": [], "pytorch": ["--master=master", "--worker=worker", "--port=23456"]},
+                     "tasks": [task("master", 1), task("worker", 3)]}}
+
+
+def in_parallel(fn: Any, items: list[Any], threads: int = 8) -> float:
+    started = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in pool.map(fn, items):
+            pass
+    return time.monotonic() - started
+
+
+def raw_create_rate(server: EnvTest, count: int) -> float:
+    api = server.api_client(WEBHOOK_USER)
+    widen_pool(api, 16)
+    rest = Rest(api)
+    namespace = new_namespace(server.api_client(), "raw-")
+    data = {"VC_WORKER_HOSTS": ",".join(f"bench-00000-worker-{i}.bench-00000" for i in range(3)), "VC_WORKER_NUM": "3"}
+
+    def make(i: int) -> None:
+        rest.create(OWNED["ConfigMap"], namespace, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                    "metadata": {"name": f"raw-{i}", "namespace": namespace}, "data": data})
+
+    in_parallel(make, list(range(200)))  # warm up: connections, the API server's caches
+    return count / in_parallel(make, list(range(200, 200 + count)))
+
+
+def create_jobs(server: EnvTest, namespace: str, count: int) -> None:
+    rest = Rest(server.api_client())
+    widen_pool(rest.api, 16)
+    in_parallel(lambda i: rest.create(JOBS, namespace, bench_job(namespace, f"bench-{i:05d}")), list(range(count)))
+
+
+class Objects:
+    """The bench's own view of the side objects, by watch: counts, and when a name (re)appears."""
+
+    def __init__(self, server: EnvTest) -> None:
+        self.seen: dict[tuple[str, str, str], float] = {}
+        self.lock = threading.Lock()
+        api = server.api_client()
+        widen_pool(api, 12)
+
+        def handler(kind: str) -> Any:
+            def on_event(event: str, obj: dict[str, Any]) -> None:
+                meta = obj["metadata"]
+                with self.lock:
+                    if event == "DELETED":
+                        self.seen.pop((kind, meta["namespace"], meta["name"]), None)
+                    else:
+                        self.seen.setdefault((kind, meta["namespace"], meta["name"]), time.monotonic())
+            return on_event
+
+        self.informers = [Informer(api, resource, label_selector=MANAGED_SELECTOR, on_event=handler(kind))
+                          for kind, resource in OWNED.items()]
+        for informer in self.informers:
+            informer.start()
+
+    def count(self, namespace: str) -> int:
+        with self.lock:
+            return sum(1 for _, ns, _ in self.seen if ns == namespace)
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        informer = next(i for i in self.informers if i.resource.kind == kind)
+        return informer.get(namespace, name)
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+
+def wait(predicate: Any, timeout: float, what: str, interval: float = 0.01) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Reconciler:
+    """``volcano-webhook reconcile`` as the manifests' ServiceAccount, all namespaces."""
+
+    def __init__(self, server: EnvTest, workdir: Path, workers: int, resync: float) -> None:
+        self.port = free_port()
+        self.log_path = workdir / f"reconcile-{self.port}.log"
+        self.started = time.monotonic()
+        self.process: Process = start_product([
+            "reconcile", f"--kubeconfig={server.kubeconfig(WEBHOOK_USER)}", f"--health-port={self.port}",
+            f"--workers={workers}", f"--resync-seconds={resync}",
+        ], self.log_path)
+
+    def get(self, path: str) -> bytes | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as response:  # noqa: S310
+                return bytes(response.read())
+        except OSError:
+            return None
+
+    def metric(self, name: str, **labels: str) -> float:
+        text = (self.get("/metrics") or b"").decode()
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name) and not line.startswith("#"):
+                head, _, value = line.rpartition(" ")
+                if not want or all(f'{k}="{v}"' in head for k, v in labels.items()):
+                    total += float(value)
+        return total
+
+    def ready(self) -> bool:
+        body = self.get("/readyz")
+        return body is not None and json.loads(body).get("status") == "ready"
+
+    def resyncs(self) -> int:
+        return sum(1 for line in self.log_path.read_text().splitlines() if '"resync: ' in line)
+
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.process.popen.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def sigterm(self) -> float:
+        sent = time.monotonic()
+        self.process.popen.send_signal(signal.SIGTERM)
+        self.process.popen.wait(60)
+        return time.monotonic() - sent
+
+
+def converge(server: EnvTest, objects: Objects, workdir: Path, count: int, workers: int, resync: float) -> tuple[Reconciler, str, dict[str, float]]:
+    namespace = new_namespace(server.api_client(), f"bench-{count}-")
+    create_jobs(server, namespace, count)
+    reconciler = Reconciler(server, workdir, workers, resync)
+    wait(reconciler.ready, 120, "the reconciler's caches to sync", interval=0.05)
+    ready = time.monotonic()
+    wait(lambda: objects.count(namespace) >= count * OBJECTS_PER_JOB, 3600, f"{count * OBJECTS_PER_JOB} objects", interval=0.05)
+    done = time.monotonic()
+    return reconciler, namespace, {"seconds": done - ready, "rate": count * OBJECTS_PER_JOB / (done - ready),
+                                   "from_start": done - reconciler.started}
+
+
+def quiet(reconciler: Reconciler, seconds: float = 2.0) -> None:
+    """Until the reconciler has had nothing to do for ``seconds``."""
+    last, since = reconciler.metric("volcano_reconciler_reconciles_total"), time.monotonic()
+    while time.monotonic() - since < seconds:
+        time.sleep(0.2)
+        now = reconciler.metric("volcano_reconciler_reconciles_total")
+        if now != last or reconciler.metric("volcano_reconciler_queue_depth") > 0:
+            last, since = now, time.monotonic()
+
+
+def steady_resync(server: EnvTest, reconciler: Reconciler, jobs: int) -> dict[str, float]:
+    quiet(reconciler)
+    before = reconciler.resyncs()
+    wait(lambda: reconciler.resyncs() > before, 600, "the next periodic resync", interval=0.005)
+    started_wall, started = time.time(), time.monotonic()
+    reconciles = reconciler.metric("volcano_reconciler_reconciles_total")
+    wait(lambda: reconciler.metric("volcano_reconciler_reconciles_total") - reconciles >= jobs
+         and reconciler.metric("volcano_reconciler_queue_depth") == 0, 600, "the resync to finish", interval=0.05)
+    took = time.monotonic() - started
+    time.sleep(1.0)  # the audit log is written as requests complete
+    from datetime import datetime, timezone
+    since = datetime.fromtimestamp(started_wall - 0.5, timezone.utc)
+    until = datetime.fromtimestamp(started_wall + took, timezone.utc)
+    requests = [e for e in server.audit_events(WEBHOOK_USER, since) if e.received <= until]
+    calls = [e for e in requests if e.verb != "watch"]
+    return {"seconds": took, "reconciles": reconciler.metric("volcano_reconciler_reconciles_total") - reconciles,
+            "calls": len(calls), "writes": sum(1 for e in calls if e.verb in WRITES),
+            "lists": sum(1 for e in calls if e.verb == "list")}
+
+
+def drift(server: EnvTest, objects: Objects, namespace: str) -> dict[str, float]:
+    """From the change to the moment the bench's own watch sees the object as it should be."""
+    admin = Rest(server.api_client())
+    name = "bench-00007"
+    out = {}
+
+    def restored(kind: str, obj_name: str, check: Any) -> float:
+        started = time.monotonic()
+        change()
+        wait(lambda: (obj := objects.get(kind, namespace, obj_name)) is not None and check(obj), 60, f"{kind} {obj_name} restored")
+        return time.monotonic() - started
+
+    for kind, obj_name in (("Service", name), ("ConfigMap", f"{name}-svc")):
+        uid = objects.get(kind, namespace, obj_name)["metadata"]["uid"]  # type: ignore[index]
+        change = lambda: admin.delete(OWNED[kind], namespace, obj_name)  # noqa: E731
+        out[f"deleted {kind}"] = restored(kind, obj_name, lambda obj: obj["metadata"]["uid"] != uid)
+    good = objects.get("ConfigMap", namespace, f"{name}-svc")["data"]["VC_WORKER_NUM"]  # type: ignore[index]
+    edited: dict[str, Any] = {}
+    change = lambda: edited.update(admin.apply(  # noqa: E731
+        OWNED["ConfigMap"], {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-svc", "namespace": namespace},
+                             "data": {"VC_WORKER_NUM": "99"}}, "kubectl-edit"))
+    out["hand-edited ConfigMap"] = restored("ConfigMap", f"{name}-svc", lambda obj: edited and int(obj["metadata"]["resourceVersion"])
+                                            > int(edited["metadata"]["resourceVersion"]) and obj["data"].get("VC_WORKER_NUM") == good)
+    return out
+
+
+def new_job_during_resync(server: EnvTest, objects: Objects, reconciler: Reconciler, namespace: str, jobs: int) -> dict[str, float]:
+    quiet(reconciler)
+    admin = Rest(server.api_client())
+    before = reconciler.resyncs()
+    wait(lambda: reconciler.resyncs() > before, 600, "the next periodic resync", interval=0.005)
+    started = time.monotonic()
+    reconciles = reconciler.metric("volcano_reconciler_reconciles_total")
+    admin.create(JOBS, namespace, bench_job(namespace, "latecomer"))
+    names = [("ConfigMap", "latecomer-svc"), ("Service", "latecomer"), ("NetworkPolicy", "latecomer"), ("Secret", "latecomer-ssh")]
+    wait(lambda: all(objects.get(kind, namespace, n) is not None for kind, n in names), 600, "the new job's objects")
+    latency = time.monotonic() - started
+    in_resync = reconciler.metric("volcano_reconciler_reconciles_total") - reconciles
+    wait(lambda: reconciler.metric("volcano_reconciler_reconciles_total") - reconciles >= jobs
+         and reconciler.metric("volcano_reconciler_queue_depth") == 0, 600, "the resync to finish", interval=0.05)
+    return {"latency": latency, "resync": time.monotonic() - started, "done_before": in_resync}
+
+
+def keygen_rate(seconds: float = 3.0) -> float:
+    started, count = time.monotonic(), 0
+    while time.monotonic() - started < seconds:
+        generate_key_pair()
+        count += 1
+    return count / (time.monotonic() - started)
+
+
+def mark(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, nargs=2, default=[500, 5000], metavar=("FIRST", "THEN"))
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--raw-count", type=int, default=4000)
+    parser.add_argument("--resync-seconds", type=float, default=30.0, help="the reconciler's period; one is measured")
+    args = parser.parse_args()
+    assets = find_assets()
+    if assets is None:
+        print("KUBEBUILDER_ASSETS must name a directory with kube-apiserver and etcd", file=sys.stderr)
+        return 2
+    load_before = os.getloadavg()
+    first, then = args.jobs
+    with tempfile.TemporaryDirectory(prefix="bench-reconcile-") as tmp, EnvTest(assets, Path(tmp)) as server:
+        server.install_prerequisites()
+        keys = keygen_rate()
+        raw = raw_create_rate(server, args.raw_count)
+        print(f"raw create rate: {raw:.0f}/s; RSA-2048 keys: {keys:.1f}/s on one core", file=sys.stderr)
+        objects = Objects(server)
+        small, _, converged_small = converge(server, objects, Path(tmp), first, args.workers, args.resync_seconds)
+        stop_small = small.sigterm()
+        print(f"{first} jobs: {converged_small}", file=sys.stderr)
+        big, namespace, converged_big = converge(server, objects, Path(tmp), then, args.workers, args.resync_seconds)
+        print(f"{then} jobs: {converged_big}", file=sys.stderr)
+        total = first + then
+        resync = steady_resync(server, big, total)
+        print(f"steady resync: {resync}", file=sys.stderr)
+        repaired = drift(server, objects, namespace)
+        print(f"drift: {repaired}", file=sys.stderr)
+        late = new_job_during_resync(server, objects, big, namespace, total + 1)
+        print(f"new job during resync: {late}", file=sys.stderr)
+        rss = big.rss_mib()
+        stop_big = big.sigterm()
+        objects.stop()
+    load_after = os.getloadavg()
+
+    ratio_small, ratio_big = converged_small["rate"] / raw, converged_big["rate"] / raw
+    rows = [
+        ("raw create rate (8 threads, ConfigMaps)", f"{raw:.0f} objects/s", "the floor", ""),
+        (f"convergence, {first} jobs ({first * 4:,} objects)", f"{converged_small['rate']:.0f} objects/s = {ratio_small:.2f} × raw "
+         f"({converged_small['seconds']:.1f} s)", "≥ 0.5 × raw", mark(ratio_small >= 0.5)),
+        (f"convergence, {then:,} jobs ({then * 4:,} objects)", f"{converged_big['rate']:.0f} objects/s = {ratio_big:.2f} × raw "
+         f"({converged_big['seconds']:.1f} s)", "≥ 0.5 × raw, flat", mark(ratio_big >= 0.5 and ratio_big >= 0.8 * ratio_small)),
+        ("RSA-2048 key pairs (ssh plugin, one per job), one core", f"{keys:.1f}/s = {4 * keys:.0f} objects/s", "for reading the above", ""),
+        (f"steady-state resync of {total:,} jobs: API requests (watches aside)",
+         f"{resync['calls']} ({resync['lists']} LIST), {resync['writes']} writes; {resync['reconciles']:.0f} reconciles in {resync['seconds']:.1f} s",
+         "0 writes, 0 LIST", mark(resync["writes"] == 0 and resync["lists"] == 0)),
+        ("drift repaired: deleted Service / deleted ConfigMap / hand-edited ConfigMap",
+         " / ".join(f"{v:.2f} s" for v in repaired.values()), "≤ 2 s", mark(max(repaired.values()) <= 2)),
+        (f"new job's 4 objects while {total:,} jobs resync", f"{late['latency']:.2f} s (the resync took {late['resync']:.1f} s)",
+         "≤ 2 s", mark(late["latency"] <= 2)),
+        (f"resident memory, {total:,} jobs and {total * 4:,} objects cached", f"{rss:.0f} MiB", "≤ 300 MB", mark(rss * 1.048576 <= 300)),
+        ("SIGTERM to exit (Lease released)", f"{stop_small:.2f} s / {stop_big:.2f} s", "≤ 2 s", mark(max(stop_small, stop_big) <= 2)),
+    ]
+    print(f"\nreconciler benchmark: kube-apiserver + etcd on loopback, {args.workers} workers; "
+          f"load average {load_before[0]:.1f} at start, {load_after[0]:.1f} at end ({os.cpu_count()} cores)\n")
+    print("| measure | result | target | |\n|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
