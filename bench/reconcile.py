@@ -5,18 +5,18 @@ starts them the way tests/envtest.py does (audit log on), installs the Job CRD a
 RBAC, and runs ``volcano-webhook reconcile`` as a subprocess under exactly that RBAC. In one run it
 measures, and prints as a table with each target marked:
 
-1. the raw create rate: 8 client threads creating ConfigMaps as the same user, the floor the
-   reconciler's rates are compared with;
-2. convergence for 500 and then 5,000 more jobs (svc + ssh + pytorch; 1 master + 3 workers: a
-   ConfigMap, a Service, a NetworkPolicy and a Secret each), created before the reconciler starts:
-   objects per second from its caches' sync to the last object, and as a ratio to (1);
-3. one steady-state resync of every job (5,500): API requests and writes the reconciler made, from
-   the API server's audit log;
-4. drift repair: a deleted Service, a deleted ConfigMap, a hand-edited ConfigMap, until restored;
-5. a new job's objects while a full resync of every job is under way;
-6. the reconciler's resident memory with all that cached, and its SIGTERM-to-exit time.
+1. convergence for 500 and then 5,000 more jobs (svc + ssh + pytorch; 1 master + 3 workers: a
+   ConfigMap, a Service, a NetworkPolicy and a Secret each), created before a fresh reconciler
+   starts: objects per second from its caches' sync to the last object, as a ratio to the raw
+   create rate (8 client threads creating ConfigMaps as the same user) measured just before;
+2. one steady-state resync of every job (5,500): API requests and writes, from the audit log;
+3. drift repair: a deleted Service, a deleted ConfigMap, a hand-edited ConfigMap, until restored;
+4. a new job's objects while a full resync of every job is under way;
+5. the reconciler's resident memory with all that cached, and its SIGTERM-to-exit time;
+6. convergence again for jobs whose SSH keys are given (``--ssh-private-key``): the ssh plugin
+   generates an RSA-2048 key pair per job otherwise (as Volcano does), and that is the bound of (1);
+   the key rate of one core is printed too.
 
-Also the cost of what the ssh plugin must do per job (an RSA-2048 key pair), for reading (2).
 The machine is shared: the load average at start and end is printed with the table.
 """
 
@@ -49,13 +49,17 @@ OBJECTS_PER_JOB = 4
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 
 
-def bench_job(namespace: str, name: str) -> dict[str, Any]:
+def bench_job(namespace: str, name: str, keys: tuple[str, str] | None = None) -> dict[str, Any]:
+    """svc + ssh + pytorch, 1 master + 3 workers; ``keys`` (private, public) given to ssh, else it
+    generates a pair for the job."""
+    ssh = [f"--ssh-private-key={keys[0]}", f"--ssh-public-key={keys[1]}"] if keys else []
+
     def task(task_name: str, replicas: int) -> dict[str, Any]:
         return {"name": task_name, "replicas": replicas, "template": {"spec": {
             "containers": [{"name": task_name, "image": "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"}]}}}
     return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
             "spec": {"minAvailable": 4, "schedulerName": "volcano", "queue": "default",
-                     "plugins": {"svc": [], "ssh": [], "pytorch": ["--master=master", "--worker=worker", "--port=23456"]},
+                     "plugins": {"svc": [], "ssh": ssh, "pytorch": ["--master=master", "--worker=worker", "--port=23456"]},
                      "tasks": [task("master", 1), task("worker", 3)]}}
 
 
@@ -78,14 +82,14 @@ def raw_create_rate(server: EnvTest, count: int) -> float:
         rest.create(OWNED["ConfigMap"], namespace, {"apiVersion": "v1", "kind": "ConfigMap",
                                                     "metadata": {"name": f"raw-{i}", "namespace": namespace}, "data": data})
 
-    in_parallel(make, list(range(200)))  # warm up: connections, the API server's caches
-    return count / in_parallel(make, list(range(200, 200 + count)))
+    in_parallel(make, list(range(100)))  # warm up: connections, the API server's caches
+    return count / in_parallel(make, list(range(100, 100 + count)))
 
 
-def create_jobs(server: EnvTest, namespace: str, count: int) -> None:
+def create_jobs(server: EnvTest, namespace: str, count: int, keys: tuple[str, str] | None) -> None:
     rest = Rest(server.api_client())
     widen_pool(rest.api, 16)
-    in_parallel(lambda i: rest.create(JOBS, namespace, bench_job(namespace, f"bench-{i:05d}")), list(range(count)))
+    in_parallel(lambda i: rest.create(JOBS, namespace, bench_job(namespace, f"bench-{i:05d}", keys)), list(range(count)))
 
 
 class Objects:
@@ -139,13 +143,13 @@ def wait(predicate: Any, timeout: float, what: str, interval: float = 0.01) -> A
 class Reconciler:
     """``volcano-webhook reconcile`` as the manifests' ServiceAccount, all namespaces."""
 
-    def __init__(self, server: EnvTest, workdir: Path, workers: int, resync: float) -> None:
+    def __init__(self, server: EnvTest, workdir: Path, workers: int, resync: float, namespaces: list[str]) -> None:
         self.port = free_port()
         self.log_path = workdir / f"reconcile-{self.port}.log"
         self.started = time.monotonic()
         self.process: Process = start_product([
             "reconcile", f"--kubeconfig={server.kubeconfig(WEBHOOK_USER)}", f"--health-port={self.port}",
-            f"--workers={workers}", f"--resync-seconds={resync}",
+            f"--workers={workers}", f"--resync-seconds={resync}", *(f"--namespace={ns}" for ns in namespaces),
         ], self.log_path)
 
     def get(self, path: str) -> bytes | None:
@@ -186,16 +190,21 @@ class Reconciler:
         return time.monotonic() - sent
 
 
-def converge(server: EnvTest, objects: Objects, workdir: Path, count: int, workers: int, resync: float) -> tuple[Reconciler, str, dict[str, float]]:
+def converge(server: EnvTest, objects: Objects, workdir: Path, count: int, workers: int, resync: float,
+             keys: tuple[str, str] | None = None, namespaces: list[str] | None = None) -> tuple[Reconciler, str, dict[str, float]]:
+    """``count`` jobs made in a new namespace, then a new reconciler (all namespaces, or
+    ``namespaces`` and the new one): objects per second from its caches' sync to the last object,
+    and as a ratio to the raw create rate measured just before."""
     namespace = new_namespace(server.api_client(), f"bench-{count}-")
-    create_jobs(server, namespace, count)
-    reconciler = Reconciler(server, workdir, workers, resync)
+    create_jobs(server, namespace, count, keys)
+    raw = raw_create_rate(server, 1000)
+    reconciler = Reconciler(server, workdir, workers, resync, [*namespaces, namespace] if namespaces is not None else [])
     wait(reconciler.ready, 120, "the reconciler's caches to sync", interval=0.05)
     ready = time.monotonic()
     wait(lambda: objects.count(namespace) >= count * OBJECTS_PER_JOB, 3600, f"{count * OBJECTS_PER_JOB} objects", interval=0.05)
     done = time.monotonic()
-    return reconciler, namespace, {"seconds": done - ready, "rate": count * OBJECTS_PER_JOB / (done - ready),
-                                   "from_start": done - reconciler.started}
+    rate = count * OBJECTS_PER_JOB / (done - ready)
+    return reconciler, namespace, {"seconds": done - ready, "rate": rate, "raw": raw, "ratio": rate / raw}
 
 
 def quiet(reconciler: Reconciler, seconds: float = 2.0) -> None:
@@ -211,9 +220,9 @@ def quiet(reconciler: Reconciler, seconds: float = 2.0) -> None:
 def steady_resync(server: EnvTest, reconciler: Reconciler, jobs: int) -> dict[str, float]:
     quiet(reconciler)
     before = reconciler.resyncs()
+    reconciles = reconciler.metric("volcano_reconciler_reconciles_total")
     wait(lambda: reconciler.resyncs() > before, 600, "the next periodic resync", interval=0.005)
     started_wall, started = time.time(), time.monotonic()
-    reconciles = reconciler.metric("volcano_reconciler_reconciles_total")
     wait(lambda: reconciler.metric("volcano_reconciler_reconciles_total") - reconciles >= jobs
          and reconciler.metric("volcano_reconciler_queue_depth") == 0, 600, "the resync to finish", interval=0.05)
     took = time.monotonic() - started
@@ -258,9 +267,9 @@ def new_job_during_resync(server: EnvTest, objects: Objects, reconciler: Reconci
     quiet(reconciler)
     admin = Rest(server.api_client())
     before = reconciler.resyncs()
+    reconciles = reconciler.metric("volcano_reconciler_reconciles_total")
     wait(lambda: reconciler.resyncs() > before, 600, "the next periodic resync", interval=0.005)
     started = time.monotonic()
-    reconciles = reconciler.metric("volcano_reconciler_reconciles_total")
     admin.create(JOBS, namespace, bench_job(namespace, "latecomer"))
     names = [("ConfigMap", "latecomer-svc"), ("Service", "latecomer"), ("NetworkPolicy", "latecomer"), ("Secret", "latecomer-ssh")]
     wait(lambda: all(objects.get(kind, namespace, n) is not None for kind, n in names), 600, "the new job's objects")
@@ -287,8 +296,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, nargs=2, default=[500, 5000], metavar=("FIRST", "THEN"))
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--raw-count", type=int, default=4000)
-    parser.add_argument("--resync-seconds", type=float, default=30.0, help="the reconciler's period; one is measured")
+    parser.add_argument("--resync-seconds", type=float, default=30.0, help="the reconciler's period; two are measured")
     args = parser.parse_args()
     assets = find_assets()
     if assets is None:
@@ -296,37 +304,48 @@ def main() -> int:
         return 2
     load_before = os.getloadavg()
     first, then = args.jobs
+    total = first + then
+    pair = generate_key_pair()
+    given = (pair.private_pem.decode(), pair.public_openssh.decode().strip())
     with tempfile.TemporaryDirectory(prefix="bench-reconcile-") as tmp, EnvTest(assets, Path(tmp)) as server:
         server.install_prerequisites()
         keys = keygen_rate()
-        raw = raw_create_rate(server, args.raw_count)
-        print(f"raw create rate: {raw:.0f}/s; RSA-2048 keys: {keys:.1f}/s on one core", file=sys.stderr)
         objects = Objects(server)
-        small, _, converged_small = converge(server, objects, Path(tmp), first, args.workers, args.resync_seconds)
-        stop_small = small.sigterm()
-        print(f"{first} jobs: {converged_small}", file=sys.stderr)
+        log = lambda what, value: print(f"{what}: {value}", file=sys.stderr)  # noqa: E731
+        # Keys generated per job (as Volcano does): the ssh plugin's RSA-2048 key pair is the bound.
+        small, _, converged = converge(server, objects, Path(tmp), first, args.workers, args.resync_seconds)
+        stops = [small.sigterm()]
         big, namespace, converged_big = converge(server, objects, Path(tmp), then, args.workers, args.resync_seconds)
-        print(f"{then} jobs: {converged_big}", file=sys.stderr)
-        total = first + then
+        log("generated keys", (converged, converged_big))
         resync = steady_resync(server, big, total)
-        print(f"steady resync: {resync}", file=sys.stderr)
+        log("steady resync", resync)
         repaired = drift(server, objects, namespace)
-        print(f"drift: {repaired}", file=sys.stderr)
+        log("drift", repaired)
         late = new_job_during_resync(server, objects, big, namespace, total + 1)
-        print(f"new job during resync: {late}", file=sys.stderr)
+        log("new job during resync", late)
         rss = big.rss_mib()
-        stop_big = big.sigterm()
+        stops.append(big.sigterm())
+        # The same jobs with their keys given: what the reconciler itself does per object.
+        small, given_ns, given_small = converge(server, objects, Path(tmp), first, args.workers, args.resync_seconds, given, [])
+        stops.append(small.sigterm())
+        big, _, given_big = converge(server, objects, Path(tmp), then, args.workers, args.resync_seconds, given, [given_ns])
+        stops.append(big.sigterm())
+        log("given keys", (given_small, given_big))
         objects.stop()
     load_after = os.getloadavg()
 
-    ratio_small, ratio_big = converged_small["rate"] / raw, converged_big["rate"] / raw
+    def rate(result: dict[str, float]) -> str:
+        return f"{result['rate']:.0f} objects/s = {result['ratio']:.2f} × {result['raw']:.0f}/s raw ({result['seconds']:.1f} s)"
+
+    def flat(small: dict[str, float], big: dict[str, float]) -> bool:
+        return big["ratio"] >= 0.5 and big["ratio"] >= 0.8 * small["ratio"]
+
     rows = [
-        ("raw create rate (8 threads, ConfigMaps)", f"{raw:.0f} objects/s", "the floor", ""),
-        (f"convergence, {first} jobs ({first * 4:,} objects)", f"{converged_small['rate']:.0f} objects/s = {ratio_small:.2f} × raw "
-         f"({converged_small['seconds']:.1f} s)", "≥ 0.5 × raw", mark(ratio_small >= 0.5)),
-        (f"convergence, {then:,} jobs ({then * 4:,} objects)", f"{converged_big['rate']:.0f} objects/s = {ratio_big:.2f} × raw "
-         f"({converged_big['seconds']:.1f} s)", "≥ 0.5 × raw, flat", mark(ratio_big >= 0.5 and ratio_big >= 0.8 * ratio_small)),
-        ("RSA-2048 key pairs (ssh plugin, one per job), one core", f"{keys:.1f}/s = {4 * keys:.0f} objects/s", "for reading the above", ""),
+        (f"convergence, {first} jobs, keys generated", rate(converged), "≥ 0.5 × raw", mark(converged["ratio"] >= 0.5)),
+        (f"convergence, {then:,} jobs, keys generated", rate(converged_big), "≥ 0.5 × raw, flat", mark(flat(converged, converged_big))),
+        ("RSA-2048 key pairs (ssh plugin, one per job), one core", f"{keys:.1f}/s, i.e. {4 * keys:.0f} objects/s", "", ""),
+        (f"convergence, {first} jobs, keys given", rate(given_small), "≥ 0.5 × raw", mark(given_small["ratio"] >= 0.5)),
+        (f"convergence, {then:,} jobs, keys given", rate(given_big), "≥ 0.5 × raw, flat", mark(flat(given_small, given_big))),
         (f"steady-state resync of {total:,} jobs: API requests (watches aside)",
          f"{resync['calls']} ({resync['lists']} LIST), {resync['writes']} writes; {resync['reconciles']:.0f} reconciles in {resync['seconds']:.1f} s",
          "0 writes, 0 LIST", mark(resync["writes"] == 0 and resync["lists"] == 0)),
@@ -335,9 +354,10 @@ def main() -> int:
         (f"new job's 4 objects while {total:,} jobs resync", f"{late['latency']:.2f} s (the resync took {late['resync']:.1f} s)",
          "≤ 2 s", mark(late["latency"] <= 2)),
         (f"resident memory, {total:,} jobs and {total * 4:,} objects cached", f"{rss:.0f} MiB", "≤ 300 MB", mark(rss * 1.048576 <= 300)),
-        ("SIGTERM to exit (Lease released)", f"{stop_small:.2f} s / {stop_big:.2f} s", "≤ 2 s", mark(max(stop_small, stop_big) <= 2)),
+        ("SIGTERM to exit (Lease released), each run", " / ".join(f"{s:.2f} s" for s in stops), "≤ 2 s", mark(max(stops) <= 2)),
     ]
-    print(f"\nreconciler benchmark: kube-apiserver + etcd on loopback, {args.workers} workers; "
+    print(f"\nreconciler benchmark: kube-apiserver + etcd on loopback, {args.workers} workers; jobs svc + ssh + pytorch, "
+          f"1 master + 3 workers (4 objects each); raw = 8 threads creating ConfigMaps just before each run; "
           f"load average {load_before[0]:.1f} at start, {load_after[0]:.1f} at end ({os.cpu_count()} cores)\n")
     print("| measure | result | target | |\n|---|---|---|---|")
     for row in rows:

@@ -217,6 +217,10 @@ class Reconciler:
 
     # Reconcile -----------------------------------------------------------------------------------
 
+    def _may_write(self) -> bool:
+        # Stopping: a reconcile with many writes left ends at its next one (the next leader redoes it).
+        return not self._stop.is_set() and self.is_leader()
+
     def reconcile(self, key: JobKey) -> None:
         """Bring one job's side objects to the desired state. Raises on API failure (the key is retried)."""
         for _ in range(ATTEMPTS):
@@ -262,7 +266,7 @@ class Reconciler:
                 continue
             self._ensure(job, obj, existing.get(ident))  # type: ignore[arg-type]
         for (kind, obj_name), obj in existing.items():
-            if (kind, obj_name) not in wanted and self.is_leader():
+            if (kind, obj_name) not in wanted and self._may_write():
                 uid = obj["metadata"].get("uid")
                 if self._api("delete", kind, lambda: self.rest.delete(OWNED[kind], namespace, obj_name, uid)):
                     self.metrics.writes.labels(kind, "delete").inc()
@@ -275,7 +279,7 @@ class Reconciler:
         if current is None:
             # Not in our cache: absent, made a moment ago, or there without our label (the cache
             # holds only labelled objects). A POST makes it only if no object of that name exists.
-            if not self.is_leader():
+            if not self._may_write():
                 return
             try:
                 stored = self._api("create", kind, lambda: self.rest.create(resource, namespace, desired, FIELD_MANAGER))
@@ -297,7 +301,7 @@ class Reconciler:
             log.info("created %s %s/%s", kind, namespace, name)
             return
         todo = changes(current, desired)
-        if not todo or not self.is_leader():
+        if not todo or not self._may_write():
             return
         if todo.remove:
             patch = todo.removal_patch()
