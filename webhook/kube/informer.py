@@ -275,6 +275,11 @@ class Informer:
                 if new_rv:
                     rv = new_rv
                 if kind in ("ADDED", "MODIFIED"):
+                    # The event of our own write finds the cache at that version already: skip it
+                    # before any work on the object.
+                    current = self._items.get(object_key(obj))
+                    if current is not None and resource_version(current) >= resource_version(obj):
+                        continue
                     obj = self.transform(obj)
                     with self._lock:
                         changed = self._put(obj)

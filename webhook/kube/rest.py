@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,16 +66,31 @@ class Rest:
     token, refreshed by its hook as the generated methods do; client certificates live in the
     pool), skipping the generated request builder: a third of the client's CPU per request."""
 
+    # How long a bearer token read through the client's refresh hook is used before asking the hook
+    # again: the kubeconfig loader's hook rebuilds the whole configuration (and re-reads the proxy
+    # environment) on every call, a fifth of a request's CPU; tokens live for minutes or more.
+    AUTH_TTL = 1.0
+
     def __init__(self, api: client.ApiClient, timeout: float = 30.0) -> None:
         self.api = api
         self.timeout = timeout
         self.host = api.configuration.host  # a property that re-reads the proxy environment
+        self._auth: tuple[float, str | None] = (-self.AUTH_TTL, None)
+
+    def _authorization(self) -> str | None:
+        read_at, value = self._auth
+        now = time.monotonic()
+        if now - read_at >= self.AUTH_TTL:
+            bearer = self.api.configuration.auth_settings().get("BearerToken") or {}
+            value = bearer.get("value") or None
+            self._auth = (now, value)
+        return value
 
     def _headers(self, content_type: str) -> dict[str, str]:
         headers = {"Accept": "application/json", "Content-Type": content_type, **self.api.default_headers}
-        bearer = self.api.configuration.auth_settings().get("BearerToken")
-        if bearer and bearer.get("value"):
-            headers["Authorization"] = bearer["value"]
+        authorization = self._authorization()
+        if authorization:
+            headers["Authorization"] = authorization
         if self.api.cookie:
             headers["Cookie"] = self.api.cookie
         return headers

@@ -8,8 +8,8 @@ set. Something is to be done when
 * a field we set is missing or different — where "missing" does not count for Go zero values
   (``false``, ``0``, ``""``, empty lists and maps), which the server drops from ``omitempty``
   fields (a Service's ``publishNotReadyAddresses: false`` is stored as nothing): an apply;
-* our field manager owns a map whole (``+mapType=atomic``, e.g. a Service's ``selector``) that
-  holds other keys: an apply replaces it;
+* a map the API treats as one value (``+mapType=atomic``: a Service's ``selector``, a
+  NetworkPolicy's ``podSelector``) holds other keys: an apply replaces it;
 * our field manager owns a field the desired object no longer has: it is removed. Objects are
   created with a POST (it cannot take over an object someone else made), so what it set is owned
   by our manager's *update* entry, which an apply never removes; a merge patch does. That entry
@@ -29,6 +29,9 @@ from typing import Any
 # Cached objects keep the paths our manager owns under this key (see kinds.cached_form).
 OWNED_FIELDS = "__ownedFields"
 ASSOCIATIVE_LISTS = {("metadata", "ownerReferences"): "uid"}
+# Maps and structs the API treats as one value (``+mapType=atomic``, ``+structType=atomic``): a key
+# someone else added is drift, since an apply would replace the whole.
+ATOMIC_MAPS = {("spec", "selector"), ("spec", "podSelector")}
 # Identity, not state: never in managedFields.
 IDENTITY = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace")}
 
@@ -43,6 +46,8 @@ def is_zero(value: Any) -> bool:
 
 def covered(live: Any, desired: Any, path: Path = ()) -> bool:
     """Everything ``desired`` says holds in ``live`` (see the module's rules)."""
+    if path in ATOMIC_MAPS:
+        return bool(live == desired) or (live is None and is_zero(desired))
     if isinstance(desired, dict):
         if live is None:
             return all(covered(None, v, (*path, k)) for k, v in desired.items())
@@ -96,10 +101,16 @@ def owned_paths(managed_fields: list[dict[str, Any]], manager: str) -> frozenset
     for entry in managed_fields:
         if entry.get("manager") != manager:
             continue
-        found = _fields_paths(entry.get("fieldsV1") or {}, ()) - {()}
-        if entry.get("operation") != "Apply":
-            found = {p for p in found if p[:1] in UPDATE_MAPS or p[:2] in UPDATE_MAPS}
-        paths |= found
+        fields = entry.get("fieldsV1") or {}
+        if entry.get("operation") == "Apply":
+            paths |= _fields_paths(fields, ()) - {()}
+            continue
+        for path in UPDATE_MAPS:
+            node: Any = fields
+            for key in path:
+                node = node.get(f"f:{key}") if isinstance(node, dict) else None
+            if node:
+                paths |= _fields_paths(node, path) - {path}
     owned = frozenset(paths)
     return _interned.setdefault(owned, owned)
 
