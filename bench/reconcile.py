@@ -183,6 +183,10 @@ class Reconciler:
                 return int(line.split()[1]) / 1024
         return float("nan")
 
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def sigterm(self) -> float:
         sent = time.monotonic()
         self.process.popen.send_signal(signal.SIGTERM)
@@ -200,11 +204,13 @@ def converge(server: EnvTest, objects: Objects, workdir: Path, count: int, worke
     raw = raw_create_rate(server, 1000)
     reconciler = Reconciler(server, workdir, workers, resync, [*namespaces, namespace] if namespaces is not None else [])
     wait(reconciler.ready, 120, "the reconciler's caches to sync", interval=0.05)
-    ready = time.monotonic()
+    ready, cpu = time.monotonic(), reconciler.cpu_seconds()
     wait(lambda: objects.count(namespace) >= count * OBJECTS_PER_JOB, 3600, f"{count * OBJECTS_PER_JOB} objects", interval=0.05)
     done = time.monotonic()
-    rate = count * OBJECTS_PER_JOB / (done - ready)
-    return reconciler, namespace, {"seconds": done - ready, "rate": rate, "raw": raw, "ratio": rate / raw}
+    made = count * OBJECTS_PER_JOB
+    rate = made / (done - ready)
+    return reconciler, namespace, {"seconds": done - ready, "rate": rate, "raw": raw, "ratio": rate / raw,
+                                   "cpu_ms": 1000 * (reconciler.cpu_seconds() - cpu) / made}
 
 
 def quiet(reconciler: Reconciler, seconds: float = 2.0) -> None:
@@ -335,7 +341,8 @@ def main() -> int:
     load_after = os.getloadavg()
 
     def rate(result: dict[str, float]) -> str:
-        return f"{result['rate']:.0f} objects/s = {result['ratio']:.2f} × {result['raw']:.0f}/s raw ({result['seconds']:.1f} s)"
+        return (f"{result['rate']:.0f} objects/s = {result['ratio']:.2f} × {result['raw']:.0f}/s raw ({result['seconds']:.1f} s; "
+                f"{result['cpu_ms']:.1f} ms CPU per object)")
 
     def flat(small: dict[str, float], big: dict[str, float]) -> bool:
         return big["ratio"] >= 0.5 and big["ratio"] >= 0.8 * small["ratio"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any
@@ -35,7 +36,7 @@ from volcano_job_webhook.kube.rest import Rest, widen_pool
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.keys import JobKey
 
-from .compare import changes
+from .compare import Changes, changes
 from .kinds import EVENT, FIELD_MANAGER, MANAGED_SELECTOR, OWNED, cached_form, managed, owner_job
 from .limits import oversize
 from .metrics import ReconcilerMetrics
@@ -73,7 +74,7 @@ class Reconciler:
         self.is_leader = is_leader
         self.metrics = metrics or ReconcilerMetrics()
         watches = len(self.namespaces or [""]) * (1 + len(OWNED))
-        widen_pool(api, watches + workers + 4)
+        widen_pool(api, watches + workers * 4 + 4)
         self.rest = Rest(api)
         self.queue = WorkQueue()
         self.jobs = JobInformer(api, self.namespaces, on_event=self._on_job)
@@ -87,6 +88,8 @@ class Reconciler:
         # with the keys the job's running Pods hold.
         self._deleted: dict[JobKey, dict[tuple[str, str], dict[str, Any]]] = {}
         self._deleted_lock = threading.Lock()
+        # Writes of one reconcile go out together (a new job's objects in one round trip).
+        self._writers = ThreadPoolExecutor(max_workers=workers * 4, thread_name_prefix="reconcile-write")
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -128,6 +131,7 @@ class Reconciler:
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        self._writers.shutdown(wait=False, cancel_futures=True)
 
     def leadership_changed(self, leading: bool) -> None:
         """Called by the leader elector: on gaining leadership every job is queued at once."""
@@ -253,6 +257,7 @@ class Reconciler:
                 self._warn(job, "InvalidPlugins", "", str(exc))
                 return
         wanted = set()
+        writes: list[tuple[dict[str, Any], dict[str, Any] | None, Changes | None]] = []
         for obj in desired:
             ident = (obj["kind"], obj["metadata"]["name"])
             wanted.add(ident)
@@ -264,7 +269,11 @@ class Reconciler:
                 self.metrics.reconciles.labels("too-large").inc()
                 self._warn(job, "ObjectTooLarge", ident[1], too_big.message())  # type: ignore[arg-type]
                 continue
-            self._ensure(job, obj, existing.get(ident))  # type: ignore[arg-type]
+            current = existing.get(ident)
+            todo = None if current is None else changes(current, obj)
+            if current is None or todo:
+                writes.append((obj, current, todo))
+        self._write_all(job, writes)  # type: ignore[arg-type]
         for (kind, obj_name), obj in existing.items():
             if (kind, obj_name) not in wanted and self._may_write():
                 uid = obj["metadata"].get("uid")
@@ -272,7 +281,23 @@ class Reconciler:
                     self.metrics.writes.labels(kind, "delete").inc()
                     log.info("deleted %s %s/%s: job %s no longer needs it", kind, namespace, obj_name, name)
 
-    def _ensure(self, job: dict[str, Any], desired: dict[str, Any], current: dict[str, Any] | None) -> None:
+    def _write_all(self, job: dict[str, Any], writes: list[tuple[dict[str, Any], dict[str, Any] | None, Changes | None]]) -> None:
+        """The job's writes, at once: they are independent, and a new job's objects then take one
+        round trip to the API server rather than one each."""
+        if len(writes) <= 1:
+            for desired, current, todo in writes:
+                self._ensure(job, desired, current, todo)
+            return
+        futures = [self._writers.submit(self._ensure, job, desired, current, todo) for desired, current, todo in writes]
+        errors = [f.exception() for f in futures]
+        for error in errors:
+            if isinstance(error, _CacheBehind):
+                raise error
+        for error in errors:
+            if error is not None:
+                raise error
+
+    def _ensure(self, job: dict[str, Any], desired: dict[str, Any], current: dict[str, Any] | None, todo: Changes | None) -> None:
         kind, meta = desired["kind"], desired["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         resource, cache = OWNED[kind], self.owned[kind]
@@ -300,7 +325,6 @@ class Reconciler:
             self.metrics.writes.labels(kind, "create").inc()
             log.info("created %s %s/%s", kind, namespace, name)
             return
-        todo = changes(current, desired)
         if not todo or not self._may_write():
             return
         if todo.remove:
