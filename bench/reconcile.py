@@ -38,11 +38,22 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.envtest import WEBHOOK_USER, EnvTest, Process, find_assets, free_port, new_namespace, start_product  # noqa: E402
-from volcano_job_webhook.kube.informer import JOB, Informer  # noqa: E402
-from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
-from volcano_job_webhook.plugins.ssh import generate_key_pair  # noqa: E402
-from volcano_job_webhook.reconciler.kinds import MANAGED_SELECTOR, OWNED  # noqa: E402
+from datetime import UTC
+
+from volcano_job_webhook.kube.informer import JOB, Informer
+from volcano_job_webhook.kube.rest import Rest, widen_pool
+from volcano_job_webhook.plugins.ssh import generate_key_pair
+from volcano_job_webhook.reconciler.kinds import MANAGED_SELECTOR, OWNED
+
+from tests.envtest import (
+    WEBHOOK_USER,
+    EnvTest,
+    Process,
+    find_assets,
+    free_port,
+    new_namespace,
+    start_product,
+)
 
 JOBS = JOB
 OBJECTS_PER_JOB = 4
@@ -154,7 +165,7 @@ class Reconciler:
 
     def get(self, path: str) -> bytes | None:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as response:  # noqa: S310
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as response:
                 return bytes(response.read())
         except OSError:
             return None
@@ -233,9 +244,9 @@ def steady_resync(server: EnvTest, reconciler: Reconciler, jobs: int) -> dict[st
          and reconciler.metric("volcano_reconciler_queue_depth") == 0, 600, "the resync to finish", interval=0.05)
     took = time.monotonic() - started
     time.sleep(1.0)  # the audit log is written as requests complete
-    from datetime import datetime, timezone
-    since = datetime.fromtimestamp(started_wall - 0.5, timezone.utc)
-    until = datetime.fromtimestamp(started_wall + took, timezone.utc)
+    from datetime import datetime
+    since = datetime.fromtimestamp(started_wall - 0.5, UTC)
+    until = datetime.fromtimestamp(started_wall + took, UTC)
     requests = [e for e in server.audit_events(WEBHOOK_USER, since) if e.received <= until]
     calls = [e for e in requests if e.verb != "watch"]
     return {"seconds": took, "reconciles": reconciler.metric("volcano_reconciler_reconciles_total") - reconciles,
@@ -247,25 +258,26 @@ def drift(server: EnvTest, objects: Objects, namespace: str) -> dict[str, float]
     """From the change to the moment the bench's own watch sees the object as it should be."""
     admin = Rest(server.api_client())
     name = "bench-00007"
-    out = {}
 
-    def restored(kind: str, obj_name: str, check: Any) -> float:
+    def restored(kind: str, obj_name: str, change: Any, check: Any) -> float:
         started = time.monotonic()
-        change()
-        wait(lambda: (obj := objects.get(kind, namespace, obj_name)) is not None and check(obj), 60, f"{kind} {obj_name} restored")
+        changed = change()
+        wait(lambda: (obj := objects.get(kind, namespace, obj_name)) is not None and check(obj, changed), 60,
+             f"{kind} {obj_name} restored")
         return time.monotonic() - started
 
+    out = {}
     for kind, obj_name in (("Service", name), ("ConfigMap", f"{name}-svc")):
         uid = objects.get(kind, namespace, obj_name)["metadata"]["uid"]  # type: ignore[index]
-        change = lambda: admin.delete(OWNED[kind], namespace, obj_name)  # noqa: E731
-        out[f"deleted {kind}"] = restored(kind, obj_name, lambda obj: obj["metadata"]["uid"] != uid)
+        out[f"deleted {kind}"] = restored(kind, obj_name, lambda k=kind, n=obj_name: admin.delete(OWNED[k], namespace, n),
+                                          lambda obj, _, u=uid: obj["metadata"]["uid"] != u)
     good = objects.get("ConfigMap", namespace, f"{name}-svc")["data"]["VC_WORKER_NUM"]  # type: ignore[index]
-    edited: dict[str, Any] = {}
-    change = lambda: edited.update(admin.apply(  # noqa: E731
-        OWNED["ConfigMap"], {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-svc", "namespace": namespace},
-                             "data": {"VC_WORKER_NUM": "99"}}, "kubectl-edit"))
-    out["hand-edited ConfigMap"] = restored("ConfigMap", f"{name}-svc", lambda obj: edited and int(obj["metadata"]["resourceVersion"])
-                                            > int(edited["metadata"]["resourceVersion"]) and obj["data"].get("VC_WORKER_NUM") == good)
+    edit = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-svc", "namespace": namespace},
+            "data": {"VC_WORKER_NUM": "99"}}
+    out["hand-edited ConfigMap"] = restored(
+        "ConfigMap", f"{name}-svc", lambda: admin.apply(OWNED["ConfigMap"], edit, "kubectl-edit"),
+        lambda obj, edited: int(obj["metadata"]["resourceVersion"]) > int(edited["metadata"]["resourceVersion"])
+        and obj["data"].get("VC_WORKER_NUM") == good)
     return out
 
 
@@ -317,7 +329,7 @@ def main() -> int:
         server.install_prerequisites()
         keys = keygen_rate()
         objects = Objects(server)
-        log = lambda what, value: print(f"{what}: {value}", file=sys.stderr)  # noqa: E731
+        log = lambda what, value: print(f"{what}: {value}", file=sys.stderr)
         # Keys generated per job (as Volcano does): the ssh plugin's RSA-2048 key pair is the bound.
         small, _, converged = converge(server, objects, Path(tmp), first, args.workers, args.resync_seconds)
         stops = [small.sigterm()]

@@ -4,7 +4,13 @@ the same decisions against a real one: a steady state sends nothing)."""
 
 from __future__ import annotations
 
-from volcano_job_webhook.reconciler.compare import OWNED_FIELDS, Changes, changes, covered, owned_paths
+from volcano_job_webhook.reconciler.compare import (
+    OWNED_FIELDS,
+    Changes,
+    changes,
+    covered,
+    owned_paths,
+)
 
 OWNER = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "j", "uid": "u1", "controller": True,
          "blockOwnerDeletion": True}

@@ -9,13 +9,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-
-from tests.envtest import NOBODY, EnvTest, create, delete, new_namespace, read, replace, wait_for_bindings, wait_until
 from volcano_job_webhook.reconciler.leader import LeaderElector
+
+from tests.envtest import (
+    NOBODY,
+    EnvTest,
+    create,
+    delete,
+    new_namespace,
+    read,
+    replace,
+    wait_for_bindings,
+    wait_until,
+)
 
 LEASE = "coordination.k8s.io/v1"
 
@@ -45,7 +55,7 @@ def elector(envtest: EnvTest, kube_admin: Any) -> Iterator[tuple[LeaderElector, 
 
 def test_a_holder_whose_clock_is_behind_keeps_its_lease_while_it_renews(elector: tuple[LeaderElector, str], kube_admin: Any) -> None:
     candidate, namespace = elector
-    behind = datetime.now(timezone.utc) - timedelta(hours=1)
+    behind = datetime.now(UTC) - timedelta(hours=1)
     hold(kube_admin, namespace, "rec", "other", behind, duration=2)
     candidate.start()
     renewing_until = time.monotonic() + 5
@@ -62,7 +72,7 @@ def test_a_holder_whose_clock_is_behind_keeps_its_lease_while_it_renews(elector:
 
 def test_a_dead_holder_whose_clock_was_ahead_is_taken_over_after_the_duration(elector: tuple[LeaderElector, str], kube_admin: Any) -> None:
     candidate, namespace = elector
-    hold(kube_admin, namespace, "rec", "other", datetime.now(timezone.utc) + timedelta(hours=1), duration=2)
+    hold(kube_admin, namespace, "rec", "other", datetime.now(UTC) + timedelta(hours=1), duration=2)
     seen = time.monotonic()
     candidate.start()
     wait_until(lambda: candidate.is_leader, 10, "the Lease taken over (its renewTime looks an hour ahead here)")

@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
+
+from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.reconciler import Reconciler
+from volcano_job_webhook.reconciler.leader import LeaderElector
+from volcano_job_webhook.server.jobs.kube import KubeJobSource
 
 from tests.conftest import ApiServerFactory
 from tests.envtest import (
@@ -34,10 +39,6 @@ from tests.envtest import (
 )
 from tests.manifests_util import rbac_permissions
 from tests.test_reconciler import events, example_job, objects
-from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.reconciler import Reconciler
-from volcano_job_webhook.reconciler.leader import LeaderElector
-from volcano_job_webhook.server.jobs.kube import KubeJobSource
 
 LEASE = ("volcano-job-webhook-reconciler", "volcano-job-webhook")
 
@@ -56,7 +57,7 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
         ("NetworkPolicy", "networking.k8s.io/v1", "ssh-demo", {"spec": {"podSelector": {}}}),
     ):
         create(admin, {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}, **body})
-    since = datetime.now(timezone.utc)
+    since = datetime.now(UTC)
 
     elector = LeaderElector(server.api_client(WEBHOOK_USER), *LEASE, "me", lease_duration=3, renew_deadline=2, retry_period=0.3)
     elector.start()
@@ -91,7 +92,8 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
             good = obj[part]
             obj[part] = {**good, **value}
             replace(admin, obj)
-            wait_until(lambda: (o := read(admin, api_version, kind, name, namespace)) and o[part] == good, 10, f"{kind} repaired")
+            wait_until(lambda v=api_version, k=kind, n=name, p=part, g=good: (o := read(admin, v, k, n, namespace)) and o[p] == g,
+                       10, f"{kind} repaired")
         delete(admin, JOB_API_VERSION, "Job", "mpi-demo", namespace)
         wait_until(lambda: not any(name.startswith("mpi-demo") for _, name in objects(admin, namespace)), 10, "mpi's objects deleted")
         assert events(admin, namespace, "InvalidPlugins") and events(admin, namespace, "ResourceNotManaged")

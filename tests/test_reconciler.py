@@ -15,14 +15,17 @@ import signal
 import threading
 import time
 import urllib.request
-from pathlib import Path
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
+from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.reconciler import Reconciler
+from volcano_job_webhook.reconciler.limits import DATA_LIMIT
 
 from tests.conftest import EXAMPLES, ApiServerFactory
 from tests.envtest import (
@@ -42,9 +45,6 @@ from tests.envtest import (
     start_product,
     wait_until,
 )
-from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.reconciler import Reconciler
-from volcano_job_webhook.reconciler.limits import DATA_LIMIT
 
 MODES = {"default": (), "owner-references-enforced": (OWNER_REFERENCES_ENFORCEMENT,)}
 KINDS = {"ConfigMap": "v1", "Secret": "v1", "Service": "v1", "NetworkPolicy": "networking.k8s.io/v1"}
@@ -96,7 +96,7 @@ def sent(reconciler: Reconciler) -> float:
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def scale(api: Any, namespace: str, name: str, change: Callable[[dict[str, Any]], None]) -> None:
@@ -443,7 +443,7 @@ def test_the_reconcile_command_releases_its_lease_and_exits_promptly_on_sigterm(
     try:
         def ready() -> dict[str, Any] | None:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as response:  # noqa: S310
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as response:
                     body: dict[str, Any] = json.loads(response.read())
                     return body if body.get("leader") else None
             except OSError:

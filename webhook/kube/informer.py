@@ -24,8 +24,12 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-
-from volcano_job_webhook.plugins.keys import JOB_API_VERSION, JOB_KIND, JOB_PLURAL, JobKey
+from volcano_job_webhook.plugins.keys import (
+    JOB_API_VERSION,
+    JOB_KIND,
+    JOB_PLURAL,
+    JobKey,
+)
 
 from .backoff import Backoff
 from .rest import Resource, Rest, Stream
@@ -168,9 +172,8 @@ class Informer:
         events: list[tuple[str, Obj]] = []
         with self._lock:
             for key, old in list(self._items.items()):
-                if (not namespace or key[0] == namespace) and key not in fresh:
-                    if self._drop(key, listed_rv) is not None:
-                        events.append(("DELETED", old))
+                if (not namespace or key[0] == namespace) and key not in fresh and self._drop(key, listed_rv) is not None:
+                    events.append(("DELETED", old))
             for key, obj in fresh.items():
                 existed = key in self._items
                 if self._put(obj):

@@ -22,14 +22,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-
 from volcano_job_webhook.kube.backoff import with_retries
 from volcano_job_webhook.kube.informer import Informer, JobInformer, object_key
 from volcano_job_webhook.kube.rest import Rest, widen_pool
@@ -37,7 +36,15 @@ from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.keys import JobKey
 
 from .compare import Changes, changes
-from .kinds import EVENT, FIELD_MANAGER, MANAGED_SELECTOR, OWNED, cached_form, managed, owner_job
+from .kinds import (
+    EVENT,
+    FIELD_MANAGER,
+    MANAGED_SELECTOR,
+    OWNED,
+    cached_form,
+    managed,
+    owner_job,
+)
 from .limits import oversize
 from .metrics import ReconcilerMetrics
 from .workqueue import WorkQueue
@@ -277,7 +284,7 @@ class Reconciler:
         for (kind, obj_name), obj in existing.items():
             if (kind, obj_name) not in wanted and self._may_write():
                 uid = obj["metadata"].get("uid")
-                if self._api("delete", kind, lambda: self.rest.delete(OWNED[kind], namespace, obj_name, uid)):
+                if self._api("delete", kind, lambda k=kind, n=obj_name, u=uid: self.rest.delete(OWNED[k], namespace, n, u)):
                     self.metrics.writes.labels(kind, "delete").inc()
                     log.info("deleted %s %s/%s: job %s no longer needs it", kind, namespace, obj_name, name)
 
@@ -360,7 +367,7 @@ class Reconciler:
             self._reported[report] = version
         if not self.is_leader():
             return
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         namespace = meta.get("namespace") or "default"
         body = {
             "apiVersion": "v1", "kind": "Event",

@@ -6,7 +6,13 @@ from typing import Any
 
 from volcano_job_webhook.kube.informer import without_managed_fields
 from volcano_job_webhook.kube.rest import Resource
-from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_KIND, MANAGED_BY, MANAGED_BY_LABEL, JobKey
+from volcano_job_webhook.plugins.keys import (
+    JOB_GROUP,
+    JOB_KIND,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    JobKey,
+)
 
 from .compare import OWNED_FIELDS, owned_paths
 

@@ -11,15 +11,14 @@ import threading
 import time
 from pathlib import Path
 
-from volcano_job_webhook.plugins import Chain, default_registry
-
 from volcano_job_webhook import logs
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.client import api_client
+from volcano_job_webhook.plugins import Chain, default_registry
 
+from .controller import Reconciler
 from .health import HealthServer
 from .leader import LeaderElector
-from .controller import Reconciler
 from .metrics import ReconcilerMetrics
 
 log = logging.getLogger(__name__)
