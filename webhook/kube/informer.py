@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
@@ -197,15 +198,22 @@ class Informer:
             thread.start()
             self._threads.append(thread)
 
-    def stop(self, timeout: float = 2.0) -> None:
-        """Stop now: open watches are cancelled, not waited out."""
+    def cancel(self) -> None:
+        """Stop now, without waiting: open watches are cancelled, not waited out."""
         self._stop.set()
         with self._lock:
             streams = list(self._streams)
         for stream in streams:
             stream.cancel()
+
+    def join(self, deadline: float) -> None:
+        """Wait for the threads to end, until ``deadline`` (``time.monotonic()``)."""
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self.cancel()
+        self.join(time.monotonic() + timeout)
 
     # The loop ------------------------------------------------------------------------------------
 

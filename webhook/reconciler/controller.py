@@ -134,10 +134,12 @@ class Reconciler:
         self._wake.set()
         self.queue.shutdown()
         for informer in self.informers:
-            informer.stop(timeout=0.5)
+            informer.cancel()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        for informer in self.informers:
+            informer.join(deadline)
         self._writers.shutdown(wait=False, cancel_futures=True)
 
     def leadership_changed(self, leading: bool) -> None:

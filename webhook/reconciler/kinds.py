@@ -16,7 +16,7 @@ from volcano_job_webhook.plugins.keys import (
 
 from .compare import OWNED_FIELDS, owned_paths
 
-# Our server-side apply field manager: the fields it owns are exactly those of the last apply.
+# The field manager of every write (creates, applies, merge patches): what it set is ours to remove.
 FIELD_MANAGER = MANAGED_BY
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
@@ -47,8 +47,8 @@ def owner_job(obj: dict[str, Any]) -> JobKey | None:
 
 def cached_form(obj: dict[str, Any]) -> dict[str, Any]:
     """What the reconciler keeps of an owned object: all of it but ``managedFields``, of which only
-    the paths our field manager owns are kept (under ``OWNED_FIELDS``), to tell whether an apply
-    would remove anything."""
+    the paths our field manager set are kept (under ``OWNED_FIELDS``), to tell what of ours the
+    desired object no longer has."""
     fields = (obj.get("metadata") or {}).get("managedFields") or []
     obj[OWNED_FIELDS] = owned_paths(fields, FIELD_MANAGER)
     return without_managed_fields(obj)

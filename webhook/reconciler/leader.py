@@ -83,7 +83,9 @@ class LeaderElector:
     def stop(self, release: bool = True) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(self.request_timeout + 1)
+            # A round in flight ends with nothing done (the loop checks the stop flag); a renewal it
+            # still lands before the release below is released with it, one after it gets 409.
+            self._thread.join(1.0)
         leading = self.is_leader
         self._set(False)
         if release and leading:
