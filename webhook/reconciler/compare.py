@@ -28,7 +28,7 @@ from typing import Any
 
 # Cached objects keep the paths our manager owns under this key (see kinds.cached_form).
 OWNED_FIELDS = "__ownedFields"
-ASSOCIATIVE_LISTS = {("metadata", "ownerReferences"): "uid"}
+ASSOCIATIVE_LISTS: dict[tuple[str, ...], str] = {("metadata", "ownerReferences"): "uid"}
 # Maps and structs the API treats as one value (``+mapType=atomic``, ``+structType=atomic``): a key
 # someone else added is drift, since an apply would replace the whole.
 ATOMIC_MAPS = {("spec", "selector"), ("spec", "podSelector")}

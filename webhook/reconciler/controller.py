@@ -171,7 +171,7 @@ class Reconciler:
         while nobody watched leave such orphans). From the caches: no API call. Returns the count."""
         keys: set[JobKey] = {object_key(job) for job in self.jobs.items()}
         for informer in self.owned.values():
-            keys.update(informer.index_keys())  # type: ignore[arg-type]
+            keys.update(informer.index_keys())
         for key in keys:
             self.queue.add(key, low=True)
         return len(keys)
@@ -208,7 +208,7 @@ class Reconciler:
                 if not self.is_leader():
                     self.queue.add(key)
                     continue
-                self.reconcile(key)  # type: ignore[arg-type]
+                self.reconcile(key)
                 self.queue.forget(key)
                 self.metrics.reconciles.labels("success").inc()
             except Exception as exc:
@@ -276,19 +276,23 @@ class Reconciler:
                 # are still made; the job is looked at again when it changes.
                 log.warning("job %s/%s: %s", namespace, name, too_big.message())
                 self.metrics.reconciles.labels("too-large").inc()
-                self._warn(job, "ObjectTooLarge", ident[1], too_big.message())  # type: ignore[arg-type]
+                self._warn(job, "ObjectTooLarge", ident[1], too_big.message())
                 continue
             current = existing.get(ident)
             todo = None if current is None else changes(current, obj)
             if current is None or todo:
                 writes.append((obj, current, todo))
-        self._write_all(job, writes)  # type: ignore[arg-type]
+        self._write_all(job, writes)
         for (kind, obj_name), obj in existing.items():
-            if (kind, obj_name) not in wanted and self._may_write():
-                uid = obj["metadata"].get("uid")
-                if self._api("delete", kind, lambda k=kind, n=obj_name, u=uid: self.rest.delete(OWNED[k], namespace, n, u)):
-                    self.metrics.writes.labels(kind, "delete").inc()
-                    log.info("deleted %s %s/%s: job %s no longer needs it", kind, namespace, obj_name, name)
+            if ((kind, obj_name) not in wanted and self._may_write()
+                    and self._delete(kind, namespace, obj_name, obj["metadata"].get("uid"))):
+                log.info("deleted %s %s/%s: job %s no longer needs it", kind, namespace, obj_name, name)
+
+    def _delete(self, kind: str, namespace: str, name: str, uid: str | None) -> bool:
+        deleted = bool(self._api("delete", kind, lambda: self.rest.delete(OWNED[kind], namespace, name, uid)))
+        if deleted:
+            self.metrics.writes.labels(kind, "delete").inc()
+        return deleted
 
     def _write_all(self, job: dict[str, Any], writes: list[tuple[dict[str, Any], dict[str, Any] | None, Changes | None]]) -> None:
         """The job's writes, at once: they are independent, and a new job's objects then take one
