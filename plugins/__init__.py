@@ -7,10 +7,10 @@
 
 from .base import Plugin, PodContext, Settings
 from .chain import Chain, ChainConfig, Mutation, PreparedJob
-from .keys import PLUGINS_ANNOTATION
 from .errors import FlagError, PluginError
 from .flags import Flag, port_flag
-from .job import MANAGED_BY, MANAGED_BY_LABEL, Job, Task
+from .job import Job, Task
+from .keys import MANAGED_BY, MANAGED_BY_LABEL, PLUGINS_ANNOTATION
 from .registry import BUILTIN_ORDER, ENTRY_POINT_GROUP, Registry, default_registry
 
 __all__ = [

@@ -14,15 +14,15 @@ One instance is made per job and argument list; it holds no state between calls 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from . import names
 from .errors import FlagError, PluginError
 from .flags import Flag, parse_flags, shown
 from .job import Job, Task
-from .pod import Obj, containers, task_index
+from .pod import Obj, containers, mount_conflict, port_conflict, task_index
 
 DEFAULT_HOSTS_ENV_LIMIT = 100_000
 # Live side objects the reconciler found for a job, by (kind, name); only ones this project manages.
@@ -33,6 +33,8 @@ Existing = Mapping[tuple[str, str], Obj]
 class Settings:
     """Server-wide options that shape the chain (the webhook's configuration sets them)."""
 
+    # Longest VC_<TASK>_HOSTS value injected; None for no limit below the kernel's
+    # (budget.ENV_STRING_LIMIT), which always applies.
     hosts_env_limit: int | None = DEFAULT_HOSTS_ENV_LIMIT
 
 
@@ -46,14 +48,26 @@ class PodContext:
     settings: Settings = field(default_factory=Settings)
     warnings: list[str] = field(default_factory=list)
     injected_init: frozenset[str] = frozenset()
+    # Size of the Pod as it came in (JSON bytes), for plugins that weigh what they add against
+    # budget.STORE_LIMIT; 0 when unknown.
+    input_bytes: int = 0
 
     def all_containers(self, *, init_first: bool = False) -> Iterator[Obj]:
         """Regular then init containers (init first for mpi), leaving out init containers another
         plugin of the chain injects (pytorch's ``wait-for-master``). Volcano's random plugin order
         gives those containers other plugins' changes only sometimes; leaving them out keeps the
         chain idempotent and accepts Pods wired in either order (SPEC Part 2 §10)."""
-        init = [c for c in containers(self.pod, init=True) if c.get("name") not in self.injected_init]
-        regular = containers(self.pod)
+        for _, container in self.located_containers(init_first=init_first):
+            yield container
+
+    def located_containers(self, *, init_first: bool = False) -> Iterator[tuple[str, Obj]]:
+        """:meth:`all_containers` with each container's field path (``spec.containers[0]``), for errors."""
+        init = [
+            (f"spec.initContainers[{i}]", c)
+            for i, c in enumerate(containers(self.pod, init=True))
+            if c.get("name") not in self.injected_init
+        ]
+        regular = [(f"spec.containers[{i}]", c) for i, c in enumerate(containers(self.pod))]
         yield from (init + regular) if init_first else (regular + init)
 
     def index(self, plugin: str) -> str:
@@ -79,6 +93,15 @@ class PodContext:
     @property
     def pod_name(self) -> str:
         return str((self.pod.get("metadata") or {}).get("name") or "")
+
+
+class Mount(NamedTuple):
+    """A volume a plugin mounts at a fixed path in the containers it wires, and the argument that
+    chose the path (for errors)."""
+
+    path: str
+    volume: str
+    field: str
 
 
 class Plugin:
@@ -112,6 +135,11 @@ class Plugin:
         """Names of init containers this plugin adds; other plugins leave them alone."""
         return frozenset()
 
+    def mounts(self) -> list[Mount]:
+        """The volumes this plugin mounts and where; the chain refuses two plugins that mount
+        different volumes at one path (the API server would reject every Pod)."""
+        return []
+
     def resources(self, existing: Existing | None = None) -> list[Obj]:
         """The side objects this plugin wants for the job (Volcano's ``OnJobAdd``). ``existing``
         holds the live objects of the same job, for state that must survive (SSH keys)."""
@@ -131,6 +159,36 @@ class Plugin:
         problem = check(value)
         if problem:
             raise self.error(what, problem)
+
+    def template_containers(self, task: Task, *, init: bool = True) -> Iterator[tuple[str, Obj]]:
+        """A task template's containers (and init containers), each with its field path."""
+        spec = task.template.get("spec") or {}
+        where = f"spec.tasks[{task.position}].template.spec"
+        for key in ("containers", "initContainers") if init else ("containers",):
+            found = spec.get(key)
+            for i, container in enumerate(found if isinstance(found, list) else []):
+                if isinstance(container, dict):
+                    yield f"{where}.{key}[{i}]", container
+
+    def require_mount_free(self, tasks: Iterable[Task], mount: Mount, *, init: bool = True) -> None:
+        """At ``check()``: no container of these tasks' templates mounts another volume at
+        ``mount.path`` (the same rule :func:`pod.ensure_mount` applies to each Pod)."""
+        for task in tasks:
+            for where, container in self.template_containers(task, init=init):
+                problem = mount_conflict(container, mount.volume, mount.path)
+                if problem and mount.field.startswith("-"):  # the path is the argument's choice
+                    raise self.error(mount.field, f"{where}: {problem}")
+                if problem:
+                    raise self.error(f"{where}.volumeMounts", problem)
+
+    def require_port_free(self, tasks: Iterable[Task], name: str, number: int, *, init: bool = False) -> None:
+        """At ``check()``: the port ``name``/``number`` can be added to every container of these
+        tasks' templates (the same rule :func:`pod.ensure_port` applies to each Pod)."""
+        for task in tasks:
+            for where, container in self.template_containers(task, init=init):
+                problem = port_conflict(container, name, number)
+                if problem:
+                    raise self.error(f"{where}.ports", problem)
 
     def require_hostnames(self, task: Task) -> None:
         """Every hostname and subdomain the task's Pods will get must be DNS-1123 labels."""

@@ -16,13 +16,15 @@ from typing import Any
 
 import orjson
 
-from .base import Existing, Plugin, PodContext, Settings
+from .base import Existing, Mount, Plugin, PodContext, Settings
+from .budget import STORE_LIMIT, STORE_LIMIT_TEXT
 from .errors import PluginError
 from .flags import shown
-from .job import Job
-from .pod import Obj, task_name
+from .job import Job, Task
 from .keys import PLUGINS_ANNOTATION
+from .pod import Obj, task_name
 from .registry import BUILTIN_ORDER, Registry, default_registry
+
 
 @dataclass(frozen=True)
 class ChainConfig:
@@ -36,10 +38,25 @@ class ChainConfig:
 
 def copy_json(value: Obj) -> Obj:
     """A deep copy of a JSON document; several times faster than ``copy.deepcopy`` on the hot path."""
+    return _sized_copy(value)[0]
+
+
+def _sized_copy(value: Obj) -> tuple[Obj, int]:
+    """A deep copy of a JSON document and its size as compact JSON (0 when it is not plain JSON)."""
     try:
-        return orjson.loads(orjson.dumps(value))  # type: ignore[no-any-return]
+        raw = orjson.dumps(value)
+        return orjson.loads(raw), len(raw)
     except TypeError:  # not plain JSON (a caller's own objects): copy it the slow way
-        return copy.deepcopy(value)
+        return copy.deepcopy(value), 0
+
+
+def json_size(value: Obj) -> int:
+    """Size of ``value`` as compact JSON, an upper bound of what etcd stores for it (0 when it is
+    not plain JSON)."""
+    try:
+        return len(orjson.dumps(value))
+    except TypeError:
+        return 0
 
 
 @dataclass
@@ -90,17 +107,65 @@ class PreparedJob:
         if task is None:
             tasks = ", ".join(t.name for t in job.tasks)
             raise PluginError(job.key, "", "volcano.sh/task-spec", f"the Pod's task {name!r} is not in spec.tasks ({tasks})")
+        copied, size = _sized_copy(pod)
         ctx = PodContext(
             job=job,
-            pod=copy_json(pod),
+            pod=copied,
             task=task,
             settings=self.settings,
             warnings=list(self.warnings),
             injected_init=self.injected_init,
+            input_bytes=size,
         )
         for plugin in self.plugins:
             plugin.mutate(ctx)
+        wired = json_size(ctx.pod)
+        if wired > STORE_LIMIT and wired > size:
+            raise self._too_large(pod, task, wired)
         return Mutation(ctx.pod, list(self.names), list(dict.fromkeys(ctx.warnings)))
+
+    def _too_large(self, pod: Obj, task: Task, wired: int) -> PluginError:
+        """The error for a Pod the chain made too large to store, naming the plugin that crossed the
+        limit. Every value a plugin adds is bounded already (budget), so replaying the chain to
+        find it costs no more than the first run."""
+        copied, size = _sized_copy(pod)
+        ctx = PodContext(self.job, copied, task, self.settings, [], self.injected_init, size)
+        culprit, added, before = "", 0, size
+        for plugin in self.plugins:
+            plugin.mutate(ctx)
+            after = json_size(ctx.pod)
+            if after > STORE_LIMIT and after > before and not culprit:
+                culprit, added = plugin.name, after - before
+            before = after
+        name = (pod.get("metadata") or {}).get("name") or "?"
+        return PluginError(
+            self.job.key,
+            culprit,
+            "Pod",
+            f"Pod {name!r} of task {task.name!r} would be {wired} bytes once wired ({size} as it came, "
+            f"{added} added by this plugin), over {STORE_LIMIT_TEXT}",
+        )
+
+
+def _check_mounts(job: Job, plugins: Sequence[Plugin]) -> None:
+    """Two plugins that mount different volumes at one path make every Pod invalid ("must be unique").
+    The error goes to the plugin whose argument chose the path (ssh's ``--ssh-key-file-path``, ...)."""
+    claimed: dict[str, tuple[Plugin, Mount]] = {}
+    for plugin in plugins:
+        for mount in plugin.mounts():
+            first, taken = claimed.setdefault(mount.path, (plugin, mount))
+            if taken.volume == mount.volume:
+                continue
+            blamed, other, mine, theirs = plugin, first, mount, taken
+            if not mount.field.startswith("-") and taken.field.startswith("-"):
+                blamed, other, mine, theirs = first, plugin, taken, mount
+            raise PluginError(
+                job.key,
+                blamed.name,
+                mine.field,
+                f"mounts volume {mine.volume!r} at {mine.path!r}, where plugin {other.name} mounts volume "
+                f"{theirs.volume!r}; the API server requires a container's mount paths to be unique",
+            )
 
 
 class Chain:
@@ -147,9 +212,9 @@ class Chain:
 
     def check(self, job: Job) -> list[str]:
         """Validate the job's plugin configuration without a Pod (``/validate``); returns warnings."""
-        warnings: list[str] = []
-        for plugin in self.plugins(job):
-            warnings.extend(plugin.check())
+        plugins = self.plugins(job)
+        warnings = [w for p in plugins for w in p.check()]
+        _check_mounts(job, plugins)
         return list(dict.fromkeys(warnings))
 
     def prepare(self, job: Job) -> PreparedJob:
@@ -157,6 +222,7 @@ class Chain:
         :class:`PluginError` as :meth:`check` does."""
         plugins = self.plugins(job)
         warnings = [w for p in plugins for w in p.check()]
+        _check_mounts(job, plugins)
         injected = frozenset().union(*(p.injected_init_containers() for p in plugins))
         return PreparedJob(job, tuple(plugins), tuple(dict.fromkeys(warnings)), injected, self.config.settings)
 

@@ -94,7 +94,7 @@ def _convert(flag: Flag, text: str) -> Any:
     if flag.kind == "bool":
         return parse_go_bool(text)
     value = parse_go_int(text)
-    if flag.minimum is not None and value < flag.minimum or flag.maximum is not None and value > flag.maximum:
+    if (flag.minimum is not None and value < flag.minimum) or (flag.maximum is not None and value > flag.maximum):
         raise ValueError(f"{value} is outside {flag.minimum}..{flag.maximum}")
     return value
 
@@ -134,10 +134,11 @@ def parse_flags(flags: Sequence[Flag], args: Sequence[str]) -> dict[str, Any]:
         name, eq, value = token[dashes:].partition("=")
         if not name or name[0] in "-=":
             raise FlagError(f"argument {shown(token)}", "bad flag syntax")
-        flag = by_name.get(name)
-        if flag is None:
+        found = by_name.get(name)
+        if found is None:
             known = ", ".join(f"--{f.name}" for f in flags) or "none"
             raise FlagError(f"--{shown(name)[1:-1]}", f"flag provided but not defined (known flags: {known})")
+        flag = found
         if not eq:
             if flag.kind == "bool":
                 values[flag.name] = True

@@ -18,13 +18,17 @@ file it started with; Pods created after a scale see the new list. The master's 
 get the variable their MPI implementation reads: ``OMPI_MCA_orte_default_hostfile`` and
 ``OMPI_MCA_orte_keep_fqdn_hostnames=true`` (openmpi), ``I_MPI_HYDRA_HOST_FILE`` (intel),
 ``HYDRA_HOST_FILE`` (mpich); deepspeed reads the default path itself.
+
+A host file over a ConfigMap's limit (1 MiB) refuses the job: the file is this plugin's whole
+contract, and a launcher given part of it would start a smaller job without a word.
 """
 
 from __future__ import annotations
 
 from functools import cached_property
 
-from .base import Existing, Plugin, PodContext
+from .base import Existing, Mount, Plugin, PodContext
+from .budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
 from .flags import Flag
 from .job import Task
 from .pod import Obj, ensure_envs, ensure_mount, ensure_volume
@@ -87,7 +91,32 @@ class HostfilePlugin(Plugin):
         self.require_name("subdomain", config_map_name(self.job.name), "ConfigMap name")
         for task in self._listed():
             self._slots(task)  # a malformed GPU limit fails here, not in the reconciler
+        self.require_mount_free(self._pod_tasks(), self.mounts()[0])
+        size = self.hostfile_size()
+        if size > DATA_LIMIT:
+            largest = max(self._listed(), key=lambda t: t.replicas)
+            raise self.error(
+                f"spec.tasks[{largest.position}].replicas",
+                f"the host file would be {size} bytes ({sum(task_hosts(self.job, t).count for t in self._listed())} hosts), "
+                f"over {DATA_LIMIT_TEXT}; the ConfigMap {config_map_name(self.job.name)!r} cannot hold it",
+            )
         return []
+
+    def mounts(self) -> list[Mount]:
+        return [Mount(self.path, config_map_name(self.job.name), "--path")]
+
+    def _pod_tasks(self) -> list[Task]:
+        """The tasks whose Pods mount the file: master and worker."""
+        names = (self.options["master"], self.options["worker"])
+        return [task for task in map(self.job.task, names) if task is not None]
+
+    def _separator(self) -> str:
+        return ":" if self.options["format"] in ("intel", "mpich") else " slots="
+
+    def hostfile_size(self) -> int:
+        """``len(self.hostfile)`` from counts alone: per host ``<host><separator><slots>\n``."""
+        sep = len(self._separator())
+        return sum(task_hosts(self.job, t).joined(sep=0, each=sep + digits(self._slots(t)) + 1) for t in self._listed())
 
     def _listed(self) -> list[Task]:
         names = ([self.options["master"]] if self.options["include-master"] else []) + [self.options["worker"]]
@@ -105,9 +134,10 @@ class HostfilePlugin(Plugin):
 
     @cached_property
     def hostfile(self) -> str:
-        """The file: one ``"\\n"``-terminated line per Pod, master task first when included."""
-        sep = ":" if self.options["format"] in ("intel", "mpich") else " slots="
-        lines = []
+        """The file: one ``"\\n"``-terminated line per Pod, master task first when included; as
+        long as the replicas, so check() has sized it first."""
+        sep = self._separator()
+        lines: list[str] = []
         for task in self._listed():
             slots = self._slots(task)
             lines.extend(f"{host}{sep}{slots}\n" for host in self.job.host_names(task))
@@ -123,17 +153,16 @@ class HostfilePlugin(Plugin):
             raise self.error("spec.volumes", problem)
         path = self.path
         env: list[tuple[str, str | None, Obj | None]] = [(var, path if value is None else value, None) for var, value in ENV[self.options["format"]]] if is_master else []
-        for container in ctx.all_containers():
-            for mount in container.get("volumeMounts") or []:
-                if isinstance(mount, dict) and mount.get("mountPath") == path and mount.get("name") != name:
-                    raise self.error(
-                        "--path", f"container {container.get('name')!r} already mounts volume {mount.get('name')!r} at {path!r}"
-                    )
-            ensure_mount(container, {"name": name, "mountPath": path, "subPath": KEY, "readOnly": True})
+        for where, container in ctx.located_containers():
+            problem = ensure_mount(container, {"name": name, "mountPath": path, "subPath": KEY, "readOnly": True})
+            if problem:
+                raise self.error("--path", f"{where}: {problem}")
             if env:
                 ensure_envs(container, env)
 
     def resources(self, existing: Existing | None = None) -> list[Obj]:
+        if self.hostfile_size() > DATA_LIMIT:
+            self.check()  # raises with the size, before the file is built
         return [
             {
                 "apiVersion": "v1",

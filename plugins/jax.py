@@ -51,6 +51,7 @@ class JaxPlugin(Plugin):
             raise self.error("--coordinator", f"the job has no task {self.options['coordinator']!r} (tasks: {tasks})")
         if coordinator.replicas < 1:
             raise self.error("--coordinator", f"task {coordinator.name!r} has no replicas, so there is no coordinator Pod 0")
+        self.require_port_free([coordinator], PORT_NAME, self.options["port"])
         return []
 
     @cached_property
@@ -85,7 +86,9 @@ class JaxPlugin(Plugin):
             ("JAX_NUM_PROCESSES", str(self.num_processes), None),
             ("JAX_PROCESS_ID", str(self.offsets[ctx.task.name] + index), None),
         ]
-        for container in containers(ctx.pod):
+        for i, container in enumerate(containers(ctx.pod)):
             if ctx.task.name == coordinator.name:
-                ensure_port(container, PORT_NAME, port)
+                problem = ensure_port(container, PORT_NAME, port)
+                if problem:
+                    raise self.error(f"spec.containers[{i}].ports", problem)
             ensure_envs(container, entries)

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import PluginError
-from .names import dns1123_label
 from .keys import JOB_API_VERSION, JOB_KIND, MANAGED_BY, MANAGED_BY_LABEL
-
+from .names import dns1123_label
 
 
 @dataclass(frozen=True)
@@ -145,7 +144,8 @@ class Job:
 
     def host_labels(self, task: Task) -> list[str]:
         """The hostnames of a task's Pods as svc, ssh and mpi list them: one per replica, or a single
-        entry when the template fixes ``hostname`` (SPEC Part 2 §6.2, §12 item 6)."""
+        entry when the template fixes ``hostname`` (SPEC Part 2 §6.2, §12 item 6). As long as the
+        replicas: callers size it first with :func:`budget.task_hosts`."""
         if task.hostname:
             return [task.hostname] if task.replicas else []
         return [self.pod_name(task.name, i) for i in range(task.replicas)]
@@ -154,18 +154,6 @@ class Job:
         """``host_labels`` qualified with the subdomain: the domain names the Pods answer to."""
         subdomain = task.subdomain or self.name
         return [f"{label}.{subdomain}" for label in self.host_labels(task)]
-
-    def host_list_length(self, task: Task) -> int:
-        """``len(",".join(self.host_names(task)))``, computed without building the list, so that
-        per-Pod checks stay flat as replicas grow."""
-        count = min(task.replicas, 1) if task.hostname else task.replicas
-        if count == 0:
-            return 0
-        suffix = 1 + len(task.subdomain or self.name)
-        if task.hostname:
-            return len(task.hostname) + suffix
-        prefix = len(self.name) + len(task.name) + 2
-        return count * (prefix + suffix) + _digits_up_to(count) + count - 1
 
     def owner_reference(self) -> dict[str, Any]:
         """The controller reference Volcano puts on everything it makes for a job."""
@@ -187,12 +175,3 @@ class Job:
             "ownerReferences": [self.owner_reference()],
         }
 
-
-def _digits_up_to(count: int) -> int:
-    """Total decimal digits of 0, 1, ..., count-1."""
-    total, low, width = 0, 0, 1
-    while low < count:
-        high = min(count, 10**width)
-        total += (high - low) * width
-        low, width = high, width + 1
-    return total

@@ -3,6 +3,11 @@
 Master Pods get ``MPI_HOST``, the comma-joined domain names of the worker Pods, in every init
 container and container; every Pod of the job gets the port ``mpijob-port`` (default 22). Keys and
 host resolution come from ``ssh`` and ``svc``, which this plugin brings in.
+
+``MPI_HOST`` longer than one environment string can be (Linux ``MAX_ARG_STRLEN``) is left out, with a
+warning, rather than refused: the kernel refuses it in the environment and equally as the argument of
+``mpirun --host``, so no launcher could use it, while ``/etc/volcano/<worker>.host`` (svc) lists the
+same hosts one per line, the form ``mpirun --hostfile`` reads.
 """
 
 from __future__ import annotations
@@ -10,8 +15,10 @@ from __future__ import annotations
 from functools import cached_property
 
 from .base import Plugin, PodContext
+from .budget import ENV_LIMIT_TEXT, env_value_limit, task_hosts
 from .flags import Flag, port_flag
 from .pod import ensure_env, ensure_port
+from .svc import MOUNT_PATH, host_file_key
 
 PORT_NAME = "mpijob-port"
 
@@ -29,23 +36,38 @@ class MPIPlugin(Plugin):
         # Volcano's job admission rejects this too (admit_job.go: "The specified mpi master task was not found").
         if self.job.task(self.options["master"]) is None:
             raise self.error("--master", f"the job has no task {self.options['master']!r} (the specified mpi master task was not found)")
-        if self.job.task(self.options["worker"]) is None:
+        worker = self.job.task(self.options["worker"])
+        # Without a worker task the master's Pods are left alone; every other Pod gets the port.
+        ported = [t for t in self.job.tasks if worker is not None or t.name != self.options["master"]]
+        self.require_port_free(ported, PORT_NAME, self.options["port"], init=True)
+        if worker is None:
             return [self.warning(f"--worker: the job has no task {self.options['worker']!r}; the master gets no MPI_HOST and no port")]
+        size = task_hosts(self.job, worker).joined()
+        if size > env_value_limit("MPI_HOST"):
+            return [self.warning(
+                f"MPI_HOST left out of the master's containers: the hosts of task {worker.name!r} are {size} bytes, over "
+                f"{ENV_LIMIT_TEXT}; give mpirun --hostfile {MOUNT_PATH}/{host_file_key(worker.name)} instead"
+            )]
         return []
 
     @cached_property
     def mpi_host(self) -> str | None:
-        """The worker Pods' domain names, comma-joined; None when there is no worker task."""
+        """The worker Pods' domain names, comma-joined; None when there is no worker task or the
+        list is too long for the environment (check() warned)."""
         worker = self.job.task(self.options["worker"])
-        return ",".join(self.job.host_names(worker)) if worker else None
+        if worker is None or task_hosts(self.job, worker).joined() > env_value_limit("MPI_HOST"):
+            return None
+        return ",".join(self.job.host_names(worker))
 
     def mutate(self, ctx: PodContext) -> None:
         hosts: str | None = None
         if ctx.task.name == self.options["master"]:
-            hosts = self.mpi_host
-            if hosts is None:  # no worker task: Volcano leaves the Pod alone; check() warned
+            if self.job.task(self.options["worker"]) is None:  # Volcano leaves the Pod alone; check() warned
                 return
-        for container in ctx.all_containers(init_first=True):
-            ensure_port(container, PORT_NAME, self.options["port"])
+            hosts = self.mpi_host
+        for where, container in ctx.located_containers(init_first=True):
+            problem = ensure_port(container, PORT_NAME, self.options["port"])
+            if problem:
+                raise self.error(f"{where}.ports", problem)
             if hosts is not None:
                 ensure_env(container, "MPI_HOST", hosts)

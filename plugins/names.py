@@ -11,7 +11,6 @@ import re
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 LABEL_MAX = 63
 SUBDOMAIN_MAX = 253
@@ -41,11 +40,4 @@ def dns1123_subdomain(value: str) -> str | None:
         return f"{value!r} is {len(value)} characters, over the DNS-1123 subdomain limit of {SUBDOMAIN_MAX}"
     if not _DNS1123_SUBDOMAIN.match(value):
         return f"{value!r} is not a DNS-1123 subdomain"
-    return None
-
-
-def env_var_name(value: str) -> str | None:
-    """Why ``value`` is not a valid environment variable name, or None."""
-    if not _ENV_NAME.match(value):
-        return f"{value!r} is not a valid environment variable name"
     return None

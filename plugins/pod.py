@@ -7,11 +7,11 @@ and this webhook, and those must not count as differences (SPEC Part 1 §1.4).
 """
 
 from __future__ import annotations
-from .keys import DEFAULT_TASK, JOB_NAME_KEY, TASK_INDEX_KEY, TASK_SPEC_KEY
 
-
+from collections.abc import Sequence
 from typing import Any
 
+from .keys import DEFAULT_TASK, TASK_INDEX_KEY, TASK_SPEC_KEY
 
 Obj = dict[str, Any]
 
@@ -23,7 +23,8 @@ def metadata(pod: Obj) -> Obj:
 
 def spec(pod: Obj) -> Obj:
     """The Pod's spec, created when absent (plugins add to it)."""
-    return pod.setdefault("spec", {})
+    found: Obj = pod.setdefault("spec", {})
+    return found
 
 
 def task_name(pod: Obj) -> str:
@@ -58,7 +59,7 @@ def ensure_env(container: Obj, name: str, value: str | None = None, value_from: 
     ensure_envs(container, [(name, value, value_from)])
 
 
-def ensure_envs(container: Obj, entries: list[tuple[str, str | None, Obj | None]]) -> None:
+def ensure_envs(container: Obj, entries: Sequence[tuple[str, str | None, Obj | None]]) -> None:
     """Give ``container`` each ``(name, value, value_from)``: append it, or replace the effective
     (last) entry of that name in place when its value differs. Volcano appends, and for duplicate
     names the last entry wins, so the effect matches without leaving a duplicate. One pass over the
@@ -113,8 +114,28 @@ def ensure_volume(pod: Obj, volume: Obj) -> str | None:
     return None
 
 
-def ensure_mount(container: Obj, mount: Obj) -> None:
-    """Add ``mount`` unless the container mounts that volume at that path already."""
+def _label(container: Obj) -> str:
+    return repr(container.get("name") or "")
+
+
+def mount_conflict(container: Obj, name: str, path: str) -> str | None:
+    """Why ``container`` cannot also mount volume ``name`` at ``path``: another volume is mounted
+    there, and the API server rejects a container whose mount paths repeat ("must be unique")."""
+    for current in container.get("volumeMounts") or []:
+        if isinstance(current, dict) and current.get("mountPath") == path and current.get("name") != name:
+            return (
+                f"container {_label(container)} already mounts volume {current.get('name')!r} at {path!r}; "
+                f"volume {name!r} cannot be mounted there too (the API server requires a container's mount paths to be unique)"
+            )
+    return None
+
+
+def ensure_mount(container: Obj, mount: Obj) -> str | None:
+    """Add ``mount`` unless the container mounts that volume at that path already. Returns None on
+    success, or why the path is taken by another volume (see :func:`mount_conflict`)."""
+    problem = mount_conflict(container, mount["name"], mount["mountPath"])
+    if problem:
+        return problem
     mounts = container.setdefault("volumeMounts", [])
     for current in mounts:
         if (
@@ -122,13 +143,36 @@ def ensure_mount(container: Obj, mount: Obj) -> None:
             and current.get("name") == mount["name"]
             and current.get("mountPath") == mount["mountPath"]
         ):
-            return
+            return None
     mounts.append(mount)
+    return None
 
 
-def ensure_port(container: Obj, name: str, number: int) -> None:
-    """Add a named port unless any port already uses that ``containerPort`` (Volcano's check)."""
+def port_conflict(container: Obj, name: str, number: int) -> str | None:
+    """Why the port ``name``/``number`` cannot be added to ``container``: no port has that number
+    (else nothing is added, as in Volcano) but one has that name, and the API server rejects a
+    container whose port names repeat ("Duplicate value")."""
+    ports = [p for p in container.get("ports") or [] if isinstance(p, dict)]
+    if any(p.get("containerPort") == number for p in ports):
+        return None
+    for current in ports:
+        if current.get("name") == name:
+            return (
+                f"container {_label(container)} already has a port named {name!r} (containerPort "
+                f"{current.get('containerPort')}); adding {name!r} for port {number} would repeat the name, "
+                "which the API server rejects"
+            )
+    return None
+
+
+def ensure_port(container: Obj, name: str, number: int) -> str | None:
+    """Add a named port unless any port already uses that ``containerPort`` (Volcano's check).
+    Returns None on success, or why the name is taken (see :func:`port_conflict`)."""
+    problem = port_conflict(container, name, number)
+    if problem:
+        return problem
     ports = container.setdefault("ports", [])
     if any(isinstance(p, dict) and p.get("containerPort") == number for p in ports):
-        return
+        return None
     ports.append({"name": name, "containerPort": number})
+    return None

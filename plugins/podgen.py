@@ -9,9 +9,7 @@ from typing import Any
 
 from .errors import PluginError
 from .job import Job
-from .pod import JOB_NAME_KEY, TASK_INDEX_KEY, TASK_SPEC_KEY
-from .keys import GROUP_NAME_KEY, JOB_NAMESPACE_KEY, QUEUE_NAME_KEY
-
+from .keys import GROUP_NAME_KEY, JOB_NAME_KEY, JOB_NAMESPACE_KEY, QUEUE_NAME_KEY, TASK_INDEX_KEY, TASK_SPEC_KEY
 
 
 def make_pod(job: Job, task_name: str, index: int) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from .pod import containers, ensure_envs, ensure_port
 
 PORT_NAME = "pytorchjob-port"
 WAIT_CONTAINER = "wait-for-master"
+# Also the waitfor plugin's image, which reads this plugin's --wait-master-image when the job runs it.
+DEFAULT_WAIT_IMAGE = "busybox:1.36.1"
 
 _WAIT_SCRIPT = """echo "Waiting for master node {addr}:{port} to be ready..."
 TIMEOUT={timeout}
@@ -30,6 +32,13 @@ done
 echo "Master node is ready!\""""
 
 
+def _name_taken(container: dict[str, object]) -> str:
+    return (
+        f"a container is already named {WAIT_CONTAINER!r}, the init container --wait-master-enabled adds to workers; "
+        "the API server requires container names to be unique across containers and init containers"
+    )
+
+
 class PytorchPlugin(Plugin):
     name = "pytorch"
     requires = ("svc",)
@@ -39,7 +48,7 @@ class PytorchPlugin(Plugin):
         port_flag("port", 23456, "MASTER_PORT, opened on every container"),
         Flag("wait-master-enabled", "bool", False, "workers wait for the master's port in an init container"),
         Flag("wait-master-timeout", "int", 300, "seconds the init container waits", minimum=0),
-        Flag("wait-master-image", "string", "busybox:1.36.1", "image of the wait-for-master init container"),
+        Flag("wait-master-image", "string", DEFAULT_WAIT_IMAGE, "image of the wait-for-master init container (and waitfor's)"),
     )
 
     def check(self) -> list[str]:
@@ -47,6 +56,12 @@ class PytorchPlugin(Plugin):
             return [self.warning(f"--master: the job has no task {self.options['master']!r}, so pytorch leaves its Pods alone (as Volcano does)")]
         if self.options["wait-master-enabled"] and not self.options["wait-master-image"]:
             raise self.error("--wait-master-image", "must not be empty when --wait-master-enabled is set")
+        self.require_port_free(self.job.tasks, PORT_NAME, self.options["port"])
+        worker = self.job.task(self.options["worker"])
+        if self.options["wait-master-enabled"] and worker is not None:
+            for where, container in self.template_containers(worker, init=False):
+                if container.get("name") == WAIT_CONTAINER:
+                    raise self.error(f"{where}.name", _name_taken(container))
         return []
 
     def injected_init_containers(self) -> frozenset[str]:
@@ -76,13 +91,18 @@ class PytorchPlugin(Plugin):
         entries = [("MASTER_ADDR", master_addr, None), ("MASTER_PORT", str(port), None), ("WORLD_SIZE", world_size, None)]
         if rank is not None:
             entries.append(("RANK", str(rank), None))
-        for container in containers(ctx.pod):
-            ensure_port(container, PORT_NAME, port)
+        for i, container in enumerate(containers(ctx.pod)):
+            problem = ensure_port(container, PORT_NAME, port)
+            if problem:
+                raise self.error(f"spec.containers[{i}].ports", problem)
             ensure_envs(container, entries)
 
     def _add_wait_container(self, ctx: PodContext, master_addr: str) -> None:
         init = ctx.pod["spec"].setdefault("initContainers", [])
         if any(isinstance(c, dict) and c.get("name") == WAIT_CONTAINER for c in init):
             return
+        for i, container in enumerate(containers(ctx.pod)):
+            if container.get("name") == WAIT_CONTAINER:
+                raise self.error(f"spec.containers[{i}].name", _name_taken(container))
         script = _WAIT_SCRIPT.format(addr=master_addr, port=self.options["port"], timeout=self.options["wait-master-timeout"])
         init.append({"name": WAIT_CONTAINER, "image": self.options["wait-master-image"], "command": ["sh", "-c", script]})

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from .base import Existing, Plugin, PodContext
 from .flags import Flag, port_flag
-from .pod import JOB_NAME_KEY, TASK_SPEC_KEY, Obj, containers, ensure_port
-from .svc import JOB_NAMESPACE_KEY
+from .job import Task
+from .keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY, TASK_SPEC_KEY
+from .pod import Obj, containers, ensure_port
 
 
 def head_service_name(job_name: str) -> str:
@@ -40,12 +41,24 @@ class RayPlugin(Plugin):
         if head is None:
             raise self.error("--head", f"the job has no head task {self.options['head']!r}")
         self.require_name("dns1035", head_service_name(self.job.name), "head Service name")
+        self._require_ports_free(head, self.options["headContainer"])
         warnings = []
         for flag, task_flag in (("headContainer", "head"), ("workerContainer", "worker")):
             task = self.job.task(self.options[task_flag])
             if task and not any(c.get("name") == self.options[flag] for c in task.containers if isinstance(c, dict)):
                 warnings.append(self.warning(f"--{flag}: task {task.name!r} has no container named {self.options[flag]!r}; it gets no ray command"))
         return warnings
+
+    def _require_ports_free(self, head: Task, container: str) -> None:
+        """The head container's ports, in order: an earlier one may take a number a later one skips."""
+        for where, found in self.template_containers(head, init=False):
+            if found.get("name") != container:
+                continue
+            trial: Obj = {"name": container, "ports": [dict(p) for p in found.get("ports") or [] if isinstance(p, dict)]}
+            for name, number in self.ports():
+                problem = ensure_port(trial, name, number)
+                if problem:
+                    raise self.error(f"{where}.ports", problem)
 
     def mutate(self, ctx: PodContext) -> None:
         head = self.job.task(self.options["head"])
@@ -63,12 +76,14 @@ class RayPlugin(Plugin):
             command = f"ray start --block --address={self.job.domain_name(head, 0)}:{self.options['port']}"
         else:
             return
-        for container in containers(ctx.pod):
+        for i, container in enumerate(containers(ctx.pod)):
             if container.get("name") != target:
                 continue
             if ctx.task.name == self.options["head"]:
                 for name, number in self.ports():
-                    ensure_port(container, name, number)
+                    problem = ensure_port(container, name, number)
+                    if problem:
+                        raise self.error(f"spec.containers[{i}].ports", problem)
             container["command"] = ["sh", "-c", command]
 
     def resources(self, existing: Existing | None = None) -> list[Obj]:

@@ -1,5 +1,5 @@
-"""Where plugins come from: the built-ins (Volcano's eight, plus this project's torchrun, hostfile and
-jax), and third-party ones through the entry-point group
+"""Where plugins come from: the built-ins (Volcano's eight, plus this project's torchrun, hostfile,
+jax, xgboost, paddle and waitfor), and third-party ones through the entry-point group
 ``volcano_webhook.plugins`` (``name = "package.module:PluginClass"``)."""
 
 from __future__ import annotations
@@ -15,22 +15,25 @@ from .hcclrank import HcclRankPlugin
 from .hostfile import HostfilePlugin
 from .jax import JaxPlugin
 from .mpi import MPIPlugin
+from .paddle import PaddlePlugin
 from .pytorch import PytorchPlugin
 from .ray import RayPlugin
 from .ssh import SSHPlugin
 from .svc import SvcPlugin
 from .tensorflow import TensorflowPlugin
 from .torchrun import TorchrunPlugin
+from .waitfor import WaitforPlugin
+from .xgboost import XGBoostPlugin
 
 ENTRY_POINT_GROUP = "volcano_webhook.plugins"
 # Volcano's registration order (factory.go), the one fixed order its source shows (SPEC Part 1 §1.2).
-# This project's own built-ins (torchrun, hostfile, jax) are not in it: they run after, by name.
+# This project's own built-ins (torchrun, hostfile, jax, xgboost, paddle, waitfor) are not in it: they run after, by name.
 BUILTIN_ORDER = ("ssh", "env", "svc", "tensorflow", "mpi", "pytorch", "hcclrank", "ray")
 BUILTINS: Mapping[str, type[Plugin]] = {
     cls.name: cls
     for cls in (
         SSHPlugin, EnvPlugin, SvcPlugin, TensorflowPlugin, MPIPlugin, PytorchPlugin, HcclRankPlugin, RayPlugin,
-        TorchrunPlugin, HostfilePlugin, JaxPlugin,
+        TorchrunPlugin, HostfilePlugin, JaxPlugin, XGBoostPlugin, PaddlePlugin, WaitforPlugin,
     )
 }
 

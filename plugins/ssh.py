@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from functools import cached_property
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from .base import Existing, Plugin, PodContext
+from .base import Existing, Mount, Plugin, PodContext
+from .budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
 from .flags import Flag, port_flag
 from .pod import Obj, ensure_mount, ensure_volume
 
 DEFAULT_PATH = "/root/.ssh"
 KEY_FILES = ("id_rsa", "id_rsa.pub", "authorized_keys", "config")
 SUB_PATH = ".ssh"
+CONFIG_HEADER = ("StrictHostKeyChecking no", "UserKnownHostsFile /dev/null")
+# Room for generated keys in the Secret: a 2048-bit PKCS#1 PEM key is under 1,700 bytes and its
+# OpenSSH public key (id_rsa.pub, authorized_keys) under 400.
+GENERATED_KEYS_BYTES = 4096
 
 
 def secret_name(job_name: str) -> str:
@@ -63,12 +69,51 @@ class SSHPlugin(Plugin):
         path = self.options["ssh-key-file-path"]
         if not path.startswith("/"):
             raise self.error("--ssh-key-file-path", f"{path!r} is not an absolute path")
+        self.require_mount_free(self.job.tasks, self.mounts()[0])
         warnings = []
+        if self._config_left_out:
+            warnings.append(self.warning(self._config_left_out))
         if self.options["ssh-public-key"] and not self.options["ssh-private-key"]:
             warnings.append(self.warning("--ssh-public-key is ignored without --ssh-private-key; keys are generated"))
         elif self.options["ssh-private-key"] and not self.options["ssh-public-key"]:
             warnings.append(self.warning("--ssh-private-key without --ssh-public-key leaves id_rsa.pub and authorized_keys empty"))
         return warnings
+
+    def mounts(self) -> list[Mount]:
+        return [Mount(self.options["ssh-key-file-path"], secret_name(self.job.name), "--ssh-key-file-path")]
+
+    def _key_bytes(self) -> int:
+        private, public = self.options["ssh-private-key"], self.options["ssh-public-key"]
+        return len(private.encode()) + 2 * len(public.encode()) if private else GENERATED_KEYS_BYTES
+
+    def config_size(self) -> int:
+        """``len(self.ssh_config())`` from counts alone: per host ``Host <h>``, ``  HostName
+        <h>.<subdomain>`` and ``  Port <port>``, each line ending in a newline."""
+        size = sum(len(line) + 1 for line in CONFIG_HEADER)
+        port = digits(self.options["ssh-port"])
+        for task in self.job.tasks:
+            hosts = task_hosts(self.job, task)
+            size += 2 * hosts.label_chars + hosts.count * (hosts.subdomain + port + len("Host \n  HostName .\n  Port \n"))
+        return size
+
+    @cached_property
+    def _config_left_out(self) -> str:
+        """Why the ``Host`` entries are left out of ``config``, or "". They only give each Pod's short
+        name its domain name and port; past a Secret's limit the job still runs on the header's
+        options, reaching Pods by domain name (as MPI_HOST lists them). Keys that alone pass the
+        limit cannot be left out: that is an error."""
+        keys = self._key_bytes()
+        header = sum(len(line) + 1 for line in CONFIG_HEADER)
+        if keys + header > DATA_LIMIT:
+            raise self.error("--ssh-private-key", f"the keys are {keys} bytes; the Secret {secret_name(self.job.name)!r} would be over {DATA_LIMIT_TEXT}")
+        size = self.config_size()
+        if keys + size <= DATA_LIMIT:
+            return ""
+        return (
+            f"the ssh config would be {size} bytes, which with the keys is over {DATA_LIMIT_TEXT}; its Host entries are "
+            "left out of the Secret: reach Pods by domain name (<pod>.<subdomain>, as MPI_HOST lists them), on port 22 "
+            "unless given with -p"
+        )
 
     def mutate(self, ctx: PodContext) -> None:
         name = secret_name(self.job.name)
@@ -86,14 +131,17 @@ class SSHPlugin(Plugin):
         problem = ensure_volume(ctx.pod, volume)
         if problem:
             raise self.error("spec.volumes", problem)
-        for container in ctx.all_containers():
-            ensure_mount(container, {"name": name, "mountPath": path, "subPath": SUB_PATH})
+        for where, container in ctx.located_containers():
+            problem = ensure_mount(container, {"name": name, "mountPath": path, "subPath": SUB_PATH})
+            if problem:
+                raise self.error("--ssh-key-file-path", f"{where}: {problem}")
 
     def ssh_config(self) -> str:
-        """Volcano's ``generateSSHConfig``: no host-key checks, then a ``Host`` block per Pod."""
-        lines = ["StrictHostKeyChecking no", "UserKnownHostsFile /dev/null"]
+        """Volcano's ``generateSSHConfig``: no host-key checks, then a ``Host`` block per Pod (left
+        out when they do not fit the Secret, see :attr:`_config_left_out`)."""
+        lines = list(CONFIG_HEADER)
         port = self.options["ssh-port"]
-        for task in self.job.tasks:
+        for task in () if self._config_left_out else self.job.tasks:
             subdomain = task.subdomain or self.job.name
             for host in self.job.host_labels(task):
                 lines += [f"Host {host}", f"  HostName {host}.{subdomain}", f"  Port {port}"]

@@ -2,6 +2,9 @@
 
 The cluster lists ``<domain>:<port>`` of every Pod of the ps, worker, chief and evaluator tasks; the
 task is the Pod's role and index. A job of exactly one task with one replica gets nothing.
+
+A ``TF_CONFIG`` longer than one environment string can be (Linux ``MAX_ARG_STRLEN``) refuses the job:
+TensorFlow reads the cluster from this variable only, and without it every Pod would train alone.
 """
 
 from __future__ import annotations
@@ -10,7 +13,9 @@ import json
 from functools import cached_property
 
 from .base import Plugin, PodContext
+from .budget import ENV_LIMIT_TEXT, digits, env_value_limit, task_hosts
 from .flags import Flag, port_flag
+from .job import Task
 from .pod import containers, ensure_env
 
 # Go's json.Marshal writes tfClusterSpec's fields in this order and leaves out empty ones.
@@ -34,23 +39,61 @@ class TensorflowPlugin(Plugin):
     def check(self) -> list[str]:
         if self._single():
             return [self.warning("the job has one task with one replica, which gets no TF_CONFIG (as in Volcano)")]
+        self._require_fits(*self.largest_tf_config())
         return []
 
-    @cached_property
-    def _cluster_json(self) -> str:
-        return json.dumps(self.cluster(), separators=(",", ":"), ensure_ascii=False)
+    def _require_fits(self, size: int, task: Task | None) -> None:
+        if size > env_value_limit("TF_CONFIG"):
+            raise self.error(
+                f"spec.tasks[{task.position}].replicas" if task else "spec.tasks",
+                f"TF_CONFIG would be {size} bytes (a cluster of {self._cluster_hosts()} addresses), over {ENV_LIMIT_TEXT}; "
+                "TensorFlow reads the cluster from this variable only",
+            )
 
-    def cluster(self) -> dict[str, list[str]]:
-        port = self.options["port"]
-        # Volcano's switch on the task name: the first role whose flag names the task wins.
+    def _role_tasks(self) -> dict[str, Task]:
+        """Each role's task, as Volcano's switch on the task name assigns it (first role wins)."""
         role_of: dict[str, str] = {}
         for role in ROLES:
             role_of.setdefault(self.options[role], role)
-        found: dict[str, list[str]] = {}
-        for task in self.job.tasks:
-            role = role_of.get(task.name)
-            if role is not None:
-                found[role] = [f"{self.job.domain_name(task, i)}:{port}" for i in range(task.replicas)]
+        return {role_of[task.name]: task for task in self.job.tasks if task.name in role_of}
+
+    def _cluster_hosts(self) -> int:
+        return sum(task.replicas for task in self._role_tasks().values())
+
+    def cluster_size(self) -> int:
+        """``len(self._cluster_json)`` from counts alone: ``{"<role>":["<host>:<port>",...],...}``."""
+        each = len('"":') + digits(self.options["port"])
+        parts = [
+            len(f'"{role}":[]') + task_hosts(self.job, task, every_replica=True).joined(sep=1, each=each)
+            for role, task in self._role_tasks().items()
+            if task.replicas
+        ]
+        return 2 + sum(parts) + max(len(parts) - 1, 0)
+
+    def largest_tf_config(self) -> tuple[int, Task | None]:
+        """The longest TF_CONFIG of any Pod of the job, and the task of the largest role list (the
+        one to shrink)."""
+        cluster = self.cluster_size()
+        task_part = max(
+            (len('{"type":"","index":}') + len(self.task_type(t.name)) + digits(t.replicas - 1) for t in self.job.tasks if t.replicas),
+            default=0,
+        )
+        largest = max(self._role_tasks().values(), key=lambda t: t.replicas, default=None)
+        return len('{"cluster":,"task":}') + cluster + task_part, largest
+
+    @cached_property
+    def _cluster_json(self) -> str:
+        # Sized before it is built, whoever calls first (the chain runs check() before any Pod).
+        self._require_fits(*self.largest_tf_config())
+        return json.dumps(self.cluster(), separators=(",", ":"), ensure_ascii=False)
+
+    def cluster(self) -> dict[str, list[str]]:
+        """The cluster part, as long as the replicas: check() has sized it first."""
+        port = self.options["port"]
+        found = {
+            role: [f"{self.job.domain_name(task, i)}:{port}" for i in range(task.replicas)]
+            for role, task in self._role_tasks().items()
+        }
         return {role: found[role] for role in ROLES if found.get(role)}
 
     def task_type(self, task_name: str) -> str:
@@ -67,5 +110,7 @@ class TensorflowPlugin(Plugin):
         task = json.dumps({"type": self.task_type(ctx.task.name), "index": index}, separators=(",", ":"), ensure_ascii=False)
         # Go's json.Marshal of {cluster, task}, with the job-wide cluster part serialised once.
         value = f'{{"cluster":{self._cluster_json},"task":{task}}}'
+        # A hand-made Pod's index may have more digits than the job's replicas allow for.
+        self._require_fits(len(value), ctx.task)
         for container in containers(ctx.pod):
             ensure_env(container, "TF_CONFIG", value)

@@ -155,6 +155,7 @@ class TorchrunPlugin(Plugin):
             raise self.error("--rdzv-backend", "must not be empty")
         _ = self.port  # a pytorch --port that does not parse surfaces here
         self._check_reserved()
+        self.require_port_free([t for t in (master, self.job.task(worker_name)) if t], PORT_NAME, self.port)
         warnings = []
         if self.job.task(worker_name) is None:
             warnings.append(self.warning(f"--worker: the job has no task {worker_name!r}; only the master runs (PET_NNODES counts it alone)"))
@@ -226,5 +227,7 @@ class TorchrunPlugin(Plugin):
                     raise self.error("--nproc-per-node=auto", str(exc)) from None
             else:
                 nproc = fixed
-            ensure_port(container, PORT_NAME, port)
+            problem = ensure_port(container, PORT_NAME, port)
+            if problem:
+                raise self.error(f"spec.containers[{i}].ports", problem)
             ensure_envs(container, [*common, ("PET_NPROC_PER_NODE", str(nproc), None), *extra])

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from kubernetes import client as kube_client
 
+from tests.envtest import ASSETS_ENV, EnvTest, find_assets, new_namespace
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.jobs import DirectoryJobSource
-from tests.envtest import ASSETS_ENV, EnvTest, find_assets, new_namespace
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -39,10 +39,9 @@ async def client(jobs_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
     """The app over ``jobs_dir``, through httpx's ASGI transport, lifespan included."""
     source = DirectoryJobSource(jobs_dir, interval=0)
     app = create_app(source, Chain(), max_body_bytes=64 * 1024)
-    async with app.lifespan():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook.test") as c:
-            c.app = app  # type: ignore[attr-defined]
-            yield c
+    async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook.test") as c:
+        c.app = app  # type: ignore[attr-defined]
+        yield c
 
 
 # A real API server (tests/envtest.py) -----------------------------------------------------------
@@ -56,8 +55,8 @@ def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiS
 
     One API server (with its own etcd) per distinct set of extra ``admission_plugins`` for the whole
     session: asking twice gives the same server, so tests must not depend on a cluster nobody else
-    has touched — work in your own namespace (``kube_namespace``, ``envtest.new_namespace``) and
-    name cluster-scoped objects so they cannot collide. Each server promises: ``/readyz`` ok, the
+    has touched — work in your own namespace (``kube_namespace``, or ``tests.envtest.new_namespace``)
+    and name cluster-scoped objects so they cannot collide; narrow ``audit_events`` by ``since``. Each server promises: ``/readyz`` ok, the
     Volcano Job CRD served, and the manifests' Namespace ``volcano-job-webhook`` and RBAC applied
     with each ServiceAccount subject rebound to the token user of the same name
     (``WEBHOOK_USER``, ``CERTGEN_USER``; ``NOBODY`` has no binding). All are stopped at session end.
@@ -67,20 +66,24 @@ def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiS
     Skips when ``KUBEBUILDER_ASSETS`` does not name a directory with ``kube-apiserver`` and ``etcd``.
     """
     servers: dict[frozenset[str], EnvTest] = {}
+    failures: dict[frozenset[str], BaseException] = {}  # a server that failed to start is not retried
 
     def get(admission_plugins: Sequence[str] = ()) -> EnvTest:
         assets = find_assets()
         if assets is None:
             pytest.skip(f"{ASSETS_ENV} is not set to a directory with kube-apiserver and etcd")
         key = frozenset(admission_plugins)
+        if key in failures:
+            raise RuntimeError("this API server already failed to start in this session") from failures[key]
         if key not in servers:
             name = "-".join(sorted(key)) or "default"
             server = EnvTest(assets, tmp_path_factory.mktemp(f"envtest-{name}"), tuple(sorted(key)))
-            server.start()
             try:
+                server.start()
                 server.install_prerequisites()
-            except BaseException:
+            except Exception as exc:
                 server.stop()
+                failures[key] = exc
                 raise
             servers[key] = server
         return servers[key]

@@ -35,6 +35,7 @@ import functools
 import ipaddress
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -196,7 +197,7 @@ class Process:
         with log_path.open("ab") as log:
             popen = subprocess.Popen(
                 list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=dict(env) if env is not None else None, cwd=cwd, preexec_fn=_die_with_parent,  # noqa: PLW1509 - started from the main thread
+                env=dict(env) if env is not None else None, cwd=cwd, preexec_fn=_die_with_parent,
             )
         return cls(name, popen, log_path)
 
@@ -275,10 +276,10 @@ class EnvTest:
     workdir: Path
     admission_plugins: tuple[str, ...] = ()
     users: tuple[str, ...] = DEFAULT_USERS
-    host: str = ""
-    ca_file: Path = field(init=False)
+    host: str = field(default="", init=False)  # https://127.0.0.1:PORT once started
+    ca_file: Path = field(init=False)  # the CA of the API server's serving certificate
     audit_log: Path = field(init=False)
-    startup_seconds: float = 0.0
+    startup_seconds: float = field(default=0.0, init=False)  # start() until /readyz said ok
     _tokens: dict[str, User] = field(default_factory=dict, init=False)
     _etcd: Process | None = field(default=None, init=False)
     _apiserver: Process | None = field(default=None, init=False)
@@ -294,7 +295,8 @@ class EnvTest:
     def start(self, timeout: float = 60.0) -> Self:
         """Write the certificates, keys and token file, start etcd and kube-apiserver, and return
         once ``/readyz`` answers ``ok`` (its post-start hooks, the bootstrap RBAC roles among them,
-        have run). A port taken between choosing and binding it is retried with new ports."""
+        have run). A port taken between choosing and binding it is retried with new ports; on any
+        failure both processes are stopped before the exception propagates."""
         started = time.monotonic()
         self._write_credentials()
         for attempt in range(3):
@@ -305,6 +307,9 @@ class EnvTest:
                 self.stop()
                 if attempt == 2:
                     raise
+            except BaseException:
+                self.stop()
+                raise
         self.startup_seconds = time.monotonic() - started
         return self
 
@@ -488,9 +493,12 @@ _discovery: dict[tuple[str, str], dict[str, tuple[str, bool]]] = {}
 
 
 def request(api: client.ApiClient, method: str, path: str, *, body: Any = None,
-            query: Iterable[tuple[str, str]] = (), content_type: str = "application/json") -> Any:
+            query: Iterable[tuple[str, str]] = (), content_type: str = "application/json",
+            warnings: list[str] | None = None) -> Any:
     """One call to the API server as ``api``'s user; the decoded JSON answer. Raises
-    ``ApiException`` (``.status``, ``.body`` a JSON Status) for an error answer."""
+    ``ApiException`` (``.status``, ``.body`` a JSON Status) for an error answer. The texts of the
+    answer's ``Warning`` headers (what kubectl prints as ``Warning: ...``, e.g. from an admission
+    webhook) are appended to ``warnings`` when it is given."""
     method, url, headers, payload, _ = api.param_serialize(
         method, path, query_params=list(query),
         header_params={"Content-Type": content_type, "Accept": "application/json"},
@@ -498,7 +506,18 @@ def request(api: client.ApiClient, method: str, path: str, *, body: Any = None,
     )
     response = api.call_api(method, url, header_params=headers, body=payload)
     response.read()
+    if warnings is not None:
+        warnings.extend(_warning_text(h) for h in response.headers.getlist("Warning"))
     return api.response_deserialize(response, {"2XX": "object"}).data
+
+
+def _warning_text(header: str) -> str:
+    # RFC 7234 warn-value as the API server writes it: 299 - "text" (quotes and backslashes escaped).
+    code, _, rest = header.partition(" - ")
+    text = rest.strip()
+    if text.startswith('"') and text.endswith('"'):
+        text = re.sub(r"\\(.)", r"\1", text[1:-1])
+    return text if code == "299" else header
 
 
 def status_message(exc: ApiException) -> str:
@@ -551,10 +570,13 @@ def apply(api: client.ApiClient, obj: Mapping[str, Any], *, field_manager: str =
     return result
 
 
-def create(api: client.ApiClient, obj: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
-    """POST ``obj`` (through admission, webhooks included); ``dry_run`` stores nothing."""
+def create(api: client.ApiClient, obj: Mapping[str, Any], *, dry_run: bool = False,
+           warnings: list[str] | None = None) -> dict[str, Any]:
+    """POST ``obj`` (through admission, webhooks included); ``dry_run`` stores nothing. Warnings
+    of the answer are appended to ``warnings`` when given (see :func:`request`)."""
     query = [("dryRun", "All")] if dry_run else []
-    result: dict[str, Any] = request(api, "POST", _path_of(api, obj, with_name=False), body=dict(obj), query=query)
+    result: dict[str, Any] = request(api, "POST", _path_of(api, obj, with_name=False), body=dict(obj), query=query,
+                                     warnings=warnings)
     return result
 
 

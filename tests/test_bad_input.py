@@ -61,7 +61,7 @@ CASES = {
     "unknown plugin": (
         pod("unknown-plugin", "worker", 0),
         denied("unknown plugin", "job default/unknown-plugin: plugin horovod: plugin: unknown plugin 'horovod' "
-                                 "(known: env, hcclrank, hostfile, jax, mpi, pytorch, ray, ssh, svc, tensorflow, torchrun)"),
+                                 "(known: env, hcclrank, hostfile, jax, mpi, paddle, pytorch, ray, ssh, svc, tensorflow, torchrun, waitfor, xgboost)"),
     ),
     "unknown argument": (
         pod("bad-flag", "master", 0),

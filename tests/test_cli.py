@@ -16,7 +16,7 @@ from volcano_job_webhook.cli import main
 PLUGIN_TASKS = {
     "env": "worker", "svc": "worker", "ssh": "node", "pytorch": "worker",
     "tensorflow": "worker", "mpi": "mpimaster", "ray": "worker", "hcclrank": "worker",
-    "torchrun": "worker", "hostfile": "mpimaster", "jax": "worker",
+    "torchrun": "worker", "hostfile": "mpimaster", "jax": "worker", "xgboost": "worker", "paddle": "worker", "waitfor": "mpimaster",
 }
 
 

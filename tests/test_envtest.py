@@ -16,7 +16,6 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.client.rest import ApiException
-from volcano_job_webhook.plugins import Chain, Job
 
 from tests.conftest import EXAMPLES, ApiServerFactory
 from tests.envtest import (
@@ -34,6 +33,7 @@ from tests.envtest import (
     wait_for_bindings,
     wait_until,
 )
+from volcano_job_webhook.plugins import Chain, Job
 
 MODES = {"default": (), "owner-references-enforced": (OWNER_REFERENCES_ENFORCEMENT,)}
 

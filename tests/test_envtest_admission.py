@@ -30,9 +30,6 @@ import yaml
 from cryptography import x509
 from kubernetes import client as kube_client
 from kubernetes.client.rest import ApiException
-from volcano_job_webhook.plugins import Chain, Job, PluginError
-from volcano_job_webhook.plugins.pod import JOB_NAME_KEY
-from volcano_job_webhook.plugins.podgen import make_pod
 
 from tests.conftest import EXAMPLES
 from tests.envtest import (
@@ -41,6 +38,7 @@ from tests.envtest import (
     AuditEvent,
     EnvTest,
     Process,
+    apply,
     create,
     delete,
     free_port,
@@ -54,6 +52,9 @@ from tests.envtest import (
     webhook_configurations,
 )
 from tests.manifests_util import rbac_permissions
+from volcano_job_webhook.plugins import Chain, Job, PluginError
+from volcano_job_webhook.plugins.keys import JOB_NAME_KEY
+from volcano_job_webhook.plugins.podgen import make_pod
 
 EXAMPLE_JOBS = sorted((EXAMPLES / "jobs").glob("*-job.yaml"))
 MUTATING_HOOK, VALIDATING_HOOK = "pods.volcano-job-webhook.io", "jobs.volcano-job-webhook.io"
@@ -161,7 +162,7 @@ def registered(webhook: Webhook, envtest: EnvTest, kube_admin: kube_client.ApiCl
     try:
         stale = create(kube_admin, bad_job(namespace, "stale"))
         stale_pod = make_pod(Job.from_object(stale), "worker", 0)
-        create(kube_admin, mutating)
+        apply(kube_admin, mutating)
 
         def in_effect(obj: Mapping[str, Any], hook: str) -> bool:
             message = dry_run_error(kube_admin, obj)
@@ -170,7 +171,7 @@ def registered(webhook: Webhook, envtest: EnvTest, kube_admin: kube_client.ApiCl
             return message is not None and message.startswith(f'admission webhook "{hook}" denied')
 
         wait_until(lambda: in_effect(stale_pod, MUTATING_HOOK), 20, "the MutatingWebhookConfiguration to take effect")
-        create(kube_admin, validating)
+        apply(kube_admin, validating)
         wait_until(lambda: in_effect(bad_job(namespace, "probe"), VALIDATING_HOOK), 20,
                    "the ValidatingWebhookConfiguration to take effect")
         yield Registered(webhook, stale)
@@ -228,13 +229,19 @@ def wiring(pod: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def expected_pod(api: kube_client.ApiClient, job: Job, pod: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(before, after)``: the Pod as the API server would store it without the webhook, and the
-    offline chain's wiring of that, as the API server would store it (both dry runs)."""
+@dataclass
+class Expected:
+    before: dict[str, Any]  # the Pod as the API server would store it without the webhook
+    after: dict[str, Any]  # the offline chain's wiring of ``before``, as the API server would store it
+    warnings: list[str]  # the offline chain's warnings
+
+
+def expected_pod(api: kube_client.ApiClient, job: Job, pod: Mapping[str, Any]) -> Expected:
+    """What the offline chain makes of ``pod``, through the API server without the webhook (dry runs)."""
     before = with_job_label(create(api, without_job_label(pod), dry_run=True), job.name)
-    wired = Chain().mutate(job, before).pod
-    after = with_job_label(create(api, without_job_label(wired), dry_run=True), job.name)
-    return before, after
+    mutation = Chain().mutate(job, before)
+    after = with_job_label(create(api, without_job_label(mutation.pod), dry_run=True), job.name)
+    return Expected(before, after, mutation.warnings)
 
 
 def replica_indexes(replicas: int) -> list[int]:
@@ -248,21 +255,44 @@ def replica_indexes(replicas: int) -> list[int]:
 def test_pods_are_wired_as_the_chain_wires_them_offline(
     path: Path, registered: Registered, kube_admin: kube_client.ApiClient, kube_namespace: str
 ) -> None:
-    stored = create(kube_admin, example_job(path, kube_namespace))  # and /validate let it through
+    job_warnings: list[str] = []
+    stored = create(kube_admin, example_job(path, kube_namespace), warnings=job_warnings)  # /validate let it in
     job = Job.from_object(stored)
+    assert job_warnings == Chain().check(job)
     pods = 0
     for task in job.tasks:
         for index in replica_indexes(task.replicas):
             pod = make_pod(job, task.name, index)
-            before, expected = expected_pod(kube_admin, job, pod)
-            assert comparable(expected) != comparable(before), f"{job.key}: the chain changed nothing in {task.name}-{index}"
-            created = create(kube_admin, pod)
+            expected = expected_pod(kube_admin, job, pod)
+            where = f"{job.key} {task.name}-{index}"
+            assert comparable(expected.after) != comparable(expected.before), f"{where}: the chain changed nothing"
+            warnings: list[str] = []
+            created = create(kube_admin, pod, warnings=warnings)
             actual = read(kube_admin, "v1", "Pod", created["metadata"]["name"], kube_namespace)
             assert actual is not None
-            assert wiring(comparable(actual)) == wiring(comparable(expected)), f"{task.name}-{index}"
-            assert comparable(actual) == comparable(expected), f"{task.name}-{index}"
+            assert wiring(comparable(actual)) == wiring(comparable(expected.after)), where
+            assert comparable(actual) == comparable(expected.after), where
+            assert warnings == expected.warnings, where
             pods += 1
     assert pods >= 2
+
+
+def test_the_chains_warnings_reach_whoever_creates_the_job_and_its_pods(
+    registered: Registered, kube_admin: kube_client.ApiClient, kube_namespace: str
+) -> None:
+    """5000 workers make VC_WORKER_HOSTS too long for one environment string: the Job is admitted
+    and its Pods are wired without it, each with the chain's warning, as kubectl would print it."""
+    obj = example_job(EXAMPLES / "jobs" / "svc-job.yaml", kube_namespace)
+    obj["spec"]["tasks"][1]["replicas"] = 5000
+    job_warnings: list[str] = []
+    job = Job.from_object(create(kube_admin, obj, warnings=job_warnings))
+    assert job_warnings == Chain().check(job) != []
+    pod = make_pod(job, "worker", 4999)
+    expected = expected_pod(kube_admin, job, pod)
+    pod_warnings: list[str] = []
+    created = create(kube_admin, pod, warnings=pod_warnings)
+    assert comparable(created) == comparable(expected.after)
+    assert pod_warnings == expected.warnings != []
 
 
 def test_pod_of_a_job_with_a_bad_argument_is_denied(registered: Registered, kube_admin: kube_client.ApiClient) -> None:
@@ -305,14 +335,16 @@ def test_pod_of_a_job_that_does_not_exist_is_let_through_unwired(
     registered: Registered, kube_admin: kube_client.ApiClient, kube_namespace: str
 ) -> None:
     """A cache miss goes to the API server (a live GET, under the webhook's RBAC); a 404 lets the
-    Pod through exactly as it came, rather than blocking it."""
+    Pod through exactly as it came, rather than blocking it, and the creator is told why."""
     obj = example_job(EXAMPLES / "jobs" / "env-job.yaml", kube_namespace)
     obj["metadata"]["uid"] = "00000000-0000-4000-8000-00000000dead"
     job = Job.from_object(obj)
     pod = make_pod(job, "worker", 0)
-    before = with_job_label(create(kube_admin, without_job_label(pod), dry_run=True), job.name)
-    created = create(kube_admin, pod)
+    before = expected_pod(kube_admin, job, pod).before
+    warnings: list[str] = []
+    created = create(kube_admin, pod, warnings=warnings)
     assert comparable(created) == comparable(before)
+    assert warnings == [f"volcano-job-webhook: job {job.key} not found: Pod not wired by its plugins"]
 
 
 def test_the_webhook_makes_only_granted_calls_and_none_is_refused(

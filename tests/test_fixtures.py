@@ -34,7 +34,7 @@ from tests.schema import validate_object, validate_pod
 from volcano_job_webhook.server.patch import make_patch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plugins"
-PLUGINS = ("ssh", "env", "svc", "tensorflow", "mpi", "pytorch", "hcclrank", "ray", "torchrun", "hostfile", "jax")
+PLUGINS = ("ssh", "env", "svc", "tensorflow", "mpi", "pytorch", "hcclrank", "ray", "torchrun", "hostfile", "jax", "xgboost", "paddle", "waitfor")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "volcano-job-webhook"}
 _KNOWN = re.compile(r" \(known: [^)]*\)$")
 CASE_KEYS = {"name", "spec", "description", "job", "pod", "expected", "error", "warnings", "resources", "xfail", "handmade"}

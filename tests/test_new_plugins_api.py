@@ -1,4 +1,4 @@
-"""torchrun, hostfile and jax through the server and the CLI: ``/validate`` checks their arguments at
+"""torchrun, hostfile, jax, xgboost, paddle and waitfor through the server and the CLI: ``/validate`` checks their arguments at
 ``kubectl apply`` time, ``/mutate`` denies a Pod of a job that gets them wrong with the same message,
 and the CLI shows their side resources. (Their Pod changes are in ``fixtures/plugins/spec``.)"""
 
@@ -42,6 +42,14 @@ async def answer(client, review: dict, path: str) -> dict:
     return reply.json()["response"]
 
 
+def reserved(name: str, task: int, variable: str) -> dict:
+    """The example job with a pod template that sets a variable the plugin owns."""
+    job = example(name)
+    job["metadata"]["name"] = "reserved"
+    job["spec"]["tasks"][task]["template"]["spec"]["containers"][0]["env"] = [{"name": variable, "value": "7"}]
+    return job
+
+
 def broken_torchrun() -> dict:
     job = example("torchrun")
     job["metadata"]["name"] = "reserved"
@@ -68,8 +76,31 @@ def broken_torchrun() -> dict:
             lambda: with_plugins(example("torchrun"), {"torchrun": ["--min-nodes=4", "--max-nodes=2"]}),
             "job default/torchrun-demo: plugin torchrun: --min-nodes: 4 is more than --max-nodes 2",
         ),
+        (
+            lambda: reserved("xgboost", 1, "DMLC_NUM_WORKER"),
+            "job default/reserved: plugin xgboost: spec.tasks[1].template.spec.containers[0].env[0]: DMLC_NUM_WORKER is reserved",
+        ),
+        (
+            lambda: with_plugins(example("xgboost"), {"xgboost": ["--tracker=chief"]}),
+            "job default/xgboost-demo: plugin xgboost: --tracker: the job has no task 'chief' (tasks: master, worker)",
+        ),
+        (
+            lambda: reserved("paddle", 0, "PADDLE_TRAINER_ID"),
+            "job default/reserved: plugin paddle: spec.tasks[0].template.spec.containers[0].env[0]: PADDLE_TRAINER_ID is reserved",
+        ),
+        (
+            lambda: with_plugins(example("paddle"), {"paddle": ["--port=-1"]}),
+            "job default/paddle-demo: plugin paddle: --port: invalid value '-1': -1 is outside 1..65535",
+        ),
+        (
+            lambda: with_plugins(example("waitfor"), {"waitfor": ["--tasks=mpiworker", "--waiters=mpiworker"]}),
+            "job default/waitfor-demo: plugin waitfor: --waiters: task 'mpiworker' would wait for its own Pods",
+        ),
     ],
-    ids=["torchrun-reserved-env", "hostfile-format", "jax-coordinator", "torchrun-bounds"],
+    ids=[
+        "torchrun-reserved-env", "hostfile-format", "jax-coordinator", "torchrun-bounds",
+        "xgboost-reserved-env", "xgboost-tracker", "paddle-reserved-env", "paddle-port", "waitfor-self-wait",
+    ],
 )
 async def test_bad_arguments_are_denied_at_apply_and_at_admission(client, jobs_dir, make_job, message):
     job = make_job()
@@ -83,7 +114,7 @@ async def test_bad_arguments_are_denied_at_apply_and_at_admission(client, jobs_d
     assert denied["allowed"] is False and denied["status"]["message"] == verdict["status"]["message"]
 
 
-@pytest.mark.parametrize("name", ["torchrun", "hostfile", "jax"])
+@pytest.mark.parametrize("name", ["torchrun", "hostfile", "jax", "xgboost", "paddle", "waitfor"])
 async def test_examples_are_admitted_and_wired(client, name):
     job = example(name)
     verdict = await answer(client, admission_review(job, uid="v"), "/validate")
@@ -95,7 +126,7 @@ async def test_examples_are_admitted_and_wired(client, name):
         wired = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
         validate_pod(wired)
         env = {e["name"] for c in wired["spec"]["containers"] for e in c.get("env", [])}
-        assert env & {"PET_NODE_RANK", "JAX_PROCESS_ID", "MPI_HOST", "VC_WORKER_NUM"}, env
+        assert env & {"PET_NODE_RANK", "JAX_PROCESS_ID", "MPI_HOST", "VC_WORKER_NUM", "VC_MPIWORKER_NUM", "DMLC_TASK_ID", "PADDLE_RANK"}, env
 
 
 def test_cli_resources_shows_the_host_file(capsys):

@@ -42,6 +42,8 @@ FLAG_TOKENS = {
     "mpi": [[], ["--master=mpimaster", "--worker=mpi-worker"], ["--port=2022"]],
     "ray": [[], ["--clientServerPort=10002"], ["--headContainer=c0"], ["--head=master"]],
     "hcclrank": [[], ["--master=chief"]],
+    "xgboost": [[], ["--tracker=worker"], ["--port=9999"], ["--port=0"]],
+    "paddle": [[], ["--master=head"], ["-port", "36543"], ["--bogus"]],
 }
 
 

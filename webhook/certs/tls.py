@@ -389,10 +389,3 @@ def serve(
     """Serve ``app`` over HTTPS until SIGINT/SIGTERM (uvicorn stops gracefully on both); blocks.
     ``options`` are :func:`build_server`'s keywords."""
     build_server(app, host, port, cert_file, key_file, **options).run()
-
-
-async def serve_async(
-    app: Any, host: str, port: int, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str], **options: Any
-) -> None:
-    """:func:`serve` on the running event loop; returns when the server has shut down."""
-    await build_server(app, host, port, cert_file, key_file, **options).serve()

@@ -28,7 +28,7 @@ __all__ = ["Handler", "JobCache", "JobValidator", "PodMutator"]
 class Handler(Protocol):
     """Decides one AdmissionReview."""
 
-    async def __call__(self, request: AdmissionRequest) -> AdmissionResponse: ...
+    async def __call__(self, request: AdmissionRequest, /) -> AdmissionResponse: ...
 
 
 class JobCache:

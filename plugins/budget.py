@@ -1,0 +1,105 @@
+"""Size budgets: how large a value made from a job's host lists would be, from replica counts and name
+lengths alone, so that a plugin can leave it out or refuse the job *before* building it.
+
+Building ``MPI_HOST`` or ``TF_CONFIG`` for ``replicas: 1000000000`` (a legal int32) takes tens of
+seconds and gigabytes, on a webhook whose ``failurePolicy`` is ``Fail``; the arithmetic below is
+O(tasks) whatever the replicas. Every size is exact (tests compare it with the built string).
+
+The limits, as measured against kube-apiserver v1.36 and etcd 3.6 (README, "Limits"):
+
+* ``ENV_STRING_LIMIT``: Linux ``MAX_ARG_STRLEN`` (32 pages of 4 KiB) bounds each ``NAME=value\\0``
+  string ``execve`` passes, and each argument with its NUL; one byte more and the container cannot
+  start (``E2BIG``).
+* ``DATA_LIMIT``: the values of a ConfigMap's or Secret's data together (keys not counted); one byte
+  more and the API server answers 422 "Too long: may not be more than 1048576 bytes".
+* ``STORE_LIMIT``: etcd's default ``--max-request-bytes``; a larger object is refused with
+  "etcdserver: request is too large". The API server stores protobuf, never larger than the JSON, so
+  a JSON size under this limit is safe (for a Pod this is the limit that bites first: the 3 MiB
+  request-body limit applies to what the controller sent, before our patch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .job import Job, Task
+
+ENV_STRING_LIMIT = 32 * 4096
+DATA_LIMIT = 1024 * 1024
+STORE_LIMIT = 1536 * 1024
+
+ENV_LIMIT_TEXT = f"{ENV_STRING_LIMIT} bytes for NAME=value, the most Linux passes in one environment string (MAX_ARG_STRLEN)"
+ARG_LIMIT_TEXT = f"{ENV_STRING_LIMIT - 1} bytes, the most Linux passes in one command-line argument (MAX_ARG_STRLEN)"
+DATA_LIMIT_TEXT = f"{DATA_LIMIT} bytes, the most a ConfigMap's or Secret's data may hold"
+STORE_LIMIT_TEXT = f"{STORE_LIMIT} bytes, the largest object etcd stores (--max-request-bytes)"
+
+# Room a stored map entry takes beyond its key and value (protobuf tags and lengths, at most 11 bytes),
+# and an object's metadata (name, namespace, labels, owner reference): generous upper bounds.
+ENTRY_OVERHEAD = 12
+METADATA_ALLOWANCE = 4096
+
+
+def digits(n: int) -> int:
+    """``len(str(n))`` for ``n >= 0``."""
+    return len(str(n))
+
+
+def digits_below(count: int) -> int:
+    """Total decimal digits of 0, 1, ..., count-1: one closed form per digit-count band."""
+    total, low, width = 0, 0, 1
+    while low < count:
+        high = min(count, 10**width)
+        total += (high - low) * width
+        low, width = high, width + 1
+    return total
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """One task's host names by size only: how many, their hostnames' total length, and the length
+    of the subdomain each is qualified with (``<hostname>.<subdomain>``)."""
+
+    count: int
+    label_chars: int
+    subdomain: int
+
+    @property
+    def name_chars(self) -> int:
+        """Total length of the domain names ``<hostname>.<subdomain>``."""
+        return self.label_chars + self.count * (1 + self.subdomain)
+
+    def joined(self, sep: int = 1, each: int = 0) -> int:
+        """Length of the domain names, each followed by ``each`` more characters, joined by a
+        separator of ``sep`` characters (``",".join(names)`` is ``joined()``)."""
+        if not self.count:
+            return 0
+        return self.name_chars + self.count * each + (self.count - 1) * sep
+
+
+def task_hosts(job: Job, task: Task, *, every_replica: bool = False) -> Hosts:
+    """The sizes of ``job.host_names(task)``: one name per replica, or a single one when the template
+    fixes ``hostname`` (svc, ssh, mpi, hostfile); ``every_replica`` repeats that fixed name once per
+    replica, as tensorflow's cluster does (SPEC Part 2 §12 item 6)."""
+    subdomain = len(task.subdomain or job.name)
+    if task.hostname:
+        count = task.replicas if every_replica else min(task.replicas, 1)
+        return Hosts(count, count * len(task.hostname), subdomain)
+    # <job>-<task>-<i>: the fixed part per replica, then the index's digits.
+    prefix = len(job.name) + len(task.name) + 2
+    return Hosts(task.replicas, task.replicas * prefix + digits_below(task.replicas), subdomain)
+
+
+def env_string(name: str, value_length: int) -> int:
+    """Bytes ``execve`` counts for one variable: ``NAME=value`` and its terminating NUL."""
+    return len(name) + 1 + value_length + 1
+
+
+def env_value_limit(name: str) -> int:
+    """The longest value the variable ``name`` can have and still reach the container."""
+    return ENV_STRING_LIMIT - len(name) - 2
+
+
+def stored_map(keys: int, values: int, entries: int) -> int:
+    """An upper bound of the stored size of an object whose data has ``entries`` entries with
+    ``keys`` and ``values`` characters in all."""
+    return keys + values + entries * ENTRY_OVERHEAD + METADATA_ALLOWANCE

@@ -1,0 +1,55 @@
+"""One communication group made of every Pod of a job, for the plugins whose framework numbers its
+members from 0 (``xgboost``, ``paddle``): rank 0 is a named task's Pod 0, the host of the group's
+rendezvous service, and the other Pods follow in ``spec.tasks`` order.
+
+Also the check both make on the job's pod templates: a variable the plugin sets must not be set by a
+template too, or the template's value would be silently replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from .base import Plugin
+from .job import Task
+
+
+def first_task(plugin: Plugin, flag: str) -> Task:
+    """The task named by ``flag`` (default: the first task), which must have a Pod 0."""
+    name = plugin.options[flag]
+    task = plugin.job.tasks[0] if not name else plugin.job.task(name)
+    if task is None:
+        tasks = ", ".join(t.name for t in plugin.job.tasks)
+        raise plugin.error(f"--{flag}", f"the job has no task {name!r} (tasks: {tasks})")
+    if task.replicas < 1:
+        raise plugin.error(f"--{flag}", f"task {task.name!r} has no replicas, so there is no Pod 0 to be rank 0")
+    return task
+
+
+def offsets(tasks: tuple[Task, ...], first: Task) -> dict[str, int]:
+    """The rank of each task's Pod 0: ``first`` counts first, then the others in ``spec.tasks`` order."""
+    out, total = {}, 0
+    for task in [first, *(t for t in tasks if t is not first)]:
+        out[task.name] = total
+        total += task.replicas
+    return out
+
+
+def size(tasks: tuple[Task, ...]) -> int:
+    """Every replica of every task."""
+    return sum(task.replicas for task in tasks)
+
+
+def reject_reserved_env(plugin: Plugin, reserved: Collection[str], why: str) -> None:
+    """Raise, naming the template field, when a regular container of any task's pod template sets
+    one of the ``reserved`` variable names."""
+    for task in plugin.job.tasks:
+        for i, container in enumerate(task.containers):
+            env = container.get("env") if isinstance(container, Mapping) else None
+            for j, entry in enumerate(env if isinstance(env, list) else []):
+                name = entry.get("name") if isinstance(entry, Mapping) else None
+                if isinstance(name, str) and name in reserved:
+                    raise plugin.error(
+                        f"spec.tasks[{task.position}].template.spec.containers[{i}].env[{j}]",
+                        f"{name} is reserved: {why}; remove it from the template and use the plugin's flags",
+                    )

@@ -1,0 +1,253 @@
+"""``waitfor``: Pods that start only once their peers resolve in DNS (and, optionally, answer on a port).
+
+Not a Volcano plugin: a built-in of this project, enabled like the others through ``spec.plugins`` or
+the ``volcano-job-webhook/plugins`` annotation. It brings in ``svc`` (the Pods' DNS names).
+
+Every Pod of the ``--waiters`` tasks (default: every task not in ``--tasks``) gets, after its own
+init containers, the init container ``wait-for-tasks``. It runs a POSIX ``sh`` script (busybox's
+included) that waits until every replica of every ``--tasks`` task resolves — the Pod domain names
+svc gives them, ``<job>-<task>-<i>.<job>`` or the template's hostname/subdomain, looked up with
+``nslookup`` under each ``search`` domain of ``/etc/resolv.conf`` as fully qualified names (busybox's
+own search-list handling is unreliable) — and, with ``--port``, accepts a TCP connection on that
+port (``nc ... -e true``, which busybox's small and full ``nc`` both have). It logs one line when it
+starts, one each time what it waits for changes, and one at the end; after ``--timeout`` seconds
+(0: a single round) it exits 1 with a line naming the first Pod still missing and why.
+
+The image is the ``pytorch`` plugin's ``--wait-master-image`` when the chain runs that plugin for
+the job, else its default: one setting for both of the project's waiting init containers.
+
+A Pod is in its headless Service's DNS only once Ready, unless svc's
+``--publish-not-ready-addresses``; and a port answers only once the Pod's containers run, after its
+init containers. So a task that waits for itself, or for a task whose Pods wait for it (pytorch's
+``wait-for-master``), would wait until ``--timeout``, forever on restarts: that is an error, except
+without ``--port`` when svc publishes not-ready addresses (a Pod resolves from its first init
+container on).
+"""
+
+from __future__ import annotations
+
+import shlex
+from functools import cached_property
+from typing import Any
+
+from .base import Plugin, PodContext
+from .budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
+from .errors import FlagError
+from .flags import Flag, parse_flags
+from .job import Task
+from .pod import Obj, containers, spec
+from .pytorch import DEFAULT_WAIT_IMAGE, PytorchPlugin
+from .pytorch import WAIT_CONTAINER as PYTORCH_WAIT
+from .svc import SvcPlugin
+
+WAIT_CONTAINER = "wait-for-tasks"
+INTERVAL = 2  # seconds between rounds, as pytorch's wait-for-master
+
+# {hosts} adds every host to $hosts; the other fields are shell-quoted words.
+_SCRIPT = """\
+# {name} (volcano-job-webhook waitfor plugin): wait for the Pods of {tasks}
+job={job} tasks={tasks_word} timeout={timeout} port={port} start=$(date +%s)
+hosts=''
+add() {{ i=0; while [ "$i" -lt "$2" ]; do hosts="$hosts $1-$i.$3"; i=$((i + 1)); done; }}
+{hosts}
+# Each search domain by hand, names fully qualified: busybox's nslookup applies the list unreliably.
+domains=$(awk '$1 == "search" || $1 == "domain" {{ for (i = 2; i <= NF; i++) print $i }}' /etc/resolv.conf 2>/dev/null)
+resolves() {{
+  for d in $domains ''; do
+    nslookup "$1.${{d:+$d.}}" >/dev/null 2>&1 && return 0
+  done
+  return 1
+}}
+ready() {{
+  resolves "$1" || {{ why='does not resolve'; return 1; }}
+  [ -z "$port" ] || nc -w 2 "$1" "$port" -e true </dev/null >/dev/null 2>&1 || {{ why="does not answer on port $port"; return 1; }}
+}}
+set -- $hosts
+total=$#
+echo "waitfor: job $job: waiting up to ${{timeout}}s for the $total Pods of tasks $tasks to resolve${{port:+ and answer on port $port}}"
+said=''
+while :; do
+  left='' first=''
+  for h in $hosts; do
+    ready "$h" && continue
+    left="$left $h"
+    [ -n "$first" ] || first="$h $why"
+  done
+  hosts=$left
+  elapsed=$(($(date +%s) - start))
+  [ -z "$hosts" ] && break
+  set -- $hosts
+  if [ "$elapsed" -ge "$timeout" ]; then
+    echo "waitfor: job $job: timed out after ${{elapsed}}s: $# of $total Pods not ready; first: $first" >&2
+    exit 1
+  fi
+  now="$# of $total Pods not ready; first: $first"
+  [ "$now" = "$said" ] || echo "waitfor: job $job: $now (${{elapsed}}s of ${{timeout}}s)"
+  said=$now
+  sleep {interval}
+done
+echo "waitfor: job $job: all $total Pods of tasks $tasks ready after ${{elapsed}}s"
+"""
+
+
+def _name_taken() -> str:
+    return (
+        f"a container is already named {WAIT_CONTAINER!r}, the waitfor plugin's init container; the API server "
+        "requires container names to be unique across containers and init containers"
+    )
+
+
+def _names(text: str) -> list[str]:
+    """A comma-separated list, blanks dropped, first occurrence kept."""
+    return list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+
+
+class WaitforPlugin(Plugin):
+    name = "waitfor"
+    requires = ("svc",)
+    flags = (
+        Flag("tasks", "string", "", "comma-separated tasks whose Pods must resolve in DNS (required)"),
+        Flag("waiters", "string", "", "comma-separated tasks whose Pods wait (default: every task not in --tasks)"),
+        Flag("port", "int", None, "also wait until this TCP port answers on each Pod", minimum=1, maximum=65535),
+        Flag("timeout", "int", 300, "seconds to wait before the init container fails (0: one round)", minimum=0),
+    )
+
+    # ---- arguments
+
+    @cached_property
+    def tasks(self) -> list[Task]:
+        return self._tasks("--tasks", _names(self.options["tasks"]))
+
+    @cached_property
+    def waiters(self) -> list[Task]:
+        names = _names(self.options["waiters"])
+        if not names:
+            waited = {t.name for t in self.tasks}
+            names = [t.name for t in self.job.tasks if t.name not in waited]
+        return self._tasks("--waiters", names)
+
+    def _tasks(self, flag: str, names: list[str]) -> list[Task]:
+        out = []
+        for name in names:
+            task = self.job.task(name)
+            if task is None:
+                known = ", ".join(t.name for t in self.job.tasks)
+                raise self.error(flag, f"the job has no task {name!r} (tasks: {known})")
+            out.append(task)
+        return out
+
+    def _peer_options(self, plugin: type[Plugin]) -> dict[str, Any] | None:
+        """``plugin``'s parsed arguments as the chain runs it for this job, or None when it does not."""
+        peers = self.peers if self.peers is not None else self.job.plugins
+        args = peers.get(plugin.name, ...)
+        if args is ...:
+            return None
+        try:
+            return parse_flags(plugin.flags, list(args or []))
+        except (FlagError, TypeError) as exc:
+            raise self.error(f"plugin {plugin.name}", f"cannot read its arguments: {exc}") from None
+
+    @cached_property
+    def image(self) -> str:
+        pytorch = self._peer_options(PytorchPlugin)
+        return str(pytorch["wait-master-image"]) if pytorch else DEFAULT_WAIT_IMAGE
+
+    @property
+    def port(self) -> int | None:
+        port = self.options["port"]
+        return None if port is None else int(port)
+
+    # ---- hooks
+
+    def check(self) -> list[str]:
+        if not _names(self.options["tasks"]):
+            raise self.error("--tasks", "name the tasks whose Pods to wait for, comma-separated (e.g. --tasks=worker)")
+        if not self.waiters:
+            raise self.error("--waiters", "no task is left to wait: every task is in --tasks; name the waiting tasks")
+        if not self.image:
+            raise self.error("image", "the pytorch plugin's --wait-master-image, which waitfor's init container uses, is empty")
+        self._check_deadlock()
+        for task in self.waiters:
+            for i, container in enumerate((task.template.get("spec") or {}).get("initContainers") or []):
+                if isinstance(container, dict) and container.get("name") == WAIT_CONTAINER:
+                    raise self.error(
+                        f"spec.tasks[{task.position}].template.spec.initContainers[{i}]",
+                        f"the name {WAIT_CONTAINER!r} is the waitfor plugin's init container; rename it",
+                    )
+            for where, container in self.template_containers(task, init=False):
+                if container.get("name") == WAIT_CONTAINER:
+                    raise self.error(f"{where}.name", _name_taken())
+        # The script is one argument of sh -c: one string the kernel passes whole, or not at all.
+        if len(self.script) + 1 > ENV_STRING_LIMIT:
+            raise self.error(
+                "--tasks",
+                f"the wait script for {len(self.tasks)} tasks would be {len(self.script)} bytes, over {ARG_LIMIT_TEXT}; "
+                "wait for fewer tasks",
+            )
+        return [
+            self.warning(
+                f"task {task.name!r} has subdomain {task.subdomain!r}, not the job's headless Service "
+                f"{self.job.name!r}: its Pods resolve only if a Service of that name exists"
+            )
+            for task in self.tasks
+            if task.subdomain and task.subdomain != self.job.name
+        ]
+
+    def _check_deadlock(self) -> None:
+        svc = self._peer_options(SvcPlugin) or {}
+        if not self.port and svc.get("publish-not-ready-addresses"):
+            return  # a Pod resolves from its first init container on: no one waits for a Ready Pod
+        why = (
+            f"--port {self.port} answers only once a Pod's containers run, after its init containers"
+            if self.port
+            else "a Pod is in DNS only once Ready (svc's --publish-not-ready-addresses is off)"
+        )
+        waited = {t.name for t in self.tasks}
+        for task in self.waiters:
+            if task.name in waited:
+                raise self.error("--waiters", f"task {task.name!r} would wait for its own Pods, and {why}: they would wait until --timeout")
+        pytorch = self._peer_options(PytorchPlugin)
+        if pytorch and pytorch["wait-master-enabled"] and pytorch["worker"] in waited:
+            master = pytorch["master"]
+            if any(t.name == master for t in self.waiters):
+                raise self.error(
+                    "--waiters",
+                    f"task {master!r} would wait for task {pytorch['worker']!r}, whose Pods wait for {master!r} in pytorch's "
+                    f"{PYTORCH_WAIT}, and {why}: both would wait until --timeout",
+                )
+
+    def injected_init_containers(self) -> frozenset[str]:
+        return frozenset({WAIT_CONTAINER})
+
+    @cached_property
+    def script(self) -> str:
+        lines: list[str] = []
+        for task in self.tasks:
+            subdomain = task.subdomain or self.job.name
+            if task.hostname:  # svc lists one name for a task whose template fixes the hostname
+                lines.extend(f'hosts="$hosts {host}"' for host in self.job.host_names(task))
+            elif task.replicas:
+                lines.append(f"add {shlex.quote(self.job.name + '-' + task.name)} {task.replicas} {shlex.quote(subdomain)}")
+        names = ", ".join(t.name for t in self.tasks)
+        return _SCRIPT.format(
+            name=WAIT_CONTAINER,
+            tasks=names,
+            tasks_word=shlex.quote(names),
+            job=shlex.quote(self.job.key),
+            timeout=self.options["timeout"],
+            port="''" if self.port is None else self.port,
+            hosts="\n".join(lines) or ":",
+            interval=INTERVAL,
+        )
+
+    def mutate(self, ctx: PodContext) -> None:
+        if not any(t.name == ctx.task.name for t in self.waiters):
+            return
+        init = spec(ctx.pod).setdefault("initContainers", [])
+        if any(isinstance(c, dict) and c.get("name") == WAIT_CONTAINER for c in init):
+            return
+        for i, regular in enumerate(containers(ctx.pod)):
+            if regular.get("name") == WAIT_CONTAINER:
+                raise self.error(f"spec.containers[{i}].name", _name_taken())
+        container: Obj = {"name": WAIT_CONTAINER, "image": self.image, "command": ["sh", "-c", self.script]}
+        init.append(container)
