@@ -32,28 +32,18 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from datetime import UTC
-
-from volcano_job_webhook.kube.informer import JOB, Informer
-from volcano_job_webhook.kube.rest import Rest, widen_pool
-from volcano_job_webhook.plugins.ssh import generate_key_pair
-from volcano_job_webhook.reconciler.kinds import MANAGED_SELECTOR, OWNED
-
-from tests.envtest import (
-    WEBHOOK_USER,
-    EnvTest,
-    Process,
-    find_assets,
-    free_port,
-    new_namespace,
-    start_product,
-)
+from tests.envtest import WEBHOOK_USER, EnvTest, Process, find_assets, free_port, new_namespace, start_product  # noqa: E402
+from volcano_job_webhook.kube.informer import JOB, Informer  # noqa: E402
+from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
+from volcano_job_webhook.plugins.ssh import generate_key_pair  # noqa: E402
+from volcano_job_webhook.reconciler.kinds import MANAGED_SELECTOR, OWNED  # noqa: E402
 
 JOBS = JOB
 OBJECTS_PER_JOB = 4
@@ -244,7 +234,6 @@ def steady_resync(server: EnvTest, reconciler: Reconciler, jobs: int) -> dict[st
          and reconciler.metric("volcano_reconciler_queue_depth") == 0, 600, "the resync to finish", interval=0.05)
     took = time.monotonic() - started
     time.sleep(1.0)  # the audit log is written as requests complete
-    from datetime import datetime
     since = datetime.fromtimestamp(started_wall - 0.5, UTC)
     until = datetime.fromtimestamp(started_wall + took, UTC)
     requests = [e for e in server.audit_events(WEBHOOK_USER, since) if e.received <= until]
@@ -306,6 +295,10 @@ def keygen_rate(seconds: float = 3.0) -> float:
     return count / (time.monotonic() - started)
 
 
+def log(what: str, value: object) -> None:
+    print(f"{what}: {value}", file=sys.stderr)
+
+
 def mark(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
@@ -329,7 +322,6 @@ def main() -> int:
         server.install_prerequisites()
         keys = keygen_rate()
         objects = Objects(server)
-        log = lambda what, value: print(f"{what}: {value}", file=sys.stderr)
         # Keys generated per job (as Volcano does): the ssh plugin's RSA-2048 key pair is the bound.
         small, _, converged = converge(server, objects, Path(tmp), first, args.workers, args.resync_seconds)
         stops = [small.sigterm()]

@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from volcano_job_webhook.reconciler.leader import LeaderElector
 
 from tests.envtest import (
     NOBODY,
@@ -26,6 +25,7 @@ from tests.envtest import (
     wait_for_bindings,
     wait_until,
 )
+from volcano_job_webhook.reconciler.leader import LeaderElector
 
 LEASE = "coordination.k8s.io/v1"
 

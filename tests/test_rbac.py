@@ -17,11 +17,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.reconciler import Reconciler
-from volcano_job_webhook.reconciler.leader import LeaderElector
-from volcano_job_webhook.server.jobs.kube import KubeJobSource
-
 from tests.conftest import ApiServerFactory
 from tests.envtest import (
     JOB_API_VERSION,
@@ -39,6 +34,10 @@ from tests.envtest import (
 )
 from tests.manifests_util import rbac_permissions
 from tests.test_reconciler import events, example_job, objects
+from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.reconciler import Reconciler
+from volcano_job_webhook.reconciler.leader import LeaderElector
+from volcano_job_webhook.server.jobs.kube import KubeJobSource
 
 LEASE = ("volcano-job-webhook-reconciler", "volcano-job-webhook")
 

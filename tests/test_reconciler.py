@@ -23,9 +23,6 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.reconciler import Reconciler
-from volcano_job_webhook.reconciler.limits import DATA_LIMIT
 
 from tests.conftest import EXAMPLES, ApiServerFactory
 from tests.envtest import (
@@ -45,6 +42,12 @@ from tests.envtest import (
     start_product,
     wait_until,
 )
+from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.plugins.base import Plugin
+from volcano_job_webhook.plugins.flags import Flag
+from volcano_job_webhook.plugins.registry import BUILTINS, Registry
+from volcano_job_webhook.reconciler import Reconciler
+from volcano_job_webhook.reconciler.limits import DATA_LIMIT
 
 MODES = {"default": (), "owner-references-enforced": (OWNER_REFERENCES_ENFORCEMENT,)}
 KINDS = {"ConfigMap": "v1", "Secret": "v1", "Service": "v1", "NetworkPolicy": "networking.k8s.io/v1"}
@@ -115,9 +118,9 @@ def namespace(kube_admin: Any) -> str:
 def start_reconciler(envtest: EnvTest) -> Iterator[Callable[..., Reconciler]]:
     started: list[Reconciler] = []
 
-    def start(namespace: str, server: EnvTest = envtest, **options: Any) -> Reconciler:
+    def start(namespace: str, server: EnvTest = envtest, chain: Chain | None = None, **options: Any) -> Reconciler:
         options.setdefault("resync_seconds", 3600)
-        reconciler = Reconciler(server.api_client(WEBHOOK_USER), Chain(), namespaces=[namespace], **options)
+        reconciler = Reconciler(server.api_client(WEBHOOK_USER), chain or Chain(), namespaces=[namespace], **options)
         started.append(reconciler)
         reconciler.start()
         wait_until(lambda: reconciler.ready, 15, "the reconciler's caches to sync")
@@ -330,29 +333,42 @@ def test_a_steady_state_resync_sends_nothing(envtest: EnvTest, kube_admin: Any, 
 # Too large ---------------------------------------------------------------------------------------
 
 
+class BlobPlugin(Plugin):
+    """A third-party plugin whose ConfigMap holds as many bytes as ``--bytes`` says: the built-in
+    plugins size their objects themselves (plugins/budget.py), the reconciler keeps the API's limits
+    for any plugin."""
+
+    name = "blob"
+    flags = (Flag("bytes", "int", 0, "size of the ConfigMap's data"),)
+
+    def resources(self, existing: Any = None) -> list[dict[str, Any]]:
+        return [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": self.job.object_meta(f"{self.job.name}-blob"),
+                 "data": {"blob": "x" * self.options["bytes"]}}]
+
+
 def test_an_object_over_its_size_limit_is_never_sent_and_the_job_is_told_once(envtest: EnvTest, kube_admin: Any, namespace: str,
                                                                               start_reconciler: Callable[..., Reconciler]) -> None:
-    reconciler = start_reconciler(namespace)
+    reconciler = start_reconciler(namespace, chain=Chain(Registry([*BUILTINS.values(), BlobPlugin])))
     since = now()
-    create(kube_admin, svc_job(namespace, "big", {"master": 1, "worker": 40_000}))
-    wait_until(lambda: {("Service", "big"), ("NetworkPolicy", "big")} <= set(objects(kube_admin, namespace)), 20,
-               "the job's other objects")
+    job = svc_job(namespace, "big", {"master": 1, "worker": 2})
+    job["spec"]["plugins"]["blob"] = [f"--bytes={DATA_LIMIT + 1}"]
+    create(kube_admin, job)
+    wait_until(lambda: {("ConfigMap", "big-svc"), ("Service", "big"), ("NetworkPolicy", "big")} <= set(objects(kube_admin, namespace)),
+               20, "the job's other objects")
     found = wait_until(lambda: events(kube_admin, namespace, "ObjectTooLarge"), 10, "an ObjectTooLarge event")
     message = found[0]["message"]
-    assert "ConfigMap big-svc" in message and str(DATA_LIMIT) in message
-    size = int(message.split(" is ")[1].split(" bytes")[0])
-    assert size > DATA_LIMIT
+    assert message == f"ConfigMap big-blob not written: its data is {DATA_LIMIT + 1} bytes, over the {DATA_LIMIT}-byte limit on a ConfigMap's data"
     assert found[0]["involvedObject"]["name"] == "big" and found[0]["type"] == "Warning"
     for _ in range(3):
         reconciler.resync()
         time.sleep(0.5)
     assert len(events(kube_admin, namespace, "ObjectTooLarge")) == 1, "told once, not on every resync"
     asked = product_requests(envtest, since, namespace)
-    assert [r for r in asked if r[1] == "configmaps"] == [], "nothing sent for the ConfigMap"
-    assert len([r for r in asked if r[0] in WRITES and r[1] != "events"]) == 2, "one apply each for the Service and NetworkPolicy"
+    assert [r for r in asked if r[2] == "big-blob"] == [], "nothing sent for the ConfigMap"
+    assert len([r for r in asked if r[0] in WRITES and r[1] != "events"]) == 3, "one create each for the other objects"
     # Once the job fits, the ConfigMap is made.
-    scale(kube_admin, namespace, "big", lambda job: job["spec"]["tasks"][1].update(replicas=3))
-    wait_until(lambda: ("ConfigMap", "big-svc") in objects(kube_admin, namespace), 15, "the ConfigMap once the job fits")
+    scale(kube_admin, namespace, "big", lambda job: job["spec"]["plugins"].update(blob=["--bytes=10"]))
+    wait_until(lambda: ("ConfigMap", "big-blob") in objects(kube_admin, namespace), 15, "the ConfigMap once the job fits")
 
 
 def test_a_job_the_plugins_refuse_is_told_once_and_left_alone(kube_admin: Any, namespace: str,

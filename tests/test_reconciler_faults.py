@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 import pytest
 import yaml
 from kubernetes import client
-from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.reconciler import Reconciler
 
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
+from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.reconciler import Reconciler
 
 MANAGED = {"configmaps": "ConfigMap", "services": "Service", "secrets": "Secret", "networkpolicies.networking.k8s.io": "NetworkPolicy"}
 

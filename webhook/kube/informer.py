@@ -25,6 +25,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
 from volcano_job_webhook.plugins.keys import (
     JOB_API_VERSION,
     JOB_KIND,

@@ -61,7 +61,7 @@ def covered(live: Any, desired: Any, path: Path = ()) -> bool:
         if key is not None:
             by_key = {item.get(key): item for item in live if isinstance(item, dict)}
             return all(isinstance(d, dict) and covered(by_key.get(d.get(key)), d, path) for d in desired)
-        return len(live) == len(desired) and all(covered(x, d, path) for x, d in zip(live, desired))
+        return len(live) == len(desired) and all(covered(x, d, path) for x, d in zip(live, desired, strict=True))
     if live is None:
         return is_zero(desired)
     return bool(live == desired)

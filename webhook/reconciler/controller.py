@@ -25,10 +25,11 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
 from volcano_job_webhook.kube.backoff import with_retries
 from volcano_job_webhook.kube.informer import Informer, JobInformer, object_key
 from volcano_job_webhook.kube.rest import Rest, widen_pool
@@ -171,7 +172,7 @@ class Reconciler:
         while nobody watched leave such orphans). From the caches: no API call. Returns the count."""
         keys: set[JobKey] = {object_key(job) for job in self.jobs.items()}
         for informer in self.owned.values():
-            keys.update(informer.index_keys())
+            keys.update(cast("list[JobKey]", informer.index_keys()))
         for key in keys:
             self.queue.add(key, low=True)
         return len(keys)
@@ -208,7 +209,7 @@ class Reconciler:
                 if not self.is_leader():
                     self.queue.add(key)
                     continue
-                self.reconcile(key)
+                self.reconcile(cast("JobKey", key))
                 self.queue.forget(key)
                 self.metrics.reconciles.labels("success").inc()
             except Exception as exc:
@@ -251,7 +252,7 @@ class Reconciler:
         namespace, name = key
         job = self.jobs.get(namespace, name)
         existing = self._existing(key)
-        desired: list[dict[str, Any]] = []
+        wanted: set[tuple[str, str]] = set()
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             self._forget(key)
         else:
@@ -265,6 +266,15 @@ class Reconciler:
                 self.metrics.reconciles.labels("invalid-job").inc()
                 self._warn(job, "InvalidPlugins", "", str(exc))
                 return
+            wanted = self._make(job, desired, existing)
+        for (kind, obj_name), obj in existing.items():
+            if ((kind, obj_name) not in wanted and self._may_write()
+                    and self._delete(kind, namespace, obj_name, obj["metadata"].get("uid"))):
+                log.info("deleted %s %s/%s: job %s no longer needs it", kind, namespace, obj_name, name)
+
+    def _make(self, job: dict[str, Any], desired: list[dict[str, Any]],
+              existing: dict[tuple[str, str], dict[str, Any]]) -> set[tuple[str, str]]:
+        """Write what differs of ``desired``; return the (kind, name) of every object the job wants."""
         wanted = set()
         writes: list[tuple[dict[str, Any], dict[str, Any] | None, Changes | None]] = []
         for obj in desired:
@@ -274,7 +284,7 @@ class Reconciler:
             if too_big is not None:
                 # Never sent: the API server would refuse it on every retry. The job's other objects
                 # are still made; the job is looked at again when it changes.
-                log.warning("job %s/%s: %s", namespace, name, too_big.message())
+                log.warning("job %s/%s: %s", *object_key(job), too_big.message())
                 self.metrics.reconciles.labels("too-large").inc()
                 self._warn(job, "ObjectTooLarge", ident[1], too_big.message())
                 continue
@@ -283,10 +293,7 @@ class Reconciler:
             if current is None or todo:
                 writes.append((obj, current, todo))
         self._write_all(job, writes)
-        for (kind, obj_name), obj in existing.items():
-            if ((kind, obj_name) not in wanted and self._may_write()
-                    and self._delete(kind, namespace, obj_name, obj["metadata"].get("uid"))):
-                log.info("deleted %s %s/%s: job %s no longer needs it", kind, namespace, obj_name, name)
+        return wanted
 
     def _delete(self, kind: str, namespace: str, name: str, uid: str | None) -> bool:
         deleted = bool(self._api("delete", kind, lambda: self.rest.delete(OWNED[kind], namespace, name, uid)))

@@ -16,8 +16,10 @@ from typing import Any
 
 import orjson
 
-DATA_LIMIT = 1024 * 1024
-STORE_LIMIT = 1536 * 1024
+# One source for both: the plugins size what they build against the same limits (plugins/budget.py).
+from volcano_job_webhook.plugins.budget import DATA_LIMIT, STORE_LIMIT
+
+__all__ = ["DATA_LIMIT", "STORE_LIMIT", "Oversize", "data_size", "oversize"]
 
 
 @dataclass(frozen=True)
