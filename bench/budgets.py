@@ -10,7 +10,7 @@ For each plugin, a job of one master (head) and 10^9 workers, in a fresh process
 * extra resident memory: the process's peak RSS after all of that, less its RSS before the first
   job was built (``VmHWM`` and ``VmRSS`` from ``/proc/self/status``).
 
-A refusal (the svc ConfigMap's host files, 24.9 GB against 1 MiB) is an answer like any other: it
+A refusal (svc's host files, 24.9 GB against the 32 MiB it writes per Pod) is an answer like any other: it
 is timed the same way, and the table says which plugin answered. Since svc refuses first for every
 plugin that brings it in, a second table runs each plugin on its own (its class, no svc in front):
 ``check`` then ``mutate`` of the master and of the last worker, a new instance each round, so each

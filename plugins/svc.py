@@ -3,10 +3,33 @@
 Pods get ``hostname``/``subdomain`` (when empty), ``VC_<TASK>_HOSTS``/``VC_<TASK>_NUM`` for every
 task read from the ``<job>-svc`` ConfigMap, and that ConfigMap mounted at ``/etc/volcano``. The job
 gets the ConfigMap (host files), a headless Service ``<job>`` and a NetworkPolicy ``<job>``.
+
+Past a ConfigMap's 1 MiB (about 40,000 Pods) Volcano's ConfigMap cannot be created and its jobs
+never start. Here the host files that do not fit are left out of it, largest first, and written
+in each Pod instead, by an init container that runs before every other (``volcano-svc-hosts``):
+
+* ``/etc/volcano`` becomes an emptyDir ``<job>-svc-hosts``, mounted read-only (as a ConfigMap
+  volume is) in every container at the same path, so containers see the same file names and bytes;
+* the init container mounts the ConfigMap elsewhere, copies its keys into the emptyDir, then
+  writes each left-out ``<task>.host``: the names are deterministic (``<job>-<task>-<i>.<subdomain>``,
+  or the template's one ``<hostname>.<subdomain>``), so the script holds one short line per such
+  task and counts in ``awk`` (busybox's included; a shell loop is several times slower), never a list;
+* it writes the same bytes on every run (a restarted init container changes nothing).
+
+Why not one ``subPath`` mount per file: two or three mounts per task in every container make Pods
+that grow with the tasks, and a ``subPath`` mount of a ConfigMap key never sees the ConfigMap's
+updates either. Jobs whose host files fit keep Volcano's objects, field for field.
+
+Bounds: at most ``GENERATED_LIMIT`` bytes written per Pod (any job of up to 262,144 Pods), and a
+script (one ``sh -c`` argument) within what Linux passes, which refuses jobs with thousands of
+left-out host files. The copy is taken when the Pod starts: unlike a ConfigMap mount it does not
+follow a later change of replicas, and a Pod started while the host files still fitted loses the
+file its ConfigMap drops when the job grows past the limit.
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -15,25 +38,60 @@ import orjson
 
 from .base import Existing, Mount, Plugin, PodContext
 from .budget import (
+    ARG_LIMIT_TEXT,
     DATA_LIMIT,
     DATA_LIMIT_TEXT,
     ENV_LIMIT_TEXT,
+    ENV_STRING_LIMIT,
+    GENERATED_LIMIT,
+    GENERATED_LIMIT_TEXT,
     STORE_LIMIT,
     STORE_LIMIT_TEXT,
+    Hosts,
     digits,
     env_value_limit,
     stored_map,
     task_hosts,
 )
-from .flags import Flag
+from .errors import FlagError
+from .flags import Flag, parse_flags
 from .keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY
-from .pod import Obj, ensure_envs, ensure_mount, ensure_volume, spec
+from .pod import Obj, containers, ensure_envs, ensure_mount, ensure_volume, spec
+from .pytorch import DEFAULT_WAIT_IMAGE, PytorchPlugin
 
 MOUNT_PATH = "/etc/volcano"
+# Jobs whose host files do not all fit the ConfigMap (module docstring).
+INIT_CONTAINER = "volcano-svc-hosts"
+CONFIG_MAP_PATH = "/etc/volcano-configmap"  # the ConfigMap, in the init container only
+
+# Run as ``sh -c SCRIPT volcano-svc-hosts CONFIG_MAP_PATH MOUNT_PATH``. {lines} calls write_hosts /
+# write_one once per left-out host file; the other fields are shell-quoted words.
+_SCRIPT = """\
+# {name} (volcano-job-webhook svc plugin): the host files of job {job} that do not fit its
+# ConfigMap {cm} are written here, next to copies of its keys, as the ConfigMap would show them.
+set -eu
+umask 022
+cm=$1 dir=$2
+cd "$cm"
+# The ConfigMap volume's entries (the kubelet's ..data links are not keys), without one cp per key.
+ls | xargs sh -c 'exec cp "$@" "$0"' "$dir"
+# <job>-<task>-0.<subdomain> ... -<count-1>, one a line, no final newline (Volcano's strings.Join).
+write_hosts() {{
+  awk -v p="$2" -v n="$3" -v s="$4" 'BEGIN {{ for (i = 0; i < n; i++) printf "%s%s-%d.%s", (i ? "\\n" : ""), p, i, s }}' >"$dir/$1"
+}}
+write_one() {{ printf '%s' "$2" >"$dir/$1"; }}
+{lines}
+echo "$0: job {job}: $dir holds the keys of ConfigMap {cm} and {written}"
+"""
 
 
 def config_map_name(job_name: str) -> str:
     return f"{job_name}-svc"
+
+
+def hosts_volume_name(job_name: str) -> str:
+    """The emptyDir at ``/etc/volcano`` of a job whose host files do not all fit its ConfigMap."""
+    return f"{job_name}-svc-hosts"
 
 
 def task_key(task: str) -> str:
@@ -56,15 +114,44 @@ def host_file_key(task: str) -> str:
 EnvEntry = tuple[str, str | None, Obj | None]
 
 
+def _name_taken() -> str:
+    return (
+        f"a container is already named {INIT_CONTAINER!r}, the init container svc adds to write the host files its "
+        "ConfigMap cannot hold; the API server requires container names to be unique across containers and init containers"
+    )
+
+
+def _same_container(current: Obj, wanted: Obj) -> bool:
+    """``current`` is ``wanted`` with what the API server defaults (imagePullPolicy, ...) besides."""
+    mounts = [m for m in current.get("volumeMounts") or [] if isinstance(m, dict)]
+    return (
+        all(current.get(key) == wanted[key] for key in ("image", "command"))
+        and len(mounts) == len(wanted["volumeMounts"])
+        and all(want.items() <= have.items() for want, have in zip(wanted["volumeMounts"], mounts, strict=True))
+    )
+
+
 @dataclass(frozen=True)
 class _Plan:
     """What of the job's host lists fits, decided once per job from sizes alone: the tasks whose
+    ``<task>.host`` each Pod writes itself (none while the ConfigMap holds them all), the tasks whose
     ``VC_<TASK>_HOSTS`` key stays in the ConfigMap, those whose variable every container gets, and
     the warnings for the rest."""
 
+    generated: tuple[str, ...]
     in_config_map: frozenset[str]
     in_env: frozenset[str]
     warnings: list[str]
+
+
+def _fits(keys: int, values: int, entries: int) -> bool:
+    return values <= DATA_LIMIT and stored_map(keys, values, entries) <= STORE_LIMIT
+
+
+def _over(keys: int, values: int, entries: int) -> str:
+    if values > DATA_LIMIT:
+        return f"{values} bytes of data, over {DATA_LIMIT_TEXT}"
+    return f"{stored_map(keys, values, entries)} bytes stored, over {STORE_LIMIT_TEXT}"
 
 
 class SvcPlugin(Plugin):
@@ -80,48 +167,82 @@ class SvcPlugin(Plugin):
             self.require_hostnames(task)
         self.require_name("label", config_map_name(self.job.name), "volume name")
         self.require_name("dns1035", self.job.name, "Service name")
+        if self._plan.generated:
+            self.require_name("label", hosts_volume_name(self.job.name), "volume name")
+            self._check_init_container()
         self.require_mount_free(self.job.tasks, self.mounts()[0])
         return list(self._plan.warnings)
 
     def mounts(self) -> list[Mount]:
-        return [Mount(MOUNT_PATH, config_map_name(self.job.name), "volumeMounts")]
+        volume = hosts_volume_name if self._plan.generated else config_map_name
+        return [Mount(MOUNT_PATH, volume(self.job.name), "volumeMounts")]
+
+    def injected_init_containers(self) -> frozenset[str]:
+        return frozenset({INIT_CONTAINER}) if self._plan.generated else frozenset()
+
+    @cached_property
+    def _hosts(self) -> dict[str, Hosts]:
+        return {task.name: task_hosts(self.job, task) for task in self.job.tasks}
 
     @cached_property
     def _plan(self) -> _Plan:
         """Size the ConfigMap before building it. Its host files and counts are the svc contract
-        (SPEC Part 2 §6.2): past a ConfigMap's limit the job is refused. The ``VC_<TASK>_HOSTS`` keys
-        repeat the host files comma-joined: past the limit they go, largest first, and so do their
+        (SPEC Part 2 §6.2). Host files past the ConfigMap's limit go, largest first, to be written
+        in each Pod (module docstring), up to ``GENERATED_LIMIT`` bytes; past that the job is
+        refused. The ``VC_<TASK>_HOSTS`` keys repeat the host files comma-joined: a left-out host
+        file takes its key along, and past the limit the others go, largest first, and so do their
         variables (a reference to a missing key stops the container). A variable longer than
         ``hosts_env_limit`` or than one environment string can be is left out too; the host file
         ``/etc/volcano/<task>.host`` and ``VC_<TASK>_NUM`` stay in every case."""
         job, cm = self.job, config_map_name(self.job.name)
-        hosts = {task.name: task_hosts(job, task) for task in job.tasks}
+        hosts = self._hosts
         length = {name: h.joined() for name, h in hosts.items()}
         values = sum(length[name] + digits(h.count) for name, h in hosts.items())
         keys = sum(len(host_file_key(name)) + len(num_env_name(name)) for name in hosts)
         entries = 2 * len(hosts)
-        stored = stored_map(keys, values, entries)
-        if values > DATA_LIMIT or stored > STORE_LIMIT:
-            largest = max(job.tasks, key=lambda t: length[t.name])
-            limit = f"over {DATA_LIMIT_TEXT}" if values > DATA_LIMIT else f"{stored} bytes stored, over {STORE_LIMIT_TEXT}"
+        files = sum(length.values())
+        generated: list[str] = []
+        for name in sorted(hosts, key=lambda n: (-length[n], n)):
+            if _fits(keys, values, entries):
+                break
+            generated.append(name)
+            values -= length[name]
+            keys -= len(host_file_key(name))
+            entries -= 1
+        if not _fits(keys, values, entries):
+            raise self.error(
+                "spec.tasks",
+                f"the ConfigMap {cm!r} would hold the counts (VC_<TASK>_NUM) of {len(hosts)} tasks even with every host file "
+                f"written in the Pods: {_over(keys, values, entries)}",
+            )
+        written = sum(length[name] for name in generated)
+        if written > GENERATED_LIMIT:
+            largest = job.task(generated[0])
+            assert largest is not None
             raise self.error(
                 f"spec.tasks[{largest.position}].replicas",
-                f"the ConfigMap {cm!r} would hold {values} bytes of host files ({MOUNT_PATH}/<task>.host) and "
-                f"counts, {limit}; task {largest.name!r} alone has {length[largest.name]} bytes for "
-                f"{hosts[largest.name].count} hosts",
+                f"the host files ({MOUNT_PATH}/<task>.host) would be {files} bytes; the {written} bytes of them the ConfigMap "
+                f"{cm!r} cannot hold would be written in every Pod, over {GENERATED_LIMIT_TEXT}; task {largest.name!r} alone "
+                f"has {length[largest.name]} bytes for {hosts[largest.name].count} hosts",
             )
-        warnings: list[str] = []
-        kept = set(hosts)
-        values += sum(length.values())
-        keys += sum(len(hosts_env_name(name)) for name in hosts)
-        for name in sorted(hosts, key=lambda n: (-length[n], n)):
-            stored = stored_map(keys, values, entries + len(kept))
-            if values <= DATA_LIMIT and stored <= STORE_LIMIT:
+        warnings = [
+            self.warning(
+                f"task {name!r}: {MOUNT_PATH}/{host_file_key(name)} ({length[name]} bytes for {hosts[name].count} hosts) "
+                f"left out of the ConfigMap {cm!r}, which cannot hold it; every Pod's init container {INIT_CONTAINER!r} "
+                f"writes it; {hosts_env_name(name)} left out of the ConfigMap and of every container"
+            )
+            for name in generated
+        ]
+        kept = set(hosts) - set(generated)
+        values += sum(length[name] for name in kept)
+        keys += sum(len(hosts_env_name(name)) for name in kept)
+        for name in sorted(kept, key=lambda n: (-length[n], n)):
+            if _fits(keys, values, entries + len(kept)):
                 break
-            over = f"{values} bytes of data, over {DATA_LIMIT_TEXT}" if values > DATA_LIMIT else f"{stored} bytes stored, over {STORE_LIMIT_TEXT}"
             warnings.append(self.warning(
                 f"task {name!r}: {hosts_env_name(name)} left out of the ConfigMap {cm!r} and of every container: "
-                f"with it the ConfigMap would be {over}; read {MOUNT_PATH}/{host_file_key(name)} instead"
+                f"with it the ConfigMap would be {_over(keys, values, entries + len(kept))}; read "
+                f"{MOUNT_PATH}/{host_file_key(name)} instead"
             ))
             kept.discard(name)
             values -= length[name]
@@ -143,7 +264,89 @@ class SvcPlugin(Plugin):
                 f"task {name!r}: {env_name} left out: its host list is {size} bytes, {reason}; "
                 f"read {MOUNT_PATH}/{host_file_key(name)} instead"
             ))
-        return _Plan(frozenset(kept), frozenset(in_env), warnings)
+        order = {task.name: task.position for task in job.tasks}
+        return _Plan(tuple(sorted(generated, key=order.__getitem__)), frozenset(kept), frozenset(in_env), warnings)
+
+    # ---- the init container of a job whose host files do not all fit its ConfigMap
+
+    @cached_property
+    def image(self) -> str:
+        """The pytorch plugin's ``--wait-master-image`` when the chain runs it for the job, else its
+        default: one image setting for every init container the project adds (waitfor reads it too)."""
+        peers = self.peers if self.peers is not None else self.job.plugins
+        args = peers.get(PytorchPlugin.name, ...)
+        if args is ...:
+            return DEFAULT_WAIT_IMAGE
+        try:
+            return str(parse_flags(PytorchPlugin.flags, list(args or []))["wait-master-image"])
+        except (FlagError, TypeError) as exc:
+            raise self.error(f"plugin {PytorchPlugin.name}", f"cannot read its arguments: {exc}") from None
+
+    @cached_property
+    def script(self) -> str:
+        """The init container's ``sh -c`` script: one line per host file it writes."""
+        lines, written = [], []
+        for name in self._plan.generated:
+            task = self.job.task(name)
+            assert task is not None
+            subdomain = task.subdomain or self.job.name
+            file = host_file_key(name)
+            count = self._hosts[name].count
+            if task.hostname:  # svc lists a task whose template fixes the hostname once
+                host = f"{task.hostname}.{subdomain}" if count else ""
+                line = f"write_one {shlex.quote(file)} {shlex.quote(host)}"
+            else:
+                prefix = f"{self.job.name}-{task.name}"
+                line = f"write_hosts {shlex.quote(file)} {shlex.quote(prefix)} {count} {shlex.quote(subdomain)}"
+            lines.append(line)
+            written.append(f"{file} ({count} hosts)")
+        return _SCRIPT.format(
+            name=INIT_CONTAINER,
+            job=shlex.quote(self.job.key),
+            cm=shlex.quote(config_map_name(self.job.name)),
+            lines="\n".join(lines),
+            written=", ".join(written),
+        )
+
+    def init_container(self) -> Obj:
+        return {
+            "name": INIT_CONTAINER,
+            "image": self.image,
+            "command": ["sh", "-c", self.script, INIT_CONTAINER, CONFIG_MAP_PATH, MOUNT_PATH],
+            "volumeMounts": [
+                {"name": config_map_name(self.job.name), "mountPath": CONFIG_MAP_PATH, "readOnly": True},
+                {"name": hosts_volume_name(self.job.name), "mountPath": MOUNT_PATH},
+            ],
+        }
+
+    def _check_init_container(self) -> None:
+        if not self.image:
+            raise self.error("image", f"the pytorch plugin's --wait-master-image, which svc's init container {INIT_CONTAINER!r} uses, is empty")
+        # The script is one argument of sh -c: one string the kernel passes whole, or not at all.
+        if len(self.script) + 1 > ENV_STRING_LIMIT:
+            raise self.error(
+                "spec.tasks",
+                f"the script of the init container {INIT_CONTAINER!r}, writing {len(self._plan.generated)} host files, would "
+                f"be {len(self.script)} bytes, over {ARG_LIMIT_TEXT}",
+            )
+        for task in self.job.tasks:
+            for where, container in self.template_containers(task):
+                if container.get("name") == INIT_CONTAINER:
+                    raise self.error(f"{where}.name", _name_taken())
+
+    def _add_init_container(self, ctx: PodContext) -> None:
+        """First of the init containers, so that the template's own ones see /etc/volcano filled."""
+        wanted = self.init_container()
+        init = spec(ctx.pod).setdefault("initContainers", [])
+        for i, container in enumerate(containers(ctx.pod)):
+            if container.get("name") == INIT_CONTAINER:
+                raise self.error(f"spec.containers[{i}].name", _name_taken())
+        for i, container in enumerate(init):
+            if isinstance(container, dict) and container.get("name") == INIT_CONTAINER:
+                if not _same_container(container, wanted):
+                    init[i] = wanted
+                return
+        init.insert(0, wanted)
 
     @cached_property
     def _env(self) -> list[EnvEntry]:
@@ -191,24 +394,38 @@ class SvcPlugin(Plugin):
         self.require_name("label", pod_spec["subdomain"], "spec.subdomain")
 
         cm_name = config_map_name(self.job.name)
-        # check() has already made sure the volume name is a valid label.
-        problem = ensure_volume(ctx.pod, {"name": cm_name, "configMap": {"name": cm_name}})
-        if problem:
-            raise self.error("spec.volumes", problem)
+        # check() has already made sure the volume names are valid labels.
+        volumes: list[Obj] = [{"name": cm_name, "configMap": {"name": cm_name}}]
+        mount: Obj = {"name": cm_name, "mountPath": MOUNT_PATH}
+        if self._plan.generated:
+            volume = hosts_volume_name(self.job.name)
+            volumes.append({"name": volume, "emptyDir": {}})
+            mount = {"name": volume, "mountPath": MOUNT_PATH, "readOnly": True}
+        for volume_obj in volumes:
+            problem = ensure_volume(ctx.pod, volume_obj)
+            if problem:
+                raise self.error("spec.volumes", problem)
         env = self._env if self._env and self._env_fits(ctx) else []
         for where, container in ctx.located_containers():
+            if container.get("name") == INIT_CONTAINER and self._plan.generated:
+                continue  # ours (when the chain did not say so: a plugin run on its own)
             if env:
                 ensure_envs(container, env)
-            problem = ensure_mount(container, {"name": cm_name, "mountPath": MOUNT_PATH})
+            problem = ensure_mount(container, dict(mount))
             if problem:
                 raise self.error(f"{where}.volumeMounts", problem)
+        if self._plan.generated:
+            self._add_init_container(ctx)
 
     def hosts_data(self) -> dict[str, str]:
         """The ConfigMap data Volcano's ``GenerateHosts`` builds, per task in ``spec.tasks`` order,
-        without the ``VC_<TASK>_HOSTS`` keys that do not fit (:attr:`_plan`)."""
-        plan = self._plan  # raises before anything is built when the host files cannot fit
+        without the host files and ``VC_<TASK>_HOSTS`` keys that do not fit (:attr:`_plan`)."""
+        plan = self._plan  # raises before anything is built when the host files cannot be served
         data: dict[str, str] = {}
         for task in self.job.tasks:
+            if task.name in plan.generated:
+                data[num_env_name(task.name)] = str(self._hosts[task.name].count)
+                continue
             hosts = self.job.host_names(task)
             data[host_file_key(task.name)] = "\n".join(hosts)
             if task.name in plan.in_config_map:

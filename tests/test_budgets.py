@@ -180,8 +180,9 @@ SVC_PLUGINS = ["mpi", "tensorflow", "svc", "pytorch", "torchrun", "hostfile", "j
 
 @pytest.mark.parametrize("plugin", SVC_PLUGINS)
 def test_billion_replicas_refused_by_svc_everywhere(plugin: str) -> None:
-    """Every plugin that brings in svc: the svc ConfigMap's host files could not be created (24.9 GB
-    against 1 MiB), so /validate, every Pod and the reconciler get the same refusal, with the size."""
+    """Every plugin that brings in svc: the host files (24.9 GB) could be neither in the svc ConfigMap
+    (1 MiB) nor written in each Pod (32 MiB), so /validate, every Pod and the reconciler get the
+    same refusal, with the size."""
     job = billion_job(plugin)
     chain = Chain()
     first = job.tasks[0].name
@@ -199,11 +200,12 @@ def test_billion_replicas_refused_by_svc_everywhere(plugin: str) -> None:
             messages.append(str(info.value))
     assert len(set(messages)) == 1
     message = messages[0]
-    assert message.startswith("job default/big: plugin svc: spec.tasks[1].replicas: the ConfigMap 'big-svc' would hold ")
-    size = int(message.split(" would hold ")[1].split(" bytes")[0])
+    assert message.startswith("job default/big: plugin svc: spec.tasks[1].replicas: the host files (/etc/volcano/<task>.host) would be ")
+    size = int(message.split(" would be ")[1].split(" bytes")[0])
     assert size > BILLION * len("big-worker-.big")  # a lower bound, without the index digits
+    assert "the ConfigMap 'big-svc' cannot hold would be written in every Pod" in message
     assert "task 'worker' alone has " in message and f"for {BILLION} hosts" in message
-    assert "over 1048576 bytes" in message
+    assert "over 33554432 bytes, the most svc writes to each Pod" in message
 
 
 def test_billion_replicas_ssh_leaves_host_entries_out() -> None:
@@ -314,7 +316,7 @@ def test_mpi_port_checked_on_other_tasks_without_a_worker_task() -> None:
 def test_billion_replicas_svc_without_host_env_still_refused() -> None:
     """--inject-hosts-env=false drops the variables, not the host files every Pod mounts."""
     job = make_job({"svc": ["--inject-hosts-env=false"]}, [("worker", BILLION)])
-    with bounded_memory(), pytest.raises(PluginError, match=r"would hold .* bytes of host files"):
+    with bounded_memory(), pytest.raises(PluginError, match=r"the host files \(/etc/volcano/<task>.host\) would be .* over 33554432 bytes"):
         Chain().check(job)
 
 
@@ -563,5 +565,5 @@ async def test_webhook_validate_and_mutate_billion_replicas(client: Any, jobs_di
         mutate = (await client.post("/mutate", json=admission_review(pod, uid="m-1"))).json()["response"]
     for answer in (validate, mutate):
         assert answer["allowed"] is False
-        assert answer["status"]["message"].startswith("job default/big: plugin svc: spec.tasks[1].replicas: the ConfigMap 'big-svc' would hold ")
+        assert answer["status"]["message"].startswith("job default/big: plugin svc: spec.tasks[1].replicas: the host files ")
     assert json.dumps(validate["status"]) == json.dumps(mutate["status"])
