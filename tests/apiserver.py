@@ -1,75 +1,42 @@
-"""An in-process test double of the Kubernetes API server, for tests only.
+"""An in-process test double of the Kubernetes API server, for the faults a real one cannot be
+made to stage on cue: injected 429 and 5xx answers (``fail_next``), dropped connections
+(``drop_next``), watches cut (``close_watches``), history expired (``expire_history``: 410 Gone),
+the server away and back (``stop``, ``restart``). Everything else is tested against a real
+kube-apiserver (tests/envtest.py); this double serves only what those fault tests and their
+subjects (the reconciler, the webhook's job cache, the certs command) use.
 
-``FakeApiServer`` serves the real Kubernetes REST paths over plain HTTP on
-127.0.0.1 (an ephemeral port), so the *official* ``kubernetes`` Python client
-(``CoreV1Api``, ``CustomObjectsApi``, ``kubernetes.watch.Watch`` ...) can be
-pointed at it unchanged::
+``FakeApiServer`` serves the real Kubernetes REST paths over plain HTTP on 127.0.0.1 (an ephemeral
+port), so the *official* ``kubernetes`` Python client can be pointed at it unchanged::
 
     with FakeApiServer() as api:
         core = kubernetes.client.CoreV1Api(api.api_client())
         core.create_namespaced_config_map("default", {"metadata": {"name": "a"}})
 
-What it promises (each one mirrors kube-apiserver):
+What it does as kube-apiserver does:
 
-* Objects are plain dicts.  Every write bumps one global integer
-  resourceVersion.  Create fills uid, creationTimestamp, namespace (from the
-  URL), ``generateName`` and - for kinds whose real strategy tracks it -
-  ``generation``.  A no-op update/patch does not bump the resourceVersion and
-  sends no watch event.
-* Errors are ``Status`` objects with the real codes, reasons and messages:
-  404 NotFound, 409 AlreadyExists / Conflict (stale resourceVersion),
-  422 Invalid (names, labels, immutable fields, bad JSON patch),
-  415 for a strategic merge patch of a custom resource, 400 BadRequest.
-* PATCH understands JSON merge patch, JSON patch, a strategic merge patch that
-  knows the merge keys that matter here (containers, env, ports, volumes,
-  ownerReferences, webhooks, conditions...) and unions ``finalizers``, and a
-  simplified server-side apply (create if missing, else merge).
-* ``status`` subresources (pods, services, namespaces, Volcano jobs and
-  podgroups): writes to the main resource keep the old status; writes to
-  ``/status`` change only the status.
-* DELETE honours finalizers (sets deletionTimestamp; the object goes away when
-  the last finalizer is removed) and preconditions.  With ``gc=True`` a
-  garbage collector runs synchronously after each write: objects whose
-  ownerReferences all point at missing uids are deleted, dangling references
-  are stripped (``Orphan`` strips references instead of deleting,
-  ``Foreground`` deletes dependents before the owner).  With ``gc=False``
-  dependents stay, as on a cluster whose garbage collector is off.
-* LIST with label selectors (``=``, ``==``, ``!=``, ``in``, ``notin``,
-  exists, ``!``) and field selectors, ``limit``/``continue`` paging.  Like the
-  real server, items of built-in kinds carry no kind/apiVersion in a list;
-  custom resources do.
-* WATCH streams newline-delimited JSON over chunked encoding.  No
-  resourceVersion (or "0") sends synthetic ADDED events for existing objects
-  first; resourceVersion R replays retained events after R.  An R older than
-  the retained history answers one ``ERROR`` event (Status 410 Expired, "too
-  old resource version") and ends the stream.  Watches end cleanly at
-  ``timeoutSeconds``, on ``close_watches()`` and on ``stop()``.  With
-  ``allowWatchBookmarks`` BOOKMARK events are sent every
-  ``bookmark_interval`` seconds and just before the timeout;
-  ``sendInitialEvents=true`` ends the initial ADDED events with a bookmark
-  annotated ``k8s.io/initial-events-end``.  A label-selected watch sees an
-  object that stops matching as DELETED and one that starts matching as ADDED.
+* Objects are plain dicts.  Every write bumps one global integer resourceVersion.  Create fills
+  uid, creationTimestamp, namespace (from the URL) and ``generateName``.  A no-op update/patch does
+  not bump the resourceVersion and sends no watch event.
+* Errors are ``Status`` objects with the real codes and reasons: 404 NotFound, 409 AlreadyExists /
+  Conflict (stale resourceVersion, failed uid precondition), 415 for a patch type it does not
+  serve, 400 BadRequest.
+* PATCH understands JSON merge patch, JSON patch and a simplified server-side apply (create if
+  missing, else merge); a strategic merge patch (what the client sends for a dict) is served as a
+  JSON merge patch (lists replaced, not merged by key).  Services and Secrets get the defaults a client can see (type, clusterIP...).
+* LIST with label selectors (``=``, ``==``, ``!=``, ``in``, ``notin``, exists, ``!``),
+  ``limit``/``continue`` paging.  Like the real server, items of built-in kinds carry no
+  kind/apiVersion in a list; custom resources do.
+* WATCH streams newline-delimited JSON over chunked encoding.  No resourceVersion (or "0") sends
+  synthetic ADDED events for existing objects first; resourceVersion R replays retained events
+  after R.  An R older than the retained history answers one ``ERROR`` event (Status 410 Expired)
+  and ends the stream.  Watches end cleanly at ``timeoutSeconds``, on ``close_watches()`` and on
+  ``stop()``.  With ``allowWatchBookmarks`` BOOKMARK events are sent every ``bookmark_interval``
+  seconds and just before the timeout.  A label-selected watch sees an object that stops matching
+  as DELETED and one that starts matching as ADDED.
 
-Fault injection (``fail_next``, ``drop_next``, ``close_watches``,
-``expire_history``, ``restart``) and introspection (``requests``,
-``objects``, ``permissions_used``) are for the tests that drive the product.
-
-Known differences from a real kube-apiserver (deliberate, to stay small):
-
-* No authentication, authorization or admission: webhooks are stored, never
-  called.  No managedFields, no selfLink.
-* No schema validation or pruning of specs (CRD OpenAPI schemas are not
-  known); defaulting only where listed in ``_apply_defaults``.
-* Strategic merge patch picks merge keys by field name, not by schema path;
-  server-side apply has no field ownership (it merges, it never removes
-  fields left out of the applied configuration, and never conflicts).
-* The garbage collector is synchronous (real GC is eventually consistent)
-  and Foreground deletion adds no ``foregroundDeletion`` finalizer.  Deleting
-  a Namespace removes its contents at once, finalizers notwithstanding.
-  Pods are deleted at once (no kubelet, no graceful deletion).
-* ``events`` (core/v1) and ``events.k8s.io/v1`` are separate stores here; a
-  real server serves one resource in two shapes.
-* ``limit``/``continue`` pages read the current state, not a snapshot.
+Not served (the real server is the test for these): authentication, authorization, admission,
+validation, managedFields and field ownership (apply never removes a field), field selectors,
+strategic merge keys, status subresources, generation, finalizers, garbage collection, discovery.
 """
 
 from __future__ import annotations
@@ -86,8 +53,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import jsonpatch
@@ -111,12 +79,7 @@ class ResourceType:
     plural: str
     kind: str
     namespaced: bool = True
-    custom: bool = False  # a CRD: no strategic merge patch, items keep kind in lists
-    has_status: bool = False  # has a /status subresource
-    tracks_generation: bool = False  # metadata.generation bumped on spec changes
-    returns_deleted_object: bool = False  # DELETE answers the object, not a Status
-    name_rule: Literal["subdomain", "label", "dns1035"] = "subdomain"
-    field_selectors: tuple[str, ...] = ()  # beyond metadata.name / metadata.namespace
+    custom: bool = False  # a CRD: items keep kind in lists
 
     @property
     def api_version(self) -> str:
@@ -132,36 +95,19 @@ class ResourceType:
         return (self.group, self.plural)
 
 
-_POD_FIELDS = ("spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
-               "spec.serviceAccountName", "status.phase", "status.podIP",
-               "status.nominatedNodeName")
-_EVENT_FIELDS = ("involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
-                 "involvedObject.uid", "involvedObject.apiVersion",
-                 "involvedObject.resourceVersion", "involvedObject.fieldPath",
-                 "reason", "reportingComponent", "source", "type")
-
 DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
-    ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, has_status=True,
-                 name_rule="label", field_selectors=("status.phase",)),
+    ResourceType("", "v1", "namespaces", "Namespace", namespaced=False),
     ResourceType("", "v1", "configmaps", "ConfigMap"),
-    ResourceType("", "v1", "secrets", "Secret", field_selectors=("type",)),
-    ResourceType("", "v1", "services", "Service", has_status=True,
-                 returns_deleted_object=True, name_rule="dns1035"),
-    ResourceType("", "v1", "pods", "Pod", has_status=True, tracks_generation=True,
-                 returns_deleted_object=True, field_selectors=_POD_FIELDS),
-    ResourceType("", "v1", "events", "Event", field_selectors=_EVENT_FIELDS),
-    ResourceType("events.k8s.io", "v1", "events", "Event"),
-    ResourceType("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy",
-                 tracks_generation=True),
+    ResourceType("", "v1", "secrets", "Secret"),
+    ResourceType("", "v1", "services", "Service"),
+    ResourceType("", "v1", "events", "Event"),
+    ResourceType("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease"),
     ResourceType("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
-                 "MutatingWebhookConfiguration", namespaced=False, tracks_generation=True),
+                 "MutatingWebhookConfiguration", namespaced=False),
     ResourceType("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
-                 "ValidatingWebhookConfiguration", namespaced=False, tracks_generation=True),
-    ResourceType("batch.volcano.sh", "v1alpha1", "jobs", "Job", custom=True,
-                 has_status=True, tracks_generation=True),
-    ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", custom=True,
-                 has_status=True, tracks_generation=True),
+                 "ValidatingWebhookConfiguration", namespaced=False),
+    ResourceType("batch.volcano.sh", "v1alpha1", "jobs", "Job", custom=True),
 )
 
 
@@ -229,78 +175,6 @@ _DEFAULT_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 40
 
 
 # --------------------------------------------------------------------------
-# Validation (the subset of apimachinery's rules that products trip over)
-# --------------------------------------------------------------------------
-
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_QUALIFIED = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-
-
-def _name_errors(rule: str, name: str) -> list[str]:
-    if rule == "subdomain":
-        if len(name) > 253:
-            return ["must be no more than 253 characters"]
-        if not _SUBDOMAIN.fullmatch(name):
-            return ["a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                    "characters, '-' or '.', and must start and end with an alphanumeric character"]
-        return []
-    pattern = _LABEL if rule == "label" else _DNS1035
-    errors = ["must be no more than 63 characters"] if len(name) > 63 else []
-    if not pattern.fullmatch(name):
-        errors.append("a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
-                      "or '-', and must start and end with an alphanumeric character" if rule == "label" else
-                      "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start "
-                      "with an alphabetic character, and end with an alphanumeric character")
-    return errors
-
-
-def _key_errors(key: str) -> list[str]:
-    prefix, _, name = key.rpartition("/")
-    errors = []
-    if prefix and (len(prefix) > 253 or not _SUBDOMAIN.fullmatch(prefix)):
-        errors.append("prefix part must be a lowercase RFC 1123 subdomain")
-    if len(name) > 63:
-        errors.append("name part must be no more than 63 characters")
-    if not _QUALIFIED.fullmatch(name):
-        errors.append("name part must consist of alphanumeric characters, '-', '_' or '.', "
-                      "and must start and end with an alphanumeric character")
-    return errors
-
-
-def _validate(rt: ResourceType, obj: Obj) -> None:
-    """Raise 422 Invalid for a bad name, label key/value, annotation key or size."""
-    meta = obj["metadata"]
-    name = meta.get("name") or ""
-    causes: list[tuple[str, str]] = []
-    if not name:
-        causes.append(("metadata.name", "Required value: name or generateName is required"))
-    for err in _name_errors(rt.name_rule, name) if name else []:
-        causes.append(("metadata.name", f'Invalid value: "{name}": {err}'))
-    for key, value in (meta.get("labels") or {}).items():
-        for err in _key_errors(key):
-            causes.append(("metadata.labels", f'Invalid value: "{key}": {err}'))
-        if not isinstance(value, str):
-            causes.append((f"metadata.labels[{key}]", "Invalid value: must be a string"))
-        elif len(value) > 63:
-            causes.append(("metadata.labels", f'Invalid value: "{value}": must be no more than 63 characters'))
-        elif value and not _QUALIFIED.fullmatch(value):
-            causes.append(("metadata.labels", f'Invalid value: "{value}": a valid label must be an empty '
-                           "string or consist of alphanumeric characters, '-', '_' or '.', and must start "
-                           "and end with an alphanumeric character"))
-    for key in meta.get("annotations") or {}:
-        for err in _key_errors(key):
-            causes.append(("metadata.annotations", f'Invalid value: "{key}": {err}'))
-    if rt.key in (("", "configmaps"), ("", "secrets")):
-        size = sum(len(k) + len(str(v)) for part in ("data", "binaryData") for k, v in (obj.get(part) or {}).items())
-        if size > 1024 * 1024:
-            causes.append(("data", "Too long: must have at most 1048576 bytes"))
-    if causes:
-        raise _invalid(rt, name, causes)
-
-
-# --------------------------------------------------------------------------
 # Selectors
 # --------------------------------------------------------------------------
 
@@ -356,48 +230,22 @@ def parse_label_selector(selector: str | None) -> list[Requirement]:
     return reqs
 
 
-def parse_field_selector(rt: ResourceType, selector: str | None) -> list[Requirement]:
-    """Parse a ``fieldSelector``; only fields the real server indexes are accepted."""
-    allowed = ("metadata.name", "metadata.namespace") + rt.field_selectors
-    reqs = []
-    for term in _split_terms(selector or ""):
-        m = re.fullmatch(r"([\w.]+)\s*(==|=|!=)\s*(.*)", term)
-        if not m:
-            raise _bad_request(f"invalid field selector: {term!r}")
-        if m.group(1) not in allowed:
-            raise _bad_request(f'"{m.group(1)}" is not a known field selector: only '
-                               + ", ".join(f'"{a}"' for a in allowed))
-        reqs.append(Requirement(m.group(1), "!=" if m.group(2) == "!=" else "=", (m.group(3),)))
-    return reqs
-
-
-def _field_values(obj: Obj, reqs: list[Requirement]) -> dict[str, str]:
-    out = {}
-    for req in reqs:
-        value: Any = obj
-        for part in req.key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        out[req.key] = "" if value is None else str(value)
-    return out
-
-
 @dataclass(frozen=True)
 class _Filter:
-    """What a list or watch asks for: namespace plus label and field selectors."""
+    """What a list or watch asks for: namespace, label selector, and for a single-object watch a name."""
 
     namespace: str | None
     labels: list[Requirement]
-    fields: list[Requirement]
+    name: str | None = None
 
     def matches(self, obj: Obj) -> bool:
         meta = obj.get("metadata") or {}
         if self.namespace is not None and meta.get("namespace") != self.namespace:
             return False
-        label_map = meta.get("labels") or {}
-        if not all(r.matches(label_map) for r in self.labels):
+        if self.name is not None and meta.get("name") != self.name:
             return False
-        values = _field_values(obj, self.fields)
-        return all(r.matches(values) for r in self.fields)
+        label_map = meta.get("labels") or {}
+        return all(r.matches(label_map) for r in self.labels)
 
 
 # --------------------------------------------------------------------------
@@ -416,79 +264,6 @@ def json_merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = json_merge_patch(result.get(key), value)
     return result
-
-
-# List fields merged by key in a strategic merge patch (patchMergeKey in the
-# Kubernetes API types); every other list is replaced.  "ports" is keyed by
-# containerPort in containers and by port in services.
-_MERGE_KEYS = {"containers": "name", "initContainers": "name", "ephemeralContainers": "name",
-               "volumes": "name", "env": "name", "volumeMounts": "mountPath",
-               "volumeDevices": "devicePath", "imagePullSecrets": "name", "ownerReferences": "uid",
-               "webhooks": "name", "conditions": "type", "hostAliases": "ip",
-               "topologySpreadConstraints": "topologyKey", "resourceClaims": "name"}
-_UNION_LISTS = {"finalizers"}  # primitive lists with patchStrategy=merge
-_DELETE = object()
-
-
-def strategic_merge_patch(target: Any, patch: Any) -> Any:
-    """A strategic merge patch for built-in kinds.
-
-    Keyed lists in ``_MERGE_KEYS`` merge element-wise, ``finalizers`` is a
-    union, ``$patch: replace|delete`` and ``$deleteFromPrimitiveList/<field>``
-    directives are honoured, ``$setElementOrder``/``$retainKeys`` ignored.
-    """
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    directive = patch.get("$patch")
-    if directive == "delete":
-        return _DELETE
-    if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if key.startswith(("$setElementOrder/", "$retainKeys")) or key == "$patch":
-            continue
-        if key.startswith("$deleteFromPrimitiveList/"):
-            name = key.split("/", 1)[1]
-            result[name] = [x for x in result.get(name) or [] if x not in value]
-            continue
-        current = result.get(key)
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, list):
-            result[key] = _merge_list(key, current if isinstance(current, list) else [], value)
-        else:
-            merged = strategic_merge_patch(current, value)
-            if merged is _DELETE:
-                result.pop(key, None)
-            else:
-                result[key] = merged
-    return result
-
-
-def _merge_list(name: str, current: list[Any], patch: list[Any]) -> list[Any]:
-    if name in _UNION_LISTS:
-        return current + [x for x in patch if x not in current]
-    key = _MERGE_KEYS.get(name)
-    if name == "ports":
-        key = "containerPort" if any(isinstance(p, dict) and "containerPort" in p
-                                     for p in current + patch) else "port"
-    if key is None or any(isinstance(p, dict) and p.get("$patch") == "replace" for p in patch):
-        return [copy.deepcopy(p) for p in patch if not (isinstance(p, dict) and "$patch" in p)]
-    out = copy.deepcopy(current)
-    for item in patch:
-        if not isinstance(item, dict) or key not in item:
-            out.append(copy.deepcopy(item))
-            continue
-        idx = next((i for i, e in enumerate(out) if isinstance(e, dict) and e.get(key) == item[key]), None)
-        if item.get("$patch") == "delete":
-            if idx is not None:
-                del out[idx]
-        elif idx is None:
-            out.append({k: copy.deepcopy(v) for k, v in item.items() if k != "$patch"})
-        else:
-            out[idx] = strategic_merge_patch(out[idx], item)
-    return out
 
 
 # --------------------------------------------------------------------------
@@ -511,14 +286,10 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _spec_part(obj: Obj) -> Obj:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
-
-
 def _drop_empty_meta(obj: Obj) -> None:
     """ObjectMeta fields are ``omitempty``: an empty map or list is stored as absent."""
     meta = obj["metadata"]
-    for k in ("labels", "annotations", "ownerReferences", "finalizers"):
+    for k in ("labels", "annotations", "ownerReferences"):
         if k in meta and not meta[k]:
             del meta[k]
 
@@ -530,13 +301,13 @@ def _without_rv(obj: Obj) -> Obj:
 
 
 class _Store:
-    """Objects, the global resourceVersion, the event history and the GC.
+    """Objects, the global resourceVersion and the event history.
 
     Every method must be called with ``lock`` held; ``cond`` (on the same lock)
     is notified after each commit and when watches must end.
     """
 
-    def __init__(self, resources: Iterable[ResourceType], gc: bool, history_limit: int) -> None:
+    def __init__(self, resources: Iterable[ResourceType], history_limit: int) -> None:
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.types: dict[tuple[str, str, str], ResourceType] = {}
@@ -546,7 +317,6 @@ class _Store:
         self.history_rvs: list[int] = []
         self.floor = 0  # a watch from rv R is servable iff R >= floor
         self.history_limit = history_limit
-        self.gc = gc
         self.epoch = 0  # bumped to end every open watch
         self.next_ip = 0
         for rt in resources:
@@ -599,71 +369,8 @@ class _Store:
     def events_after(self, rv: int) -> list[WatchEvent]:
         return self.history[bisect.bisect_right(self.history_rvs, rv):]
 
-    # -- deletion and garbage collection -------------------------------------
-
-    def remove(self, rt: ResourceType, obj: Obj, policy: str = "Background", collect: bool = True) -> Obj:
-        """Delete now, or mark for deletion if finalizers remain; then let the GC act (if ``collect``)."""
-        meta = obj["metadata"]
-        if meta.get("finalizers"):
-            if meta.get("deletionTimestamp"):
-                return copy.deepcopy(obj)
-            new = copy.deepcopy(obj)
-            new["metadata"]["deletionTimestamp"] = _now()
-            new["metadata"]["deletionGracePeriodSeconds"] = 0
-            if rt.tracks_generation:
-                new["metadata"]["generation"] = meta.get("generation", 0) + 1
-            return self.commit(rt, "MODIFIED", new, obj)
-        if self.gc and policy == "Foreground":
-            for dep_rt, dep in self.dependents(meta.get("uid")):
-                self.remove(dep_rt, dep, "Foreground", collect=False)
-        if self.gc and policy == "Orphan":
-            for dep_rt, dep in self.dependents(meta.get("uid")):
-                new = copy.deepcopy(dep)
-                new["metadata"]["ownerReferences"] = [r for r in dep["metadata"]["ownerReferences"]
-                                                      if r.get("uid") != meta.get("uid")]
-                self.commit(dep_rt, "MODIFIED", new, dep)
-        if rt.key == ("", "namespaces"):
-            for other, objs in self.objects.items():
-                for (ns, _), o in list(objs.items()):
-                    if ns == meta["name"] and other != rt.key:
-                        self.commit(self.rt_by_key(other), "DELETED", copy.deepcopy(o), o)
-        gone = self.commit(rt, "DELETED", copy.deepcopy(obj), obj)
-        if collect:
-            self.collect_garbage()
-        return gone
-
-    def dependents(self, uid: str | None) -> list[tuple[ResourceType, Obj]]:
-        out = []
-        for key, objs in self.objects.items():
-            for obj in objs.values():
-                if any(r.get("uid") == uid for r in obj["metadata"].get("ownerReferences") or []):
-                    out.append((self.rt_by_key(key), obj))
-        return out
-
-    def collect_garbage(self) -> None:
-        """If the GC is on: delete objects whose owners are all gone, strip dangling references."""
-        if not self.gc:
-            return
-        changed = True
-        while changed:
-            changed = False
-            uids = {o["metadata"].get("uid") for objs in self.objects.values() for o in objs.values()}
-            for key, objs in list(self.objects.items()):
-                for okey, obj in list(objs.items()):
-                    if objs.get(okey) is not obj:
-                        continue  # already collected in this pass
-                    refs = obj["metadata"].get("ownerReferences") or []
-                    alive = [r for r in refs if r.get("uid") in uids]
-                    if len(alive) == len(refs) or obj["metadata"].get("deletionTimestamp"):
-                        continue
-                    rt = self.rt_by_key(key)
-                    if alive:
-                        new = copy.deepcopy(obj)
-                        new["metadata"]["ownerReferences"] = alive
-                        self.commit(rt, "MODIFIED", new, obj)
-                    else:
-                        self.remove(rt, obj, "Background", collect=False)
-                    changed = True
+    def remove(self, rt: ResourceType, obj: Obj) -> Obj:
+        return self.commit(rt, "DELETED", copy.deepcopy(obj), obj)
 
 
 # --------------------------------------------------------------------------
@@ -698,31 +405,6 @@ def _apply_defaults(store: _Store, rt: ResourceType, obj: Obj, old: Obj | None) 
             if old is not None and old.get("spec", {}).get("clusterIP") not in (None, spec["clusterIP"]):
                 raise _invalid(rt, obj["metadata"]["name"], [(
                     "spec.clusterIPs[0]", f'Invalid value: ["{spec["clusterIP"]}"]: may not change once set')])
-    elif rt.key == ("", "pods"):
-        spec = obj.setdefault("spec", {})
-        for k, v in (("restartPolicy", "Always"), ("dnsPolicy", "ClusterFirst"),
-                     ("schedulerName", "default-scheduler"), ("terminationGracePeriodSeconds", 30),
-                     ("enableServiceLinks", True), ("securityContext", {})):
-            spec.setdefault(k, v)
-        for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-            image = str(c.get("image", ""))
-            c.setdefault("imagePullPolicy", "Always" if image.endswith(":latest") or ":" not in
-                         image.rsplit("/", 1)[-1] else "IfNotPresent")
-            c.setdefault("terminationMessagePath", "/dev/termination-log")
-            c.setdefault("terminationMessagePolicy", "File")
-            c.setdefault("resources", {})
-            for port in c.get("ports") or []:
-                port.setdefault("protocol", "TCP")
-    elif rt.key == ("", "namespaces"):
-        obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"].get("name")
-        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
-
-
-def _initial_status(rt: ResourceType) -> Obj | None:
-    return {("", "pods"): {"phase": "Pending"}, ("", "services"): {"loadBalancer": {}},
-            ("", "namespaces"): {"phase": "Active"}}.get(rt.key)
-
-
 # --------------------------------------------------------------------------
 # Fault injection and request log
 # --------------------------------------------------------------------------
@@ -766,15 +448,9 @@ class RequestRecord:
     group: str = ""
     version: str = ""
     resource: str = ""
-    subresource: str = ""
     namespace: str | None = None
     name: str | None = None
     status: int | None = None
-
-    @property
-    def rbac_resource(self) -> str:
-        """The resource as an RBAC rule names it: ``pods`` or ``jobs/status``."""
-        return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
 
 
 @dataclass
@@ -782,7 +458,6 @@ class _Route:
     rt: ResourceType
     namespace: str | None
     name: str | None
-    subresource: str | None
     watch_path: bool  # the deprecated /watch/ prefix
 
 
@@ -824,7 +499,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _HTTPServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def do_GET(self) -> None:
@@ -895,28 +570,21 @@ class FakeApiServer:
     """A Kubernetes API server double on http://127.0.0.1:<port> (see the module docstring).
 
     Args:
-        gc: run a synchronous garbage collector over ownerReferences (uid based).
         history_limit: watch events retained; older resourceVersions get 410 Expired.
         bookmark_interval: seconds between BOOKMARK events on watches that allow them.
         watch_timeout: seconds a watch lasts when the client sends no timeoutSeconds.
-        namespaces: Namespace objects that exist from the start.
-        strict_namespaces: refuse (404) to create objects in a namespace that does not
-            exist, as the real server does; off by default so tests need not create them.
         resources: the resource types served; extend with ``register_resource``.
         port: a fixed port, or 0 for an ephemeral one.
     """
 
     too_large_rv_wait = 3.0  # seconds a watch waits for a future resourceVersion, as the real server
 
-    def __init__(self, *, gc: bool = False, history_limit: int = 10_000,
-                 bookmark_interval: float = 60.0, watch_timeout: float = 1800.0,
-                 namespaces: Iterable[str] = ("default", "kube-system", "kube-public", "kube-node-lease"),
-                 strict_namespaces: bool = False,
-                 resources: Iterable[ResourceType] = DEFAULT_RESOURCES, port: int = 0) -> None:
-        self._store = _Store(resources, gc, history_limit)
+    def __init__(self, *, history_limit: int = 10_000, bookmark_interval: float = 60.0,
+                 watch_timeout: float = 1800.0, resources: Iterable[ResourceType] = DEFAULT_RESOURCES,
+                 port: int = 0) -> None:
+        self._store = _Store(resources, history_limit)
         self.bookmark_interval = bookmark_interval
         self.watch_timeout = watch_timeout
-        self.strict_namespaces = strict_namespaces
         self.port = port
         self._httpd: _HTTPServer | None = None
         self._serve_thread: threading.Thread | None = None
@@ -927,9 +595,6 @@ class FakeApiServer:
         self._log_lock = threading.Lock()
         self._stopping = False
         self._open_watches = 0
-        for ns in namespaces:
-            self.put_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns},
-                             "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -1075,14 +740,6 @@ class FakeApiServer:
     # -- introspection and seeding -------------------------------------------
 
     @property
-    def gc(self) -> bool:
-        return self._store.gc
-
-    @gc.setter
-    def gc(self, enabled: bool) -> None:
-        self._store.gc = enabled
-
-    @property
     def resource_version(self) -> int:
         """The current global resourceVersion."""
         return self._store.rv
@@ -1096,10 +753,6 @@ class FakeApiServer:
     def clear_requests(self) -> None:
         with self._log_lock:
             self._requests.clear()
-
-    def permissions_used(self) -> set[tuple[str, str, str]]:
-        """(apiGroup, resource[/subresource], verb) for every resource request seen."""
-        return {(r.group, r.rbac_resource, r.verb) for r in self.requests if r.resource}
 
     @property
     def open_watches(self) -> int:
@@ -1147,9 +800,8 @@ class FakeApiServer:
     def put_object(self, obj: Obj) -> Obj:
         """Store ``obj`` as is (create or overwrite), as another client would; return the stored copy.
 
-        Fills uid, creationTimestamp, namespace ("default") and generation if
-        missing, keeps status, skips validation, defaulting and the GC, and
-        emits the ADDED/MODIFIED watch event.
+        Fills uid, creationTimestamp and namespace ("default") if missing, skips
+        defaulting, and emits the ADDED/MODIFIED watch event.
         """
         with self._store.lock:
             rt = self._store.type_of(obj)
@@ -1162,20 +814,16 @@ class FakeApiServer:
             old = self._store.objects[rt.key].get((meta.get("namespace", ""), meta["name"]))
             meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", _now())
-            if rt.tracks_generation:
-                meta.setdefault("generation", 1)
             return self._store.commit(rt, "MODIFIED" if old else "ADDED", new, old)
 
     def delete_object(self, resource: str, name: str, namespace: str | None = None) -> Obj | None:
-        """Remove an object at once (finalizers ignored), emit DELETED, run the GC if on."""
+        """Remove an object at once, emit DELETED."""
         rt = self.resource(resource)
         with self._store.lock:
             old = self._store.objects[rt.key].get(((namespace or "") if rt.namespaced else "", name))
             if old is None:
                 return None
-            gone = self._store.commit(rt, "DELETED", copy.deepcopy(old), old)
-            self._store.collect_garbage()
-            return gone
+            return self._store.commit(rt, "DELETED", copy.deepcopy(old), old)
 
     # -- connection tracking (called by _HTTPServer) --------------------------
 
@@ -1250,30 +898,13 @@ class FakeApiServer:
             verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
                     "DELETE": "delete" if route.name else "deletecollection"}[method]
         return RequestRecord(method, record.path, record.query, verb, rt.group, rt.version, rt.plural,
-                             route.subresource or "", route.namespace, route.name)
+                             route.namespace, route.name)
 
     def _route(self, path: str) -> _Route | Obj | bytes:
         """Map a URL path to a resource route, or to a discovery / health document."""
         parts = [unquote(p) for p in path.strip("/").split("/") if p]
         if parts in (["healthz"], ["livez"], ["readyz"]):
             return b"ok"
-        if parts == ["version"]:
-            return {"major": "1", "minor": "33", "gitVersion": "v1.33.0-fake", "gitCommit": "0" * 40,
-                    "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24",
-                    "compiler": "gc", "platform": "linux/amd64"}
-        types = self._store.types.values()
-        if parts == ["api"]:
-            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
-                {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}]}
-        if parts == ["apis"]:
-            groups: dict[str, list[str]] = {}
-            for rt in types:
-                if rt.group and rt.version not in groups.setdefault(rt.group, []):
-                    groups[rt.group].append(rt.version)
-            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-                {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
-                 "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
-                for g, vs in groups.items()]}
         if len(parts) >= 2 and parts[0] == "api":
             group, version, rest = "", parts[1], parts[2:]
         elif len(parts) >= 3 and parts[0] == "apis":
@@ -1281,62 +912,36 @@ class FakeApiServer:
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if not rest:
-            return self._resource_list(group, version)
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
         watch_path = rest[0] == "watch"
         rest = rest[1:] if watch_path else rest
         namespace = None
-        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+        if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
         rt = self._store.types.get((group, version, rest[0] if rest else ""))
-        if (rt is None or len(rest) > 3 or (namespace is not None and not rt.namespaced)
-                or (rt.namespaced and namespace is None and len(rest) > 1)
-                or (len(rest) == 3 and not (rest[2] == "status" and rt.has_status))):
+        if (rt is None or len(rest) > 2 or (namespace is not None and not rt.namespaced)
+                or (rt.namespaced and namespace is None and len(rest) > 1)):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        return _Route(rt, namespace, rest[1] if len(rest) > 1 else None,
-                      rest[2] if len(rest) > 2 else None, watch_path)
-
-    def _resource_list(self, group: str, version: str) -> Obj:
-        verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-        resources = []
-        for rt in self._store.types.values():
-            if (rt.group, rt.version) == (group, version):
-                resources.append({"name": rt.plural, "singularName": rt.kind.lower(),
-                                  "namespaced": rt.namespaced, "kind": rt.kind, "verbs": verbs})
-                if rt.has_status:
-                    resources.append({"name": f"{rt.plural}/status", "singularName": "",
-                                      "namespaced": rt.namespaced, "kind": rt.kind,
-                                      "verbs": ["get", "patch", "update"]})
-        if not resources:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        return {"kind": "APIResourceList", "apiVersion": "v1",
-                "groupVersion": f"{group}/{version}" if group else version, "resources": resources}
+        return _Route(rt, namespace, rest[1] if len(rest) > 1 else None, watch_path)
 
     # -- verbs ------------------------------------------------------------------
 
     def _serve(self, method: str, route: _Route, query: dict[str, str], raw: bytes,
                content_type: str) -> tuple[int, Obj]:
-        rt, ns, name, sub = route.rt, route.namespace, route.name, route.subresource
-        dry_run = bool(query.get("dryRun"))
+        rt, ns, name = route.rt, route.namespace, route.name
         with self._store.lock:
             if method == "GET" and name:
                 return 200, self._present(rt, self._get(rt, ns, name))
             if method == "GET":
                 return 200, self._list(rt, ns, query)
             if method == "POST" and not name and (ns is not None or not rt.namespaced):
-                obj = self._create(rt, ns, _parse_json(raw, dict), dry_run)
-                return 201, self._present(rt, obj)
+                return 201, self._present(rt, self._create(rt, ns, _parse_json(raw, dict)))
             if method == "PUT" and name:
-                return 200, self._present(rt, self._update(rt, ns, name, sub, _parse_json(raw, dict), dry_run))
+                return 200, self._present(rt, self._update(rt, ns, name, _parse_json(raw, dict)))
             if method == "PATCH" and name:
-                return self._patch(rt, ns, name, sub, raw, content_type, query, dry_run)
+                return self._patch(rt, ns, name, raw, content_type, query)
             if method == "DELETE" and name:
-                return self._delete(rt, ns, name, raw, query, dry_run)
-            if method == "DELETE":
-                listing = self._list(rt, ns, query)
-                for item in listing["items"]:
-                    meta = item["metadata"]
-                    self._delete(rt, meta.get("namespace"), meta["name"], raw, query, dry_run)
-                return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+                return self._delete(rt, ns, name, raw)
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
     @staticmethod
@@ -1351,8 +956,7 @@ class FakeApiServer:
         return copy.deepcopy(obj)
 
     def _list(self, rt: ResourceType, ns: str | None, query: dict[str, str]) -> Obj:
-        flt = _Filter(ns, parse_label_selector(query.get("labelSelector")),
-                      parse_field_selector(rt, query.get("fieldSelector")))
+        flt = _Filter(ns, parse_label_selector(query.get("labelSelector")))
         objs = self._store.objects[rt.key]
         keys = [k for k in sorted(objs) if flt.matches(objs[k])]
         meta: Obj = {"resourceVersion": str(self._store.rv)}
@@ -1397,7 +1001,7 @@ class FakeApiServer:
         else:
             meta["namespace"] = ns
 
-    def _create(self, rt: ResourceType, ns: str | None, body: Obj, dry_run: bool) -> Obj:
+    def _create(self, rt: ResourceType, ns: str | None, body: Obj) -> Obj:
         obj = copy.deepcopy(body)
         self._check_type(rt, obj)
         self._check_namespace(rt, obj, ns)
@@ -1410,32 +1014,18 @@ class FakeApiServer:
         if not meta.get("name") and meta.get("generateName"):
             alphabet = "bcdfghjklmnpqrstvwxz2456789"
             meta["name"] = meta["generateName"] + "".join(random.choice(alphabet) for _ in range(5))
-        _validate(rt, obj)
         store = self._store
         if (ns or "", meta["name"]) in store.objects[rt.key]:
             raise ApiError(409, "AlreadyExists", f'{rt.qualified} "{meta["name"]}" already exists',
                            {"name": meta["name"], "group": rt.group, "kind": rt.plural})
-        if rt.namespaced and self.strict_namespaces and ("", ns) not in store.objects[("", "namespaces")]:
-            raise ApiError(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
         for k in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"):
             meta.pop(k, None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = _now()
-        if rt.tracks_generation:
-            meta["generation"] = 1
-        if rt.has_status:
-            obj.pop("status", None)
-            if (status := _initial_status(rt)) is not None:
-                obj["status"] = status
         _apply_defaults(store, rt, obj, None)
-        if dry_run:
-            return obj
-        created = store.commit(rt, "ADDED", obj, None)
-        store.collect_garbage()
-        return created
+        return store.commit(rt, "ADDED", obj, None)
 
-    def _update(self, rt: ResourceType, ns: str | None, name: str, sub: str | None, body: Obj,
-                dry_run: bool, current: Obj | None = None) -> Obj:
+    def _update(self, rt: ResourceType, ns: str | None, name: str, body: Obj, current: Obj | None = None) -> Obj:
         current = current or self._get(rt, ns, name)
         obj = copy.deepcopy(body)
         self._check_type(rt, obj)
@@ -1449,48 +1039,24 @@ class FakeApiServer:
         if meta.get("uid") and meta["uid"] != cur_meta["uid"]:
             raise _conflict(rt, name, f"Precondition failed: UID in precondition: {meta['uid']}, "
                             f"UID in object meta: {cur_meta['uid']}")
-        if sub == "status":
-            new = copy.deepcopy(current)
-            if "status" in obj:
-                new["status"] = obj["status"]
+        new = obj
+        for k in ("uid", "creationTimestamp"):
+            if k in cur_meta:
+                meta[k] = cur_meta[k]
             else:
-                new.pop("status", None)
-        else:
-            new = obj
-            for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
-                if k in cur_meta:
-                    meta[k] = cur_meta[k]
-                else:
-                    meta.pop(k, None)
-            if rt.has_status:
-                new.pop("status", None)
-                if "status" in current:
-                    new["status"] = copy.deepcopy(current["status"])
-            _apply_defaults(self._store, rt, new, current)
-            _validate(rt, new)
-            if cur_meta.get("deletionTimestamp") and not set(meta.get("finalizers") or []) <= set(
-                    cur_meta.get("finalizers") or []):
-                raise _invalid(rt, name, [("metadata.finalizers",
-                                           "Forbidden: no new finalizers can be added if the object is being deleted")])
+                meta.pop(k, None)
+        _apply_defaults(self._store, rt, new, current)
         new["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
-        if rt.tracks_generation and _spec_part(new) != _spec_part(current):
-            new["metadata"]["generation"] = cur_meta.get("generation", 0) + 1
         _drop_empty_meta(new)
-        if _without_rv(new) == _without_rv(current) or dry_run:
+        if _without_rv(new) == _without_rv(current):
             return new  # a no-op write is not a write: same resourceVersion, no event
-        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
-            gone = self._store.commit(rt, "DELETED", new, current)
-            self._store.collect_garbage()
-            return gone
-        updated = self._store.commit(rt, "MODIFIED", new, current)
-        self._store.collect_garbage()
-        return updated
+        return self._store.commit(rt, "MODIFIED", new, current)
 
-    def _patch(self, rt: ResourceType, ns: str | None, name: str, sub: str | None, raw: bytes,
-               content_type: str, query: dict[str, str], dry_run: bool) -> tuple[int, Obj]:
+    def _patch(self, rt: ResourceType, ns: str | None, name: str, raw: bytes, content_type: str,
+               query: dict[str, str]) -> tuple[int, Obj]:
         ctype = content_type.split(";")[0].strip().lower()
         accepted = ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"]
-        if not rt.custom:
+        if not rt.custom:  # served as a JSON merge patch: the list merge keys are not modelled
             accepted.insert(2, "application/strategic-merge-patch+json")
         if ctype not in accepted:
             raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
@@ -1506,7 +1072,7 @@ class FakeApiServer:
                 raise _bad_request("the apply configuration must be an object")
             if (ns or "", name) not in self._store.objects[rt.key]:
                 patch.setdefault("metadata", {}).setdefault("name", name)
-                return 201, self._present(rt, self._create(rt, ns, patch, dry_run))
+                return 201, self._present(rt, self._create(rt, ns, patch))
         current = self._get(rt, ns, name)
         if ctype == "application/json-patch+json":
             ops = _parse_json(raw, list)
@@ -1514,37 +1080,23 @@ class FakeApiServer:
                 result = jsonpatch.apply_patch(current, ops)
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
                 raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our request: {exc}") from None
-        elif ctype == "application/strategic-merge-patch+json":
-            result = strategic_merge_patch(current, _parse_json(raw, dict))
-        elif ctype == "application/merge-patch+json":
+        elif ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
             result = json_merge_patch(current, _parse_json(raw, dict))
         else:
             result = json_merge_patch(current, patch)
         if not isinstance(result, dict):
             raise _bad_request("the patch did not produce an object")
         # a metadata.resourceVersion left in the result is a precondition, checked by _update
-        return 200, self._present(rt, self._update(rt, ns, name, sub, result, dry_run, current))
+        return 200, self._present(rt, self._update(rt, ns, name, result, current))
 
-    def _delete(self, rt: ResourceType, ns: str | None, name: str, raw: bytes, query: dict[str, str],
-                dry_run: bool) -> tuple[int, Obj]:
+    def _delete(self, rt: ResourceType, ns: str | None, name: str, raw: bytes) -> tuple[int, Obj]:
         options = _parse_json(raw, dict) if raw.strip() else {}
         current = self._get(rt, ns, name)
         pre = options.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
             raise _conflict(rt, name, f"Precondition failed: UID in precondition: {pre['uid']}, "
                             f"UID in object meta: {current['metadata']['uid']}")
-        if pre.get("resourceVersion") and pre["resourceVersion"] != current["metadata"]["resourceVersion"]:
-            raise _conflict(rt, name, f"Precondition failed: ResourceVersion in precondition: "
-                            f"{pre['resourceVersion']}, ResourceVersion in object meta: "
-                            f"{current['metadata']['resourceVersion']}")
-        policy = options.get("propagationPolicy") or query.get("propagationPolicy")
-        if options.get("orphanDependents") is True:
-            policy = "Orphan"
-        if dry_run or options.get("dryRun"):
-            return 200, self._present(rt, current)
-        result = self._store.remove(rt, self._store.objects[rt.key][(ns or "", name)], policy or "Background")
-        if rt.returns_deleted_object or (ns or "", name) in self._store.objects[rt.key]:
-            return 200, self._present(rt, result)
+        self._store.remove(rt, self._store.objects[rt.key][(ns or "", name)])
         return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                      "details": {"name": name, "group": rt.group, "kind": rt.plural,
                                  "uid": current["metadata"]["uid"]}}
@@ -1554,13 +1106,9 @@ class FakeApiServer:
     def _watch(self, h: _Handler, route: _Route, query: dict[str, str]) -> None:
         """Stream watch events until timeout, close_watches(), stop() or the client leaves."""
         rt = route.rt
-        flt = _Filter(route.namespace, parse_label_selector(query.get("labelSelector")),
-                      parse_field_selector(rt, query.get("fieldSelector")))
-        if route.name:
-            flt.fields.append(Requirement("metadata.name", "=", (route.name,)))
+        flt = _Filter(route.namespace, parse_label_selector(query.get("labelSelector")), route.name)
         rv_param = query.get("resourceVersion") or ""
         bookmarks = _truthy(query.get("allowWatchBookmarks"))
-        initial_events = _truthy(query.get("sendInitialEvents"))
         timeout = float(query.get("timeoutSeconds") or self.watch_timeout)
         if rv_param and not rv_param.isdigit():
             raise _bad_request(f"invalid resource version: {rv_param}")
@@ -1569,7 +1117,7 @@ class FakeApiServer:
         initial: list[Obj] = []
         with store.cond:
             epoch = store.epoch
-            if rv_param in ("", "0") or initial_events:
+            if rv_param in ("", "0"):
                 objs = store.objects[rt.key]
                 initial = [self._present(rt, copy.deepcopy(objs[k])) for k in sorted(objs) if flt.matches(objs[k])]
                 cursor = store.rv
@@ -1592,8 +1140,6 @@ class FakeApiServer:
                 return
             for obj in initial:
                 h.write_event({"type": "ADDED", "object": obj})
-            if initial_events and bookmarks:
-                h.write_event(self._bookmark(rt, cursor, initial_end=True))
             self._stream(h, rt, flt, cursor, epoch, timeout, bookmarks)
         except OSError:
             pass
@@ -1650,10 +1196,8 @@ class FakeApiServer:
         return "DELETED" if old_ok else None
 
     @staticmethod
-    def _bookmark(rt: ResourceType, rv: int, initial_end: bool = False) -> Obj:
+    def _bookmark(rt: ResourceType, rv: int) -> Obj:
         meta: Obj = {"resourceVersion": str(rv), "creationTimestamp": None}
-        if initial_end:
-            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
         return {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}
 
 

@@ -127,13 +127,10 @@ def test_owner_reference_enforcement_is_a_mode(mode: str, apiserver_factory: Api
         assert "cannot set blockOwnerDeletion" in status_message(info.value)
 
 
-@pytest.mark.parametrize("mode", [
-    "default",
-    pytest.param("owner-references-enforced", marks=pytest.mark.xfail(strict=True, reason=(
-        "manifests/base/rbac.yaml does not grant update on batch.volcano.sh jobs/finalizers, which "
-        "OwnerReferencesPermissionEnforcement requires for the blockOwnerDeletion owner reference "
-        "every side object carries (OpenShift and hardened clusters)"))),
-])
+# With OwnerReferencesPermissionEnforcement (OpenShift, hardened clusters) the blockOwnerDeletion
+# owner reference every side object carries needs update on batch.volcano.sh jobs/finalizers, which
+# manifests/base/rbac.yaml grants (docs/install.md says why).
+@pytest.mark.parametrize("mode", ["default", "owner-references-enforced"])
 def test_the_side_objects_are_allowed_by_the_manifests_rbac(mode: str, apiserver_factory: ApiServerFactory) -> None:
     """The reconciler's writes, made directly: every side object of the mpi example (Secret,
     ConfigMap, Service, NetworkPolicy) created as the manifests' ServiceAccount."""

@@ -70,11 +70,14 @@ RECONCILER_ARGS = [
 CERTGEN_ARGS = ["certs", "--secret", f"{NAMESPACE}/{CERTS_SECRET}", "--patch-webhook", "volcano-job-webhook"]
 
 # The API calls the code makes (the product's contract); RBAC must grant exactly these.
-CRUD = ("create", "get", "list", "update", "delete")
+# The reconciler's caches list and watch; it creates (POST), reads what a create found, patches
+# (server-side apply, merge patch) and deletes.
+OWNED_VERBS = ("get", "list", "watch", "create", "patch", "delete")
 EXPECTED_PERMISSIONS = {
     *(("batch.volcano.sh", "jobs", v) for v in ("get", "list", "watch")),
-    *(("", r, v) for r in ("configmaps", "services", "secrets") for v in CRUD),
-    *(("networking.k8s.io", "networkpolicies", v) for v in CRUD),
+    ("batch.volcano.sh", "jobs/finalizers", "update"),
+    *(("", r, v) for r in ("configmaps", "services", "secrets") for v in OWNED_VERBS),
+    *(("networking.k8s.io", "networkpolicies", v) for v in OWNED_VERBS),
     *(("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")),
     ("", "events", "create"),
 }

@@ -1,94 +1,149 @@
-"""The ClusterRole and Role grant exactly the API calls the webhook and the reconciler make.
+"""The ClusterRole and Role grant exactly what the webhook and the reconciler need, on a real API
+server with OwnerReferencesPermissionEnforcement on (the strictest mode).
 
-The calls are not listed by hand: the code runs every path that talks to the API server (job cache
-and live GET, reconciles of every kind, scaling, plugin removal, job deletion, an unmanaged object,
-an invalid job, leader election) against the API-server double, which records each request's verb
-and resource; a new call without its permission fails here.
+The calls are not listed by hand: the product runs every path that talks to the API server (job
+cache and live GET, reconciles of every kind, scaling, drift in every kind, plugin removal, job
+deletion, unmanaged objects of every kind, an invalid job, leader election) as the manifests' ServiceAccount, and the API
+server's audit log says which requests it made. Two permissions are checked without a request of
+their own: server-side apply that creates an object needs ``create`` as well as ``patch`` (the audit
+log shows a ``patch`` answered 201; the reconciler creates with a POST, but counted all the same), and with OwnerReferencesPermissionEnforcement an object with a
+``blockOwnerDeletion`` reference to a Job needs ``update`` on ``jobs/finalizers``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
+from datetime import UTC, datetime
+from typing import Any
 
-import yaml
-from kubernetes import client
-
-from volcano_job_webhook.plugins import Chain
-from tests.apiserver import FakeApiServer
-from tests.conftest import EXAMPLES
+from tests.conftest import ApiServerFactory
+from tests.envtest import (
+    JOB_API_VERSION,
+    NOBODY,
+    OWNER_REFERENCES_ENFORCEMENT,
+    WEBHOOK_USER,
+    create,
+    delete,
+    new_namespace,
+    rbac_objects,
+    read,
+    replace,
+    wait_for_bindings,
+    wait_until,
+)
 from tests.manifests_util import rbac_permissions
-from volcano_job_webhook.server.jobs.kube import KubeJobSource
-from volcano_job_webhook.reconciler.leader import LeaderElector
+from tests.test_reconciler import events, example_job, objects
+from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.reconciler import Reconciler
+from volcano_job_webhook.reconciler.leader import LeaderElector
+from volcano_job_webhook.server.jobs.kube import KubeJobSource
+
+LEASE = ("volcano-job-webhook-reconciler", "volcano-job-webhook")
 
 
-def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiServerFactory) -> None:
+    server = apiserver_factory((OWNER_REFERENCES_ENFORCEMENT,))
+    admin = server.api_client()
+    namespace = new_namespace(admin)
+    delete(admin, "coordination.k8s.io/v1", "Lease", *LEASE)
+    # Objects of every kind that a job's objects would be, made by someone else (no label).
+    create(admin, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "svc-demo-svc", "namespace": namespace}})
+    for kind, api_version, name, body in (
+        ("Secret", "v1", "ssh-demo-ssh", {}),
+        ("ConfigMap", "v1", "ssh-demo-svc", {}),
+        ("Service", "v1", "ssh-demo", {"spec": {"ports": [{"port": 80}]}}),
+        ("NetworkPolicy", "networking.k8s.io/v1", "ssh-demo", {"spec": {"podSelector": {}}}),
+    ):
+        create(admin, {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}, **body})
+    since = datetime.now(UTC)
 
+    elector = LeaderElector(server.api_client(WEBHOOK_USER), *LEASE, "me", lease_duration=3, renew_deadline=2, retry_period=0.3)
+    elector.start()
+    wait_until(lambda: elector.is_leader, 10, "leadership")
+    reconciler = Reconciler(server.api_client(WEBHOOK_USER), Chain(), is_leader=lambda: elector.is_leader)  # all namespaces
+    reconciler.start()
+    source = KubeJobSource(server.api_client(WEBHOOK_USER))
+    source.start()
+    try:
+        for name in ("mpi", "ray", "svc", "ssh"):
+            create(admin, example_job(name, namespace))
+        invalid = example_job("env", namespace)
+        invalid["spec"]["plugins"]["nope"] = []
+        create(admin, invalid)
+        wait_until(lambda: len(objects(admin, namespace)) == 10, 20, "every job's objects")
+        job = read(admin, JOB_API_VERSION, "Job", "mpi-demo", namespace)
+        assert job is not None
+        job["spec"]["tasks"][1]["replicas"] = 3
+        replace(admin, job)
+        wait_until(lambda: objects(admin, namespace)[("ConfigMap", "mpi-demo-svc")]["data"]["VC_MPIWORKER_NUM"] == "3", 10, "scaled")
+        delete(admin, "v1", "Service", "svc-demo", namespace)
+        wait_until(lambda: ("Service", "svc-demo") in objects(admin, namespace), 10, "a deleted Service made again")
+        # Drift in an object of every kind, repaired by apply.
+        for kind, api_version, name, part, value in (
+            ("ConfigMap", "v1", "ray-demo-svc", "data", {"VC_HEAD_NUM": "7"}),
+            ("Secret", "v1", "mpi-demo-ssh", "data", {"config": "eA=="}),
+            ("Service", "v1", "ray-demo", "spec", {"publishNotReadyAddresses": True}),
+            ("NetworkPolicy", "networking.k8s.io/v1", "ray-demo", "spec", {"policyTypes": ["Ingress", "Egress"]}),
+        ):
+            obj = read(admin, api_version, kind, name, namespace)
+            assert obj is not None
+            good = obj[part]
+            obj[part] = {**good, **value}
+            replace(admin, obj)
+            wait_until(lambda v=api_version, k=kind, n=name, p=part, g=good: (o := read(admin, v, k, n, namespace)) and o[p] == g,
+                       10, f"{kind} repaired")
+        delete(admin, JOB_API_VERSION, "Job", "mpi-demo", namespace)
+        wait_until(lambda: not any(name.startswith("mpi-demo") for _, name in objects(admin, namespace)), 10, "mpi's objects deleted")
+        assert events(admin, namespace, "InvalidPlugins") and events(admin, namespace, "ResourceNotManaged")
+        # The webhook's live GET on a cache miss.
+        source.informer.stop()
+        create(admin, example_job("tensorflow", namespace))
+        assert asyncio.run(source.get(namespace, "tf-demo")) is not None
+    finally:
+        source.stop()
+        reconciler.stop()
+        elector.stop()
+    time.sleep(0.5)  # the audit log is written as requests complete
 
-def test_granted_permissions_are_exactly_the_calls_made():
-    with FakeApiServer() as server:
-        core = client.CoreV1Api(server.api_client())
-
-        # The test changes jobs straight in the double's store, so that only the product's own
-        # requests are recorded.
-        def create(name: str, mutate=lambda job: None) -> None:
-            job = yaml.safe_load((EXAMPLES / "jobs" / f"{name}-job.yaml").read_text())
-            job["metadata"].pop("uid")
-            mutate(job)
-            server.put_object(job)
-
-        core.create_namespaced_config_map("default", {"metadata": {"name": "svc-demo-svc"}, "data": {}})
-        server.clear_requests()  # from here on, only the product's calls
-
-        elector = LeaderElector(server.api_client(), "rec", "volcano-job-webhook", "me",
-                                lease_duration=1.5, renew_deadline=1.0, retry_period=0.2)
-        elector.start()
-        wait_for(lambda: elector.is_leader)
-        reconciler = Reconciler(server.api_client(), Chain(), resync_seconds=0.2, is_leader=lambda: elector.is_leader)
-        reconciler.start()
-        source = KubeJobSource(server.api_client())
-        source.start()
-        try:
-            create("mpi")
-            create("ray")
-            create("svc")
-            create("env", lambda job: job["spec"]["plugins"].update({"nope": []}))
-            wait_for(lambda: len(server.objects("secrets")) == 1 and len(server.objects("services")) == 4)
-            job = copy.deepcopy(server.get_object("jobs", "mpi-demo", "default"))
-            job["spec"]["tasks"][1]["replicas"] = 3
-            server.put_object(job)
-            wait_for(lambda: any(cm["data"].get("VC_MPIWORKER_NUM") == "3" for cm in server.objects("configmaps")))
-            server.delete_object("jobs", "ray-demo", "default")
-            wait_for(lambda: len(server.objects("services")) == 2)
-            # Drift in a Service and a NetworkPolicy is repaired (update).
-            svc = copy.deepcopy(server.get_object("services", "svc-demo", "default"))
-            svc["spec"]["publishNotReadyAddresses"] = False
-            server.put_object(svc)
-            policy = copy.deepcopy(server.get_object("networkpolicies.networking.k8s.io", "mpi-demo", "default"))
-            policy["spec"]["ingress"] = []
-            server.put_object(policy)
-            wait_for(lambda: server.get_object("services", "svc-demo", "default")["spec"]["publishNotReadyAddresses"] is True)
-            wait_for(lambda: server.get_object("networkpolicies.networking.k8s.io", "mpi-demo", "default")["spec"]["ingress"])
-            server.delete_object("jobs", "mpi-demo", "default")
-            wait_for(lambda: not server.objects("secrets"))
-            wait_for(lambda: server.objects("events"))
-            # The webhook's live GET on a cache miss.
-            source.informer.stop()
-            create("tensorflow")
-            assert asyncio.run(source.get("default", "tf-demo")) is not None
-        finally:
-            source.stop()
-            reconciler.stop()
-            elector.stop()
-        used = server.permissions_used()
-    reasons = {e["reason"] for e in server.objects("events")}
-    assert {"InvalidPlugins", "ResourceNotManaged"} <= reasons
+    requests = server.audit_events(WEBHOOK_USER, since)
+    refused = [(e.verb, e.resource, e.name) for e in requests if e.code == 403]
+    assert refused == []
+    used = {e.permission for e in requests}
+    used |= {(e.api_group, e.resource, "create") for e in requests if e.verb == "patch" and e.code == 201}
+    if any(e.verb in ("create", "patch") and e.code == 201 and e.resource != "events" for e in requests):
+        # Every side object has a blockOwnerDeletion reference to its Job.
+        used.add(("batch.volcano.sh", "jobs/finalizers", "update"))
     granted = rbac_permissions()
     assert used - granted == set(), "calls the ClusterRole/Role does not grant"
     assert granted - used == set(), "permissions granted that the code never uses"
+
+
+def test_without_update_on_job_finalizers_an_enforcing_server_refuses_the_side_objects(apiserver_factory: ApiServerFactory) -> None:
+    """Why the ClusterRole grants ``update`` on ``jobs/finalizers`` (docs/install.md): the manifests'
+    ClusterRole minus that rule, bound in one namespace to a user with no other rights."""
+    server = apiserver_factory((OWNER_REFERENCES_ENFORCEMENT,))
+    admin = server.api_client()
+    namespace = new_namespace(admin)
+    role = next(o for o in rbac_objects() if o["kind"] == "ClusterRole")
+    rules = [r for r in role["rules"] if r["resources"] != ["jobs/finalizers"]]
+    assert len(rules) == len(role["rules"]) - 1
+    trimmed: dict[str, Any] = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                               "metadata": {"name": "trimmed", "namespace": namespace}, "rules": rules}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "trimmed", "namespace": namespace},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trimmed"},
+               "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": NOBODY}]}
+    create(admin, trimmed)
+    create(admin, binding)
+    wait_for_bindings(admin, [trimmed, binding])
+    reconciler = Reconciler(server.api_client(NOBODY), Chain(), namespaces=[namespace], resync_seconds=3600)
+    reconciler.start()
+    try:
+        create(admin, example_job("svc", namespace))
+        wait_until(lambda: reconciler.metrics.api_errors.labels("403")._value.get() > 0, 15, "a refusal")
+        assert objects(admin, namespace) == {}
+        refused = [e for e in server.audit_events(NOBODY) if e.namespace == namespace and e.code == 403]
+        assert refused and {e.verb for e in refused} == {"create"}
+    finally:
+        reconciler.stop()
+        delete(admin, "rbac.authorization.k8s.io/v1", "RoleBinding", "trimmed", namespace)

@@ -45,3 +45,56 @@ def test_add_after_and_shutdown_wake_waiters():
     q.shutdown()
     t.join(1.0)
     assert got == [None]
+
+
+def test_a_failed_key_comes_back_by_itself():
+    q = WorkQueue(base_delay=0.01, max_delay=0.05)
+    q.add("k")
+    assert q.get(0.1) == "k"
+    q.add_rate_limited("k")  # the reconcile failed
+    q.done("k")
+    assert q.get(1.0) == "k", "re-added after its delay, with nobody adding it again"
+
+
+def test_event_keys_go_before_resync_keys_and_a_waiting_resync_key_moves_up():
+    q = WorkQueue()
+    for key in ("r1", "r2", "r3"):
+        q.add(key, low=True)
+    q.add("e1")
+    q.add("r3")  # an event for a job the resync queued too
+    q.add("r1", low=True)  # queued again by a resync: stays where it is
+    assert [q.get(0.1) for _ in range(4)] == ["e1", "r3", "r1", "r2"]
+    assert q.get(0.05) is None
+
+
+def test_no_key_is_ever_in_two_workers_at_once():
+    q = WorkQueue(base_delay=0.001, max_delay=0.002)
+    busy: set[str] = set()
+    lock = threading.Lock()
+    overlaps: list[str] = []
+    handled = [0]
+
+    def worker() -> None:
+        while (key := q.get(0.5)) is not None:
+            with lock:
+                if key in busy:
+                    overlaps.append(key)
+                busy.add(key)
+                handled[0] += 1
+            time.sleep(0.0005)
+            if handled[0] % 7 == 0:
+                q.add_rate_limited(key)
+            with lock:
+                busy.discard(key)
+            q.done(key)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for round_ in range(200):
+        for key in ("a", "b", "c"):
+            q.add(key, low=round_ % 2 == 0)
+        time.sleep(0.0005)
+    for t in threads:
+        t.join(5)
+    assert handled[0] > 20 and overlaps == []

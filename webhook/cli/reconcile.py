@@ -19,8 +19,17 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--lease-name", default="volcano-job-webhook-reconciler")
     parser.add_argument("--lease-namespace", help="default: $POD_NAMESPACE")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="how often every job is reconciled anyway")
+    parser.add_argument("--workers", type=_positive, default=4,
+                        help="jobs reconciled at once (default 4); one job is never in two workers")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     parser.set_defaults(run=run)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,5 +43,6 @@ def run(args: argparse.Namespace) -> int:
         lease_name=args.lease_name,
         lease_namespace=args.lease_namespace,
         resync_seconds=args.resync_seconds,
+        workers=args.workers,
     )
     return 0

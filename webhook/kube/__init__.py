@@ -1,8 +1,10 @@
 """Kubernetes access shared by the webhook and the reconciler, through the official client:
-:mod:`.client` (how a client is made), :mod:`.backoff` (retries), :mod:`.informer` (list-and-watch)."""
+:mod:`.client` (how a client is made), :mod:`.rest` (plain-JSON calls and watches),
+:mod:`.backoff` (retries), :mod:`.informer` (list-and-watch caches)."""
 
 from .backoff import Backoff, with_retries
 from .client import api_client
-from .informer import JobInformer
+from .informer import Informer, JobInformer
+from .rest import Resource, Rest
 
-__all__ = ["Backoff", "JobInformer", "api_client", "with_retries"]
+__all__ = ["Backoff", "Informer", "JobInformer", "Resource", "Rest", "api_client", "with_retries"]

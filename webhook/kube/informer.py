@@ -1,63 +1,103 @@
-"""A watch-backed in-memory cache of Volcano Jobs, through the official ``kubernetes`` client.
+"""Watch-backed in-memory caches of any namespaced kind, through the official ``kubernetes`` client.
 
-:class:`JobInformer` lists the Jobs once, then watches from the list's ``resourceVersion``; a watch
-that ends is resumed from the last version seen, and a ``410 Gone`` (history compacted) starts over
-with a fresh list, whose difference from the cache is reported as events, so no deletion is missed
-while disconnected. Errors back off exponentially with jitter. It serves the webhook
-(:class:`KubeJobSource`) and the reconciler (``on_event``) alike.
+An :class:`Informer` lists its kind (in pages), then watches from the list's ``resourceVersion`` with
+bookmarks on, so a quiet watch still advances; a watch that ends is resumed from the last version
+seen, and a ``410 Gone`` (history compacted) starts over with a fresh list whose difference from
+the cache is reported as events, so no deletion is missed while disconnected. Errors back off
+exponentially with jitter. Objects are plain dicts without ``managedFields`` (``transform`` may keep
+what it needs of them), optionally indexed (``index``: e.g. by owning job).
+
+Writers that got an object back from the API server put it in the cache at once (:meth:`Informer.store`);
+a cached object is only ever replaced by a newer one, so the watch event of one's own write, when it
+arrives, is no change and reports nothing.
+
+:class:`JobInformer` is the Volcano Job cache of the webhook and the reconciler.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterable
-from pathlib import Path
+import time
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from kubernetes import client, config, watch
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_PLURAL, JOB_VERSION, JobKey
+from volcano_job_webhook.plugins.keys import (
+    JOB_API_VERSION,
+    JOB_KIND,
+    JOB_PLURAL,
+    JobKey,
+)
 
 from .backoff import Backoff
+from .rest import Resource, Rest, Stream
 
 log = logging.getLogger(__name__)
 
-EventHandler = Callable[[str, dict[str, Any]], None]
+Obj = dict[str, Any]
+EventHandler = Callable[[str, Obj], None]
+JOB = Resource(JOB_KIND, JOB_API_VERSION, JOB_PLURAL)
+PAGE = 500
 
 
-def _key(obj: dict[str, Any]) -> JobKey:
+def object_key(obj: Obj) -> JobKey:
     meta = obj.get("metadata") or {}
     return (meta.get("namespace") or "default", meta.get("name") or "")
 
 
-class JobInformer:
-    """List-then-watch of Volcano Jobs in all namespaces or the ones given, one thread each.
+def resource_version(obj: Obj) -> int:
+    text = (obj.get("metadata") or {}).get("resourceVersion") or "0"
+    return int(text) if text.isdigit() else 0
 
-    ``on_event(type, job)`` is called from the informer's threads with ``ADDED``, ``MODIFIED`` or
-    ``DELETED`` for every change, including those found by a re-list.
+
+def without_managed_fields(obj: Obj) -> Obj:
+    (obj.get("metadata") or {}).pop("managedFields", None)
+    return obj
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is older than the history the API server keeps."""
+
+
+class Informer:
+    """List-then-watch of one kind in all namespaces or the ones given, one thread each.
+
+    ``on_event(type, obj)`` is called from the informer's threads with ``ADDED``, ``MODIFIED`` or
+    ``DELETED`` for every change, including those found by a re-list; not for an object the cache
+    already holds at that version.
     """
 
     def __init__(
         self,
         api: client.ApiClient,
+        resource: Resource,
         namespaces: Iterable[str] = (),
+        *,
+        label_selector: str | None = None,
         on_event: EventHandler | None = None,
+        index: Callable[[Obj], Hashable | None] | None = None,
+        transform: Callable[[Obj], Obj] = without_managed_fields,
         watch_timeout: int = 300,
     ) -> None:
-        self.api = client.CustomObjectsApi(api)
+        self.rest = Rest(api)
+        self.resource = resource
         self.namespaces = list(namespaces) or [""]
+        self.label_selector = label_selector
         self.on_event = on_event
+        self.index_of = index
+        self.transform = transform
         self.watch_timeout = watch_timeout
-        self._jobs: dict[JobKey, dict[str, Any]] = {}
+        self._items: dict[JobKey, Obj] = {}
+        self._index: dict[Hashable, dict[JobKey, Obj]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._synced: set[str] = set()
         self._threads: list[threading.Thread] = []
-        self._watches: list[watch.Watch] = []
+        self._streams: set[Stream] = set()
         self.relists = 0
         # False from a failed list or watch until the next one succeeds: the API server is away.
         self.connected = False
@@ -68,154 +108,212 @@ class JobInformer:
     def synced(self) -> bool:
         return len(self._synced) == len(self.namespaces)
 
-    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._jobs.get((namespace, name))
+    def get(self, namespace: str, name: str) -> Obj | None:
+        return self._items.get((namespace, name))
 
-    def jobs(self) -> list[dict[str, Any]]:
+    def items(self) -> list[Obj]:
         with self._lock:
-            return list(self._jobs.values())
+            return list(self._items.values())
+
+    def by_index(self, key: Hashable) -> list[Obj]:
+        with self._lock:
+            return list((self._index.get(key) or {}).values())
+
+    def index_keys(self) -> list[Hashable]:
+        with self._lock:
+            return list(self._index)
 
     def __len__(self) -> int:
-        return len(self._jobs)
+        return len(self._items)
 
-    def store(self, job: dict[str, Any]) -> None:
-        """Insert a Job fetched outside the watch (a live GET), unless the cache has a newer one."""
-        key = _key(job)
+    # Cache writes --------------------------------------------------------------------------------
+
+    def store(self, obj: Obj) -> bool:
+        """Put an object fetched or written outside the watch in the cache, unless the cache holds
+        the same or a newer version. True when it changed the cache."""
+        obj = self.transform(obj)
         with self._lock:
-            current = self._jobs.get(key)
-            if current is None or _rv(current) <= _rv(job):
-                self._jobs[key] = job
+            return self._put(obj)
+
+    def _put(self, obj: Obj) -> bool:
+        key = object_key(obj)
+        current = self._items.get(key)
+        if current is not None and resource_version(current) >= resource_version(obj):
+            return False
+        if current is not None:
+            self._unindex(key, current)
+        self._items[key] = obj
+        if self.index_of is not None:
+            index = self.index_of(obj)
+            if index is not None:
+                self._index.setdefault(index, {})[key] = obj
+        return True
+
+    def _drop(self, key: JobKey, rv: int | None = None) -> Obj | None:
+        current = self._items.get(key)
+        if current is None or (rv is not None and resource_version(current) > rv):
+            return None
+        del self._items[key]
+        self._unindex(key, current)
+        return current
+
+    def _unindex(self, key: JobKey, obj: Obj) -> None:
+        if self.index_of is None:
+            return
+        index = self.index_of(obj)
+        bucket = self._index.get(index) if index is not None else None
+        if bucket is not None:
+            bucket.pop(key, None)
+            if not bucket:
+                del self._index[index]
+
+    def _replace(self, namespace: str, items: list[Obj], listed_rv: int) -> list[tuple[str, Obj]]:
+        """Swap in a fresh list for one namespace (or all); return the events it implies. Objects
+        newer than the list (stored from a write meanwhile) stay: the watch will report them."""
+        fresh = {object_key(obj): obj for obj in items}
+        events: list[tuple[str, Obj]] = []
+        with self._lock:
+            for key, old in list(self._items.items()):
+                if (not namespace or key[0] == namespace) and key not in fresh and self._drop(key, listed_rv) is not None:
+                    events.append(("DELETED", old))
+            for key, obj in fresh.items():
+                existed = key in self._items
+                if self._put(obj):
+                    events.append(("MODIFIED" if existed else "ADDED", obj))
+        return events
+
+    def _emit(self, kind: str, obj: Obj) -> None:
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(kind, obj)
+        except Exception:
+            log.exception("%s event handler failed for %s/%s", self.resource.kind, *object_key(obj))
 
     # Lifecycle -----------------------------------------------------------------------------------
 
     def start(self) -> None:
         for namespace in self.namespaces:
-            thread = threading.Thread(target=self._run, args=(namespace,), name=f"job-informer-{namespace or 'all'}", daemon=True)
+            thread = threading.Thread(target=self._run, args=(namespace,), daemon=True,
+                                      name=f"{self.resource.plural}-informer-{namespace or 'all'}")
             thread.start()
             self._threads.append(thread)
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def cancel(self) -> None:
+        """Stop now, without waiting: open watches are cancelled, not waited out."""
         self._stop.set()
-        for w in list(self._watches):
-            w.stop()
-            # Watch.stop() is only seen after the next event; closing the stream ends the read now.
-            response = getattr(w, "_resp", None)
-            if response is not None:
-                try:
-                    response.close()
-                except Exception:
-                    pass
+        with self._lock:
+            streams = list(self._streams)
+        for stream in streams:
+            stream.cancel()
+
+    def join(self, deadline: float) -> None:
+        """Wait for the threads to end, until ``deadline`` (``time.monotonic()``)."""
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self.cancel()
+        self.join(time.monotonic() + timeout)
 
     # The loop ------------------------------------------------------------------------------------
 
-    def _list(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
-        if namespace:
-            result = self.api.list_namespaced_custom_object(JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, _request_timeout=30)
-        else:
-            result = self.api.list_cluster_custom_object(JOB_GROUP, JOB_VERSION, JOB_PLURAL, _request_timeout=30)
-        return result.get("items") or [], (result.get("metadata") or {}).get("resourceVersion") or ""
+    def _query(self) -> list[tuple[str, str]]:
+        return [("labelSelector", self.label_selector)] if self.label_selector else []
 
-    def _replace(self, namespace: str, items: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-        """Swap in a fresh list for one namespace (or all); return the events it implies."""
-        fresh = {_key(job): job for job in items}
-        events: list[tuple[str, dict[str, Any]]] = []
-        with self._lock:
-            for key, old in list(self._jobs.items()):
-                if (not namespace or key[0] == namespace) and key not in fresh:
-                    del self._jobs[key]
-                    events.append(("DELETED", old))
-            for key, job in fresh.items():
-                old = self._jobs.get(key)
-                if old is None:
-                    events.append(("ADDED", job))
-                elif _rv(old) != _rv(job):
-                    events.append(("MODIFIED", job))
-                self._jobs[key] = job
-        return events
-
-    def _apply(self, kind: str, job: dict[str, Any]) -> None:
-        with self._lock:
-            if kind == "DELETED":
-                self._jobs.pop(_key(job), None)
-            else:
-                self._jobs[_key(job)] = job
-
-    def _emit(self, kind: str, job: dict[str, Any]) -> None:
-        if self.on_event is None:
-            return
-        try:
-            self.on_event(kind, job)
-        except Exception:
-            log.exception("job event handler failed for %s/%s", *_key(job))
+    def _list(self, namespace: str) -> tuple[list[Obj], str]:
+        items: list[Obj] = []
+        token = ""
+        while True:
+            query = [*self._query(), ("limit", str(PAGE))] + ([("continue", token)] if token else [])
+            page = self.rest.call("GET", self.resource.path(namespace or None), query=query, timeout=60)
+            items.extend(self.transform(obj) for obj in page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or ""
+            if not token:
+                return items, meta.get("resourceVersion") or ""
 
     def _run(self, namespace: str) -> None:
         backoff = Backoff()
-        resource_version = ""
+        rv = ""
+        what = f"{self.resource.plural} in {namespace or 'all namespaces'}"
         while not self._stop.is_set():
             try:
-                if not resource_version:
-                    items, resource_version = self._list(namespace)
+                if not rv:
+                    items, rv = self._list(namespace)
                     self.relists += 1
-                    for kind, job in self._replace(namespace, items):
-                        self._emit(kind, job)
+                    for kind, obj in self._replace(namespace, items, int(rv) if rv.isdigit() else 0):
+                        self._emit(kind, obj)
                     self._synced.add(namespace)
                     self.connected = True
-                    log.info("listed %d jobs in %s", len(items), namespace or "all namespaces")
-                resource_version = self._watch(namespace, resource_version)
+                    log.info("listed %d %s", len(items), what)
+                rv = self._watch(namespace, rv)
                 backoff.reset()
-            except ApiException as exc:
-                self.connected = exc.status == 410
-                if exc.status == 410:
-                    log.info("job watch expired (410 Gone); listing again")
-                    resource_version = ""
-                    continue
-                delay = backoff.next_delay()
-                log.warning("job list/watch failed (HTTP %s); listing again in %.1fs", exc.status, delay)
-                resource_version = ""
-                self._stop.wait(delay)
-            except Exception as exc:  # connection errors: urllib3, socket, protocol
+            except _Gone:
+                log.info("watch of %s expired (410 Gone); listing again", what)
+                rv = ""
+            except Exception as exc:  # API errors and connection errors: urllib3, socket, protocol
+                if self._stop.is_set():
+                    return
                 self.connected = False
                 delay = backoff.next_delay()
-                log.warning("job list/watch failed (%s); listing again in %.1fs", type(exc).__name__, delay)
+                status = exc.status if isinstance(exc, ApiException) else type(exc).__name__
+                log.warning("list/watch of %s failed (%s); listing again in %.1fs", what, status, delay)
                 # A fresh list, rather than resuming the watch, proves the server is back and
                 # reports anything deleted meanwhile.
-                resource_version = ""
+                rv = ""
                 self._stop.wait(delay)
 
-    def _watch(self, namespace: str, resource_version: str) -> str:
+    def _watch(self, namespace: str, rv: str) -> str:
         """Stream events until the watch ends; return the last resourceVersion seen."""
-        w = watch.Watch()
-        self._watches.append(w)
+        # Spread the watches' ends, as client-go does, so that informers do not re-watch in step.
+        timeout = int(self.watch_timeout * (1 + random.random()))
+        query = [*self._query(), ("resourceVersion", rv), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(timeout))]
+        stream = self.rest.watch(self.resource.path(namespace or None), query, timeout + 30)
+        with self._lock:
+            self._streams.add(stream)
+        if self._stop.is_set():
+            stream.cancel()
         try:
-            if namespace:
-                func: Any = self.api.list_namespaced_custom_object
-                args: tuple[Any, ...] = (JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL)
-            else:
-                func, args = self.api.list_cluster_custom_object, (JOB_GROUP, JOB_VERSION, JOB_PLURAL)
-            for event in w.stream(
-                func, *args,
-                resource_version=resource_version,
-                timeout_seconds=self.watch_timeout,
-                allow_watch_bookmarks=True,
-                _request_timeout=self.watch_timeout + 30,
-            ):
-                if self._stop.is_set():
-                    break
+            for event in stream:
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise _Gone()
+                    raise ApiException(status=obj.get("code"), reason=obj.get("reason"))
                 self.connected = True
-                kind, obj = event["type"], event["object"]
-                rv = (obj.get("metadata") or {}).get("resourceVersion")
-                if rv:
-                    resource_version = rv
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._apply(kind, obj)
-                    self._emit(kind, obj)
+                new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if new_rv:
+                    rv = new_rv
+                if kind in ("ADDED", "MODIFIED"):
+                    # The event of our own write finds the cache at that version already: skip it
+                    # before any work on the object.
+                    current = self._items.get(object_key(obj))
+                    if current is not None and resource_version(current) >= resource_version(obj):
+                        continue
+                    obj = self.transform(obj)
+                    with self._lock:
+                        changed = self._put(obj)
+                    if changed:
+                        self._emit(kind, obj)
+                elif kind == "DELETED":
+                    with self._lock:
+                        gone = self._drop(object_key(obj), resource_version(obj))
+                    if gone is not None:
+                        self._emit(kind, self.transform(obj))
         finally:
-            self._watches.remove(w)
-        return resource_version
+            with self._lock:
+                self._streams.discard(stream)
+        return rv
 
 
-def _rv(obj: dict[str, Any]) -> int:
-    text = (obj.get("metadata") or {}).get("resourceVersion") or "0"
-    return int(text) if text.isdigit() else 0
+class JobInformer(Informer):
+    """The cache of Volcano Jobs, in all namespaces or the ones given."""
+
+    def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), on_event: EventHandler | None = None,
+                 watch_timeout: int = 300) -> None:
+        super().__init__(api, JOB, namespaces, on_event=on_event, watch_timeout=watch_timeout)
+
+    def jobs(self) -> list[Obj]:
+        return self.items()

@@ -1,97 +1,68 @@
 """``volcano-webhook reconcile``: make the cluster hold each job's side objects, exactly.
 
 For every Volcano Job the plugin chain says which objects the job needs (``Chain.resources``); the
-reconciler creates the missing ones, updates drifted ones, and deletes the ones this project made
+reconciler creates the missing ones, repairs drifted ones, and deletes the ones this project made
 that the job no longer asks for — all of them when the job is gone (owner references are set too,
 but garbage collection may be off). It never touches an object without the label
 ``app.kubernetes.io/managed-by: volcano-job-webhook`` (SPEC Part 1 §1.6).
 
-Events from the job informer and a periodic resync put job keys on a work queue; worker threads
-reconcile one key at a time each, and only while this replica leads.
+The shape is controller-runtime's ``For(Job).Owns(ConfigMap, Service, Secret, NetworkPolicy)``: a
+watch-backed cache of Jobs and one of each owned kind (only objects with our label, indexed by
+owning job); an event on a Job queues it, an event on an owned object queues its owner. Workers
+reconcile from the caches alone — a reconcile whose objects are as they should be makes no API call
+at all — and write straight to the API: a POST for what is missing (it never takes over an object
+of the same name someone else made), server-side apply for what drifted, delete for what is no
+longer wanted. What an apply returns goes into the cache at once, so the watch event
+of our own write changes nothing and queues nothing. A periodic resync (and gaining leadership)
+queues every job at low priority; watch events go first.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
-from datetime import datetime, timezone
+import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from prometheus_client import CollectorRegistry, Counter, Gauge
-
-from volcano_job_webhook.plugins import MANAGED_BY, MANAGED_BY_LABEL, Chain, Job, PluginError
 
 from volcano_job_webhook.kube.backoff import with_retries
-from volcano_job_webhook.kube.informer import JobInformer
+from volcano_job_webhook.kube.informer import Informer, JobInformer, object_key
+from volcano_job_webhook.kube.rest import Rest, widen_pool
+from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.keys import JobKey
 
-from .kinds import KINDS, Kind
+from .compare import Changes, changes
+from .kinds import (
+    EVENT,
+    FIELD_MANAGER,
+    MANAGED_SELECTOR,
+    OWNED,
+    cached_form,
+    managed,
+    owner_job,
+)
+from .limits import oversize
 from .metrics import ReconcilerMetrics
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
-MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-# Fields the reconciler keeps as desired; everything else on a live object is the server's
-# (defaults, allocated clusterIP) or someone else's (other labels and annotations) and is kept.
-OWNED_TOP_LEVEL = ("data", "spec")
+# A reconcile that finds the cache behind the API server (an object exists that the cache does not
+# hold yet) starts over with the fresh object, at most this many times.
+ATTEMPTS = 3
 
 
-def _owned_by(obj: dict[str, Any], job_name: str) -> bool:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("kind") == "Job" and r.get("apiVersion", "").startswith("batch.volcano.sh/") and r.get("name") == job_name for r in refs)
-
-
-def _owner_job(obj: dict[str, Any]) -> str | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Job" and ref.get("apiVersion", "").startswith("batch.volcano.sh/"):
-            return str(ref.get("name"))
-    return None
-
-
-def _managed(obj: dict[str, Any]) -> bool:
-    return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
-
-
-def _covers(current: Any, desired: Any) -> bool:
-    """Everything ``desired`` says is in ``current``; fields the server defaulted don't count."""
-    if isinstance(desired, dict):
-        return isinstance(current, dict) and all(_covers(current.get(k), v) for k, v in desired.items())
-    if isinstance(desired, list):
-        return isinstance(current, list) and len(current) == len(desired) and all(map(_covers, current, desired))
-    return bool(current == desired)
-
-
-def _merge_desired(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
-    """``current`` with our labels, owner reference, ``data`` and ``spec`` fields set as desired."""
-    out = copy.deepcopy(current)
-    meta = out.setdefault("metadata", {})
-    meta["labels"] = {**(meta.get("labels") or {}), **desired["metadata"]["labels"]}
-    meta["ownerReferences"] = desired["metadata"]["ownerReferences"]
-    for field in OWNED_TOP_LEVEL:
-        if field in desired:
-            if field == "data" or not isinstance(out.get(field), dict):
-                out[field] = copy.deepcopy(desired[field])
-            else:
-                out[field] = {**out[field], **copy.deepcopy(desired[field])}
-    return out
-
-
-def _needs_update(current: dict[str, Any], desired: dict[str, Any]) -> bool:
-    meta = desired["metadata"]
-    if not _covers(current.get("metadata") or {}, {"labels": meta["labels"], "ownerReferences": meta["ownerReferences"]}):
-        return True
-    if "data" in desired and (current.get("data") or {}) != desired["data"]:
-        return True
-    return "spec" in desired and not _covers(current.get("spec"), desired["spec"])
+class _CacheBehind(Exception):
+    """An owned object exists that the cache did not hold yet; it holds it now."""
 
 
 class Reconciler:
-    """Drives the job informer, the work queue and the workers. ``is_leader`` gates every write."""
+    """The caches, the work queue and the workers. ``is_leader`` gates every write."""
 
     def __init__(
         self,
@@ -100,31 +71,55 @@ class Reconciler:
         *,
         namespaces: Iterable[str] = (),
         resync_seconds: float = 300.0,
-        workers: int = 2,
+        workers: int = 4,
         is_leader: Callable[[], bool] = lambda: True,
         metrics: ReconcilerMetrics | None = None,
     ) -> None:
-        self.api = api
         self.chain = chain or Chain()
         self.namespaces = list(namespaces)
         self.resync_seconds = resync_seconds
         self.workers = workers
         self.is_leader = is_leader
         self.metrics = metrics or ReconcilerMetrics()
+        watches = len(self.namespaces or [""]) * (1 + len(OWNED))
+        widen_pool(api, watches + workers * 4 + 4)
+        self.rest = Rest(api)
         self.queue = WorkQueue()
-        self.informer = JobInformer(api, self.namespaces, on_event=self._on_event)
+        self.jobs = JobInformer(api, self.namespaces, on_event=self._on_job)
+        self.owned: dict[str, Informer] = {
+            kind: Informer(api, resource, self.namespaces, label_selector=MANAGED_SELECTOR,
+                           on_event=self._owned_handler(kind), index=owner_job, transform=cached_form)
+            for kind, resource in OWNED.items()
+        }
+        # The last state of owned objects deleted under a job that is still there, by job: what the
+        # plugins see of them when they are made again, so that a deleted SSH Secret comes back
+        # with the keys the job's running Pods hold.
+        self._deleted: dict[JobKey, dict[tuple[str, str], dict[str, Any]]] = {}
+        self._deleted_lock = threading.Lock()
+        # Writes of one reconcile go out together (a new job's objects in one round trip).
+        self._writers = ThreadPoolExecutor(max_workers=workers * 4, thread_name_prefix="reconcile-write")
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
+        # Warnings already recorded on a job, by (job, reason, object): the job's resourceVersion
+        # then. The same warning is recorded again only once the job has changed.
+        self._reported: dict[tuple[JobKey, str, str], str] = {}
+        self._reported_lock = threading.Lock()
         self.metrics.queue_depth.set_function(lambda: len(self.queue))
 
     # Lifecycle -----------------------------------------------------------------------------------
 
     @property
+    def informers(self) -> list[Informer]:
+        return [self.jobs, *self.owned.values()]
+
+    @property
     def ready(self) -> bool:
-        return self.informer.synced
+        return all(informer.synced for informer in self.informers)
 
     def start(self) -> None:
-        self.informer.start()
+        for informer in self.informers:
+            informer.start()
         for i in range(self.workers):
             self._spawn(self._work, f"reconcile-worker-{i}")
         self._spawn(self._resync_loop, "reconcile-resync")
@@ -134,61 +129,87 @@ class Reconciler:
         thread.start()
         self._threads.append(thread)
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop taking work, let in-flight reconciles finish, stop watching."""
+    def stop(self, timeout: float = 1.5) -> None:
+        """Stop taking work and watching at once; give in-flight reconciles ``timeout`` to finish."""
         self._stop.set()
+        self._wake.set()
         self.queue.shutdown()
+        for informer in self.informers:
+            informer.cancel()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout)
-        self.informer.stop()
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for informer in self.informers:
+            informer.join(deadline)
+        self._writers.shutdown(wait=False, cancel_futures=True)
+
+    def leadership_changed(self, leading: bool) -> None:
+        """Called by the leader elector: on gaining leadership every job is queued at once."""
+        if leading:
+            self._wake.set()
 
     # Feeding the queue ---------------------------------------------------------------------------
 
-    def _on_event(self, kind: str, job: dict[str, Any]) -> None:
-        meta = job.get("metadata") or {}
-        self.queue.add((meta.get("namespace") or "default", meta.get("name") or ""))
+    def _on_job(self, kind: str, job: dict[str, Any]) -> None:
+        self.queue.add(object_key(job))
 
-    def resync(self) -> None:
-        """Queue every known job, and the owner of every managed object (jobs deleted while we were
-        not watching leave such orphans)."""
-        keys: set[JobKey] = set()
-        for job in self.informer.jobs():
-            meta = job.get("metadata") or {}
-            keys.add((meta.get("namespace") or "default", meta.get("name") or ""))
-        for kind in KINDS.values():
-            for namespace in self.namespaces or [None]:
-                for obj in self._api(lambda: kind.list(self.api, namespace, MANAGED_SELECTOR)):
-                    owner = _owner_job(obj)
-                    if owner:
-                        keys.add((obj["metadata"]["namespace"], owner))
+    def _owned_handler(self, kind: str) -> Callable[[str, dict[str, Any]], None]:
+        def on_event(event: str, obj: dict[str, Any]) -> None:
+            owner = owner_job(obj)
+            if owner is None:
+                return
+            ident = (kind, obj["metadata"]["name"])
+            with self._deleted_lock:
+                if event == "DELETED":
+                    self._deleted.setdefault(owner, {})[ident] = obj
+                elif ident in self._deleted.get(owner, {}):
+                    del self._deleted[owner][ident]
+            self.queue.add(owner)
+        return on_event
+
+    def resync(self) -> int:
+        """Queue, at low priority, every known job and the owner of every cached object (jobs deleted
+        while nobody watched leave such orphans). From the caches: no API call. Returns the count."""
+        keys: set[JobKey] = {object_key(job) for job in self.jobs.items()}
+        for informer in self.owned.values():
+            keys.update(cast("list[JobKey]", informer.index_keys()))
         for key in keys:
-            self.queue.add(key)
+            self.queue.add(key, low=True)
+        return len(keys)
 
     def _resync_loop(self) -> None:
-        while not self._stop.wait(0.05):
-            if self.informer.synced:
-                break
+        while not self._stop.is_set() and not self.ready:
+            self._stop.wait(0.05)
+        last: float | None = None
+        was_leader = False
         while not self._stop.is_set():
-            if self.is_leader():
-                try:
-                    self.resync()
-                except Exception as exc:
-                    log.warning("resync failed: %s", exc)
-            self._stop.wait(self.resync_seconds)
+            leading = self.is_leader()
+            due = last is None or time.monotonic() - last >= self.resync_seconds
+            if leading and (due or not was_leader):
+                count = self.resync()
+                last = time.monotonic()
+                log.info("resync: %d jobs queued%s", count, "" if was_leader else " (leadership gained)")
+            was_leader = leading
+            # Woken at once by leadership_changed; polling is_leader too covers electors that do not call it.
+            self._wake.wait(0.2)
+            self._wake.clear()
 
     # Workers -------------------------------------------------------------------------------------
 
     def _work(self) -> None:
-        while True:
-            key = self.queue.get()
+        while not self._stop.is_set():
+            if not (self.ready and self.is_leader()):
+                # Not ours to write now: keys wait in the queue (at most one entry per job).
+                self._stop.wait(0.1)
+                continue
+            key = self.queue.get(timeout=0.2)
             if key is None:
-                return
+                continue
             try:
                 if not self.is_leader():
-                    # Not ours to write now; look again later (leadership may come).
-                    self.queue.add_after(key, 1.0)
+                    self.queue.add(key)
                     continue
-                self.reconcile(key)  # type: ignore[arg-type]
+                self.reconcile(cast("JobKey", key))
                 self.queue.forget(key)
                 self.metrics.reconciles.labels("success").inc()
             except Exception as exc:
@@ -198,99 +219,188 @@ class Reconciler:
             finally:
                 self.queue.done(key)
 
-    def _api(self, fn: Callable[[], Any]) -> Any:
+    def _api(self, verb: str, kind: str, fn: Callable[[], Any]) -> Any:
         def count(exc: BaseException) -> None:
             self.metrics.api_errors.labels(str(getattr(exc, "status", None) or type(exc).__name__)).inc()
 
-        return with_retries(fn, on_error=count)
+        def attempt() -> Any:
+            self.metrics.api_requests.labels(verb, kind).inc()
+            return fn()
 
-    def _managed_objects(self, namespace: str, job_name: str) -> dict[tuple[str, str], dict[str, Any]]:
-        found = {}
-        for kind in KINDS.values():
-            for obj in self._api(lambda: kind.list(self.api, namespace, MANAGED_SELECTOR)):
-                if _owned_by(obj, job_name):
-                    found[(kind.kind, obj["metadata"]["name"])] = obj
-        return found
+        return with_retries(attempt, on_error=count)
+
+    # Reconcile -----------------------------------------------------------------------------------
+
+    def _may_write(self) -> bool:
+        # Stopping: a reconcile with many writes left ends at its next one (the next leader redoes it).
+        return not self._stop.is_set() and self.is_leader()
 
     def reconcile(self, key: JobKey) -> None:
         """Bring one job's side objects to the desired state. Raises on API failure (the key is retried)."""
-        namespace, name = key
-        raw = self.informer.get(namespace, name)
-        existing = self._managed_objects(namespace, name)
-        desired: list[dict[str, Any]] = []
-        if raw is not None and not (raw.get("metadata") or {}).get("deletionTimestamp"):
+        for _ in range(ATTEMPTS):
             try:
-                desired = self.chain.resources(Job.from_object(raw), existing)
+                self._reconcile(key)
+                return
+            except _CacheBehind:
+                continue
+        raise RuntimeError(f"job {key[0]}/{key[1]}: the cache stayed behind the API server")
+
+    def _existing(self, key: JobKey) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(kind, obj["metadata"]["name"]): obj for kind, informer in self.owned.items() for obj in informer.by_index(key)}
+
+    def _reconcile(self, key: JobKey) -> None:
+        namespace, name = key
+        job = self.jobs.get(namespace, name)
+        existing = self._existing(key)
+        wanted: set[tuple[str, str]] = set()
+        if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
+            self._forget(key)
+        else:
+            with self._deleted_lock:
+                seen = {**self._deleted.get(key, {}), **existing}
+            try:
+                desired = self.chain.resources(Job.from_object(job), seen)
             except PluginError as exc:
                 # A job we cannot read is left as it is: deleting its objects could break running Pods.
                 log.warning("job %s/%s: not reconciled: %s", namespace, name, exc)
                 self.metrics.reconciles.labels("invalid-job").inc()
-                self._event(raw, "InvalidPlugins", str(exc))
+                self._warn(job, "InvalidPlugins", "", str(exc))
                 return
-        wanted = set()
-        for obj in desired:
-            wanted.add((obj["kind"], obj["metadata"]["name"]))
-            self._ensure(KINDS[obj["kind"]], obj, existing.get((obj["kind"], obj["metadata"]["name"])))
-        for (kind_name, obj_name), obj in existing.items():
-            if (kind_name, obj_name) not in wanted and self.is_leader():
-                if self._api(lambda: KINDS[kind_name].delete(self.api, namespace, obj_name, obj["metadata"].get("uid"))):
-                    self.metrics.writes.labels(kind_name, "delete").inc()
-                    log.info("deleted %s %s/%s: job %s no longer needs it", kind_name, namespace, obj_name, name)
+            wanted = self._make(job, desired, existing)
+        for (kind, obj_name), obj in existing.items():
+            if ((kind, obj_name) not in wanted and self._may_write()
+                    and self._delete(kind, namespace, obj_name, obj["metadata"].get("uid"))):
+                log.info("deleted %s %s/%s: job %s no longer needs it", kind, namespace, obj_name, name)
 
-    def _ensure(self, kind: Kind, desired: dict[str, Any], current: dict[str, Any] | None) -> None:
-        meta = desired["metadata"]
-        for _ in range(5):
-            if current is None:
-                current = self._api(lambda: kind.read(self.api, meta["namespace"], meta["name"]))
-            if current is not None and not _managed(current):
-                log.info("%s %s/%s exists and is not managed by us; left alone", kind.kind, meta["namespace"], meta["name"])
-                job = self.informer.get(meta["namespace"], meta["ownerReferences"][0]["name"])
-                if job is not None:
-                    self._event(job, "ResourceNotManaged",
-                                f"{kind.kind} {meta['name']} exists without the label {MANAGED_SELECTOR}; left as it is")
-                return
-            if not self.is_leader():
+    def _make(self, job: dict[str, Any], desired: list[dict[str, Any]],
+              existing: dict[tuple[str, str], dict[str, Any]]) -> set[tuple[str, str]]:
+        """Write what differs of ``desired``; return the (kind, name) of every object the job wants."""
+        wanted = set()
+        writes: list[tuple[dict[str, Any], dict[str, Any] | None, Changes | None]] = []
+        for obj in desired:
+            ident = (obj["kind"], obj["metadata"]["name"])
+            wanted.add(ident)
+            too_big = oversize(obj)
+            if too_big is not None:
+                # Never sent: the API server would refuse it on every retry. The job's other objects
+                # are still made; the job is looked at again when it changes.
+                log.warning("job %s/%s: %s", *object_key(job), too_big.message())
+                self.metrics.reconciles.labels("too-large").inc()
+                self._warn(job, "ObjectTooLarge", ident[1], too_big.message())
+                continue
+            current = existing.get(ident)
+            todo = None if current is None else changes(current, obj)
+            if current is None or todo:
+                writes.append((obj, current, todo))
+        self._write_all(job, writes)
+        return wanted
+
+    def _delete(self, kind: str, namespace: str, name: str, uid: str | None) -> bool:
+        deleted = bool(self._api("delete", kind, lambda: self.rest.delete(OWNED[kind], namespace, name, uid)))
+        if deleted:
+            self.metrics.writes.labels(kind, "delete").inc()
+        return deleted
+
+    def _write_all(self, job: dict[str, Any], writes: list[tuple[dict[str, Any], dict[str, Any] | None, Changes | None]]) -> None:
+        """The job's writes, at once: they are independent, and a new job's objects then take one
+        round trip to the API server rather than one each."""
+        if len(writes) <= 1:
+            for desired, current, todo in writes:
+                self._ensure(job, desired, current, todo)
+            return
+        futures = [self._writers.submit(self._ensure, job, desired, current, todo) for desired, current, todo in writes]
+        errors = [f.exception() for f in futures]
+        for error in errors:
+            if isinstance(error, _CacheBehind):
+                raise error
+        for error in errors:
+            if error is not None:
+                raise error
+
+    def _ensure(self, job: dict[str, Any], desired: dict[str, Any], current: dict[str, Any] | None, todo: Changes | None) -> None:
+        kind, meta = desired["kind"], desired["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        resource, cache = OWNED[kind], self.owned[kind]
+        if current is None:
+            # Not in our cache: absent, made a moment ago, or there without our label (the cache
+            # holds only labelled objects). A POST makes it only if no object of that name exists.
+            if not self._may_write():
                 return
             try:
-                if current is None:
-                    self._api(lambda: kind.create(self.api, desired))
-                    self.metrics.writes.labels(kind.kind, "create").inc()
-                    log.info("created %s %s/%s", kind.kind, meta["namespace"], meta["name"])
-                elif _needs_update(current, desired):
-                    self._api(lambda: kind.replace(self.api, _merge_desired(current, desired)))  # type: ignore[arg-type]
-                    self.metrics.writes.labels(kind.kind, "update").inc()
-                    log.info("updated %s %s/%s", kind.kind, meta["namespace"], meta["name"])
-                return
+                stored = self._api("create", kind, lambda: self.rest.create(resource, namespace, desired, FIELD_MANAGER))
             except ApiException as exc:
                 if exc.status != 409:
                     raise
-                # AlreadyExists (created meanwhile) or Conflict (stale resourceVersion): read again.
-                current = None
-        raise RuntimeError(f"{kind.kind} {meta['namespace']}/{meta['name']}: still conflicting after 5 attempts")
+                live = self._api("get", kind, lambda: self.rest.get(resource, namespace, name))
+                if live is None:
+                    raise _CacheBehind() from None  # deleted meanwhile: start over
+                if not managed(live):
+                    log.info("%s %s/%s exists and is not managed by us; left alone", kind, namespace, name)
+                    self._warn(job, "ResourceNotManaged", name, f"{kind} {name} exists without the label {MANAGED_SELECTOR}; left as it is")
+                    return
+                # Ours, and the cache is behind: start over with it (an SSH Secret keeps its keys).
+                cache.store(live)
+                raise _CacheBehind() from None
+            cache.store(stored)
+            self.metrics.writes.labels(kind, "create").inc()
+            log.info("created %s %s/%s", kind, namespace, name)
+            return
+        if not todo or not self._may_write():
+            return
+        if todo.remove:
+            patch = todo.removal_patch()
+            stored = self._api("patch", kind, lambda: self.rest.merge_patch(resource, namespace, name, patch, FIELD_MANAGER))
+            cache.store(stored)
+            log.info("removed %s from %s %s/%s", ", ".join(".".join(p) for p in todo.remove), kind, namespace, name)
+            if not changes(cache.get(namespace, name) or stored, desired).apply:
+                self.metrics.writes.labels(kind, "update").inc()
+                return
+        stored = self._api("apply", kind, lambda: self.rest.apply(resource, desired, FIELD_MANAGER))
+        cache.store(stored)
+        self.metrics.writes.labels(kind, "update").inc()
+        log.info("updated %s %s/%s", kind, namespace, name)
 
+    # Events on the Job ---------------------------------------------------------------------------
 
-    def _event(self, job: dict[str, Any], reason: str, message: str) -> None:
-        """A Warning Event on the Job, so ``kubectl describe job`` says why. Best effort."""
+    def _forget(self, key: JobKey) -> None:
+        with self._deleted_lock:
+            self._deleted.pop(key, None)
+        with self._reported_lock:
+            for report in [r for r in self._reported if r[0] == key]:
+                del self._reported[report]
+
+    def _warn(self, job: dict[str, Any], reason: str, subject: str, message: str) -> None:
+        """A Warning Event on the Job, so ``kubectl describe job`` says why; once per change of the job."""
+        meta = job.get("metadata") or {}
+        report = (object_key(job), reason, subject)
+        version = str(meta.get("resourceVersion"))
+        with self._reported_lock:
+            if self._reported.get(report) == version:
+                return
+            self._reported[report] = version
         if not self.is_leader():
             return
-        meta = job.get("metadata") or {}
-        now = datetime.now(timezone.utc)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{meta.get('name')}.", namespace=meta.get("namespace")),
-            involved_object=client.V1ObjectReference(
-                api_version=job.get("apiVersion", "batch.volcano.sh/v1alpha1"), kind="Job",
-                name=meta.get("name"), namespace=meta.get("namespace"), uid=meta.get("uid"),
-            ),
-            reason=reason, message=message[:1024], type="Warning",
-            source=client.V1EventSource(component="volcano-job-webhook-reconciler"),
-            first_timestamp=now, last_timestamp=now, count=1,
-        )
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        namespace = meta.get("namespace") or "default"
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": job.get("apiVersion", "batch.volcano.sh/v1alpha1"), "kind": "Job",
+                               "name": meta.get("name"), "namespace": namespace, "uid": meta.get("uid"),
+                               "resourceVersion": meta.get("resourceVersion")},
+            "reason": reason, "message": message[:1024], "type": "Warning",
+            "source": {"component": "volcano-job-webhook-reconciler"},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
         try:
-            client.CoreV1Api(self.api).create_namespaced_event(meta.get("namespace") or "default", body, _request_timeout=10)
+            self.metrics.api_requests.labels("create", "Event").inc()
+            self.rest.create(EVENT, namespace, body)
         except Exception as exc:
-            log.info("could not record event %s on job %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), _describe(exc))
+            log.info("could not record event %s on job %s/%s: %s", reason, namespace, meta.get("name"), _describe(exc))
 
 
 def _describe(exc: BaseException) -> str:
     status = getattr(exc, "status", None)
-    return f"HTTP {status}" if status else type(exc).__name__
+    if isinstance(exc, ApiException) and status:
+        return f"HTTP {status}"
+    return str(exc) or type(exc).__name__

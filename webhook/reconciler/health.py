@@ -18,7 +18,7 @@ class HealthServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 if self.path == "/healthz":
                     outer._send(self, 200, "application/json", json.dumps({"status": "ok"}).encode())
                 elif self.path == "/readyz":

@@ -1,87 +1,54 @@
-"""The side-object kinds the reconciler manages, behind one small interface over the official client,
-and retries as controller-runtime users expect: 429 honours ``Retry-After``, 5xx and connection
-errors back off exponentially with jitter; 404/409 and other 4xx are the caller's to handle."""
+"""The kinds the reconciler owns, how it recognises its own objects, and what of them it caches."""
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
+from volcano_job_webhook.kube.informer import without_managed_fields
+from volcano_job_webhook.kube.rest import Resource
+from volcano_job_webhook.plugins.keys import (
+    JOB_GROUP,
+    JOB_KIND,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    JobKey,
+)
 
+from .compare import OWNED_FIELDS, owned_paths
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
+# The field manager of every write (creates, applies, merge patches): what it set is ours to remove.
+FIELD_MANAGER = MANAGED_BY
+MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
-
-@dataclass(frozen=True)
-class Kind:
-    """CRUD for one namespaced kind, on dicts: the client's typed models are turned into plain JSON."""
-
-    kind: str
-    api_version: str
-    group: str
-    plural: str
-    api_class: type
-    suffix: str  # the client's method-name stem, e.g. "config_map"
-
-    def _call(self, api: client.ApiClient, verb: str, *args: Any, **kwargs: Any) -> Any:
-        method = getattr(self.api_class(api), f"{verb}_{self.suffix}")
-        return method(*args, _request_timeout=30, **kwargs)
-
-    def _plain(self, api: client.ApiClient, obj: Any) -> dict[str, Any]:
-        out: dict[str, Any] = api.sanitize_for_serialization(obj)
-        out.setdefault("apiVersion", self.api_version)
-        out.setdefault("kind", self.kind)
-        return out
-
-    def read(self, api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self._plain(api, self._call(api, "read_namespaced", name, namespace))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def list(self, api: client.ApiClient, namespace: str | None, label_selector: str) -> list[dict[str, Any]]:
-        if namespace:
-            result = self._call(api, "list_namespaced", namespace, label_selector=label_selector)
-        else:
-            method = getattr(self.api_class(api), f"list_{self.suffix}_for_all_namespaces")
-            result = method(label_selector=label_selector, _request_timeout=30)
-        return [self._plain(api, item) for item in result.items]
-
-    def create(self, api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
-        return self._plain(api, self._call(api, "create_namespaced", obj["metadata"]["namespace"], obj))
-
-    def replace(self, api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
-        meta = obj["metadata"]
-        return self._plain(api, self._call(api, "replace_namespaced", meta["name"], meta["namespace"], obj))
-
-    def delete(self, api: client.ApiClient, namespace: str, name: str, uid: str | None = None) -> bool:
-        """Delete; False when it was already gone. ``uid`` guards against deleting a re-created object."""
-        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
-        try:
-            self._call(api, "delete_namespaced", name, namespace, body=body)
-            return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-
-
-KINDS: dict[str, Kind] = {
-    k.kind: k
-    for k in (
-        Kind("ConfigMap", "v1", "", "configmaps", client.CoreV1Api, "config_map"),
-        Kind("Secret", "v1", "", "secrets", client.CoreV1Api, "secret"),
-        Kind("Service", "v1", "", "services", client.CoreV1Api, "service"),
-        Kind("NetworkPolicy", "networking.k8s.io/v1", "networking.k8s.io", "networkpolicies", client.NetworkingV1Api, "network_policy"),
+OWNED: dict[str, Resource] = {
+    r.kind: r
+    for r in (
+        Resource("ConfigMap", "v1", "configmaps"),
+        Resource("Secret", "v1", "secrets"),
+        Resource("Service", "v1", "services"),
+        Resource("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies"),
     )
 }
+EVENT = Resource("Event", "v1", "events")
 
 
+def managed(obj: dict[str, Any]) -> bool:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
+
+
+def owner_job(obj: dict[str, Any]) -> JobKey | None:
+    """The Volcano Job that controls ``obj``, by (namespace, name)."""
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == JOB_KIND and str(ref.get("apiVersion", "")).startswith(f"{JOB_GROUP}/"):
+            return (meta.get("namespace") or "default", str(ref.get("name")))
+    return None
+
+
+def cached_form(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the reconciler keeps of an owned object: all of it but ``managedFields``, of which only
+    the paths our field manager set are kept (under ``OWNED_FIELDS``), to tell what of ours the
+    desired object no longer has."""
+    fields = (obj.get("metadata") or {}).get("managedFields") or []
+    obj[OWNED_FIELDS] = owned_paths(fields, FIELD_MANAGER)
+    return without_managed_fields(obj)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
 class ReconcilerMetrics:
@@ -10,6 +10,8 @@ class ReconcilerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.reconciles = Counter("volcano_reconciler_reconciles_total", "Job reconciles, by result", ["result"], registry=self.registry)
         self.writes = Counter("volcano_reconciler_writes_total", "Objects written, by kind and action", ["kind", "action"], registry=self.registry)
+        self.api_requests = Counter("volcano_reconciler_api_requests_total", "Requests sent to the API server by reconciles, by verb and kind",
+                                    ["verb", "kind"], registry=self.registry)
         self.api_errors = Counter("volcano_reconciler_api_errors_total", "API errors seen, by status", ["status"], registry=self.registry)
         self.queue_depth = Gauge("volcano_reconciler_queue_depth", "Job keys waiting", registry=self.registry)
         self.leader = Gauge("volcano_reconciler_leader", "1 while this replica leads", registry=self.registry)

@@ -8,17 +8,17 @@ import os
 import signal
 import socket
 import threading
+import time
 from pathlib import Path
-
-from volcano_job_webhook.plugins import Chain, default_registry
 
 from volcano_job_webhook import logs
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.client import api_client
+from volcano_job_webhook.plugins import Chain, default_registry
 
+from .controller import Reconciler
 from .health import HealthServer
 from .leader import LeaderElector
-from .controller import Reconciler
 from .metrics import ReconcilerMetrics
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,7 @@ def run(
     lease_name: str = "volcano-job-webhook-reconciler",
     lease_namespace: str | None = None,
     resync_seconds: float = 300.0,
+    workers: int = 4,
     kubeconfig: Path | None = None,
     stop: threading.Event | None = None,
 ) -> None:
@@ -39,12 +40,20 @@ def run(
     api = api_client(kubeconfig or settings.kubeconfig)
     metrics = ReconcilerMetrics()
     elector: LeaderElector | None = None
+    reconciler: Reconciler | None = None
+
+    def on_change(lead: bool) -> None:
+        metrics.leader.set(int(lead))
+        if reconciler is not None:
+            reconciler.leadership_changed(lead)
+
     if leader_elect:
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         namespace = lease_namespace or os.environ.get("POD_NAMESPACE") or settings.service_namespace
-        elector = LeaderElector(api, lease_name, namespace, identity, on_change=lambda lead: metrics.leader.set(int(lead)))
+        elector = LeaderElector(api, lease_name, namespace, identity, on_change=on_change)
     else:
         metrics.leader.set(1)
+
     def is_leader() -> bool:
         return elector.is_leader if elector else True
 
@@ -53,12 +62,14 @@ def run(
         Chain(default_registry(), settings.chain_config()),
         namespaces=settings.namespaces,
         resync_seconds=resync_seconds,
+        workers=workers,
         is_leader=is_leader,
         metrics=metrics,
     )
+    rec = reconciler
     health = HealthServer(
-        "0.0.0.0", health_port, lambda: reconciler.ready, metrics.registry,
-        details=lambda: {"leader": is_leader(), "jobs": len(reconciler.informer)},
+        "0.0.0.0", health_port, lambda: rec.ready, metrics.registry,
+        details=lambda: {"leader": is_leader(), "jobs": len(rec.jobs)},
     )
     stop = stop or threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -70,8 +81,12 @@ def run(
     reconciler.start()
     log.info("reconciler started (health on :%d, leader election %s)", health.port, "on" if elector else "off")
     stop.wait()
+    # Within two seconds: watches are cancelled rather than waited out, in-flight reconciles get a
+    # moment, then the Lease is released (after the last write) so a standby takes over at once.
+    stopping = time.monotonic()
     log.info("stopping")
     reconciler.stop()
     if elector:
         elector.stop()
     health.stop()
+    log.info("stopped in %.2fs", time.monotonic() - stopping)

@@ -1,6 +1,11 @@
 """A work queue of job keys, as client-go's: a key waits in the queue at most once, is handled by one
 worker at a time, and a key added while it is being handled is handled again afterwards. Failed keys
-come back after an exponential, jittered delay."""
+come back after an exponential, jittered delay.
+
+Two priorities, as controller-runtime's priority queue: keys from watch events go before keys from a
+resync (``low=True``), so that a new job is served while thousands of unchanged ones are looked over.
+A waiting low key added again normally moves up.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +13,18 @@ import heapq
 import random
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Hashable
 
 
 class WorkQueue:
     def __init__(self, base_delay: float = 0.05, max_delay: float = 60.0) -> None:
         self._cond = threading.Condition()
-        self._queue: list[Hashable] = []
-        self._dirty: set[Hashable] = set()
+        self._high: OrderedDict[Hashable, None] = OrderedDict()
+        self._low: OrderedDict[Hashable, None] = OrderedDict()
+        # Keys waiting to be handled (in a queue, or in _processing and to be queued on done), by
+        # whether they are waiting at low priority.
+        self._dirty: dict[Hashable, bool] = {}
         self._processing: set[Hashable] = set()
         self._delayed: list[tuple[float, int, Hashable]] = []
         self._failures: dict[Hashable, int] = {}
@@ -23,14 +32,23 @@ class WorkQueue:
         self._shutdown = False
         self.base_delay, self.max_delay = base_delay, max_delay
 
-    def add(self, key: Hashable) -> None:
+    def add(self, key: Hashable, *, low: bool = False) -> None:
         with self._cond:
-            if self._shutdown or key in self._dirty:
-                return
-            self._dirty.add(key)
-            if key not in self._processing:
-                self._queue.append(key)
-                self._cond.notify()
+            self._add(key, low)
+
+    def _add(self, key: Hashable, low: bool) -> None:
+        if self._shutdown:
+            return
+        if key in self._dirty:
+            if not low and self._dirty[key]:
+                self._dirty[key] = False
+                if self._low.pop(key, 0) is None:
+                    self._high[key] = None
+            return
+        self._dirty[key] = low
+        if key not in self._processing:
+            (self._low if low else self._high)[key] = None
+            self._cond.notify()
 
     def add_after(self, key: Hashable, delay: float) -> None:
         if delay <= 0:
@@ -61,40 +79,39 @@ class WorkQueue:
         with self._cond:
             while True:
                 self._promote_due()
-                if self._queue:
-                    key = self._queue.pop(0)
+                queue = self._high or self._low
+                if queue:
+                    key, _ = queue.popitem(last=False)
                     self._processing.add(key)
-                    self._dirty.discard(key)
+                    del self._dirty[key]
                     return key
                 if self._shutdown:
                     return None
-                wait = None if deadline is None else deadline - time.monotonic()
-                if self._delayed:
-                    until_due = self._delayed[0][0] - time.monotonic()
-                    wait = until_due if wait is None else min(wait, until_due)
-                if wait is not None and wait <= 0 and deadline is not None and time.monotonic() >= deadline:
+                now = time.monotonic()
+                wait = None if deadline is None else deadline - now
+                if wait is not None and wait <= 0:
                     return None
+                if self._delayed:
+                    until_due = self._delayed[0][0] - now
+                    wait = until_due if wait is None else min(wait, until_due)
                 self._cond.wait(None if wait is None else max(wait, 0.001))
 
     def _promote_due(self) -> None:
         now = time.monotonic()
         while self._delayed and self._delayed[0][0] <= now:
             _, _, key = heapq.heappop(self._delayed)
-            if key not in self._dirty:
-                self._dirty.add(key)
-                if key not in self._processing:
-                    self._queue.append(key)
+            self._add(key, False)
 
     def done(self, key: Hashable) -> None:
         with self._cond:
             self._processing.discard(key)
             if key in self._dirty:
-                self._queue.append(key)
+                (self._low if self._dirty[key] else self._high)[key] = None
                 self._cond.notify()
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._queue) + len(self._delayed)
+            return len(self._high) + len(self._low) + len(self._delayed)
 
     def shutdown(self) -> None:
         with self._cond:

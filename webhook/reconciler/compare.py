@@ -1,0 +1,165 @@
+"""What would bring a live object to the desired one, if anything? Answered from the cache alone,
+so that a reconcile of a job whose objects are as they should be sends nothing.
+
+The live object is what the API server stored: our fields after its defaulting, plus fields it
+defaulted (a Service's ``type``, ``sessionAffinity``, ``ipFamilies``...) and fields other writers
+set. Something is to be done when
+
+* a field we set is missing or different — where "missing" does not count for Go zero values
+  (``false``, ``0``, ``""``, empty lists and maps), which the server drops from ``omitempty``
+  fields (a Service's ``publishNotReadyAddresses: false`` is stored as nothing): an apply;
+* a map the API treats as one value (``+mapType=atomic``: a Service's ``selector``, a
+  NetworkPolicy's ``podSelector``) holds other keys: an apply replaces it;
+* our field manager owns a field the desired object no longer has: it is removed. Objects are
+  created with a POST (it cannot take over an object someone else made), so what it set is owned
+  by our manager's *update* entry, which an apply never removes; a merge patch does. That entry
+  also holds what the server defaulted, so only data keys, labels and annotations are read from it
+  (:data:`UPDATE_MAPS`): a spec field a POST set and the desired object later drops stays (our
+  plugins always set the same spec fields).
+
+Lists are atomic (compared whole) except the associative lists we set, merged by key:
+``metadata.ownerReferences`` by ``uid`` — another owner's reference is not ours to remove.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Cached objects keep the paths our manager owns under this key (see kinds.cached_form).
+OWNED_FIELDS = "__ownedFields"
+ASSOCIATIVE_LISTS: dict[tuple[str, ...], str] = {("metadata", "ownerReferences"): "uid"}
+# Maps and structs the API treats as one value (``+mapType=atomic``, ``+structType=atomic``): a key
+# someone else added is drift, since an apply would replace the whole.
+ATOMIC_MAPS = {("spec", "selector"), ("spec", "podSelector")}
+# Identity, not state: never in managedFields.
+IDENTITY = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace")}
+
+Path = tuple[str, ...]
+_interned: dict[frozenset[Path], frozenset[Path]] = {}
+
+
+def is_zero(value: Any) -> bool:
+    return value is None or value is False or value == "" or value == [] or value == {} or (
+        type(value) in (int, float) and value == 0)
+
+
+def covered(live: Any, desired: Any, path: Path = ()) -> bool:
+    """Everything ``desired`` says holds in ``live`` (see the module's rules)."""
+    if path in ATOMIC_MAPS:
+        return bool(live == desired) or (live is None and is_zero(desired))
+    if isinstance(desired, dict):
+        if live is None:
+            return all(covered(None, v, (*path, k)) for k, v in desired.items())
+        return isinstance(live, dict) and all(covered(live.get(k), v, (*path, k)) for k, v in desired.items())
+    if isinstance(desired, list):
+        if live is None:
+            return not desired
+        if not isinstance(live, list):
+            return False
+        key = ASSOCIATIVE_LISTS.get(path)
+        if key is not None:
+            by_key = {item.get(key): item for item in live if isinstance(item, dict)}
+            return all(isinstance(d, dict) and covered(by_key.get(d.get(key)), d, path) for d in desired)
+        return len(live) == len(desired) and all(covered(x, d, path) for x, d in zip(live, desired, strict=True))
+    if live is None:
+        return is_zero(desired)
+    return bool(live == desired)
+
+
+def desired_paths(obj: Any, path: Path = ()) -> set[Path]:
+    """The field paths an apply of ``obj`` sets, through maps only: a list or a scalar ends a path."""
+    if isinstance(obj, dict) and obj:
+        out: set[Path] = set()
+        for key, value in obj.items():
+            out |= desired_paths(value, (*path, key))
+        return out
+    return {path} - IDENTITY
+
+
+def _fields_paths(fields: dict[str, Any], path: Path) -> set[Path]:
+    children = {k[2:]: v for k, v in fields.items() if k.startswith("f:")}
+    if not children:
+        return {path}
+    out: set[Path] = set()
+    for key, value in children.items():
+        out |= _fields_paths(value or {}, (*path, key))
+    return out
+
+
+# In our update entry (the POST that made the object) the server also records fields it defaulted
+# (a Service's type, sessionAffinity, internalTrafficPolicy; a Secret's type): not ours to remove.
+# Only these maps, never defaulted, are read from it.
+UPDATE_MAPS = {("data",), ("binaryData",), ("metadata", "labels"), ("metadata", "annotations")}
+
+
+def owned_paths(managed_fields: list[dict[str, Any]], manager: str) -> frozenset[Path]:
+    """The paths ``manager`` set: all of its apply entry, and the keys of :data:`UPDATE_MAPS` in its
+    update entry; cut at lists as :func:`desired_paths` does (a list's entries are ``k:``/``v:``/
+    ``i:`` keys in ``fieldsV1``). Interned: objects of one shape share it."""
+    paths: set[Path] = set()
+    for entry in managed_fields:
+        if entry.get("manager") != manager:
+            continue
+        fields = entry.get("fieldsV1") or {}
+        if entry.get("operation") == "Apply":
+            paths |= _fields_paths(fields, ()) - {()}
+            continue
+        for path in UPDATE_MAPS:
+            node: Any = fields
+            for key in path:
+                node = node.get(f"f:{key}") if isinstance(node, dict) else None
+            if node:
+                paths |= _fields_paths(node, path) - {path}
+    owned = frozenset(paths)
+    return _interned.setdefault(owned, owned)
+
+
+def _at(obj: Any, path: Path) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What it takes to bring a live object to the desired one: fields to remove first (ours, no
+    longer wanted: a merge patch nulls them, since an apply cannot remove what our POST made), then
+    whether an apply is needed."""
+
+    remove: tuple[Path, ...] = ()
+    apply: bool = False
+
+    def __bool__(self) -> bool:
+        return self.apply or bool(self.remove)
+
+    def removal_patch(self) -> dict[str, Any]:
+        patch: dict[str, Any] = {}
+        for path in self.remove:
+            node = patch
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = None
+        return patch
+
+
+def changes(live: dict[str, Any], desired: dict[str, Any]) -> Changes:
+    """Compare, from the cache: fields of ours the desired object no longer has are removed; an
+    atomic map we own whole (a Service's ``selector``) that differs, or anything ``desired`` says
+    that does not hold (:func:`covered`), needs an apply."""
+    body = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind")}
+    apply = not covered(live, body)
+    owned = live.get(OWNED_FIELDS)
+    if owned is None:
+        return Changes(apply=True)
+    paths = desired_paths(desired)
+    if owned <= paths:
+        return Changes(apply=apply)
+    prefixes = {d[:i] for d in paths for i in range(1, len(d))}
+    remove = []
+    for path in sorted(owned - paths):
+        if path not in prefixes:
+            remove.append(path)
+        elif _at(live, path) != _at(desired, path):
+            apply = True
+    return Changes(tuple(remove), apply)
