@@ -56,7 +56,7 @@ class PodContext:
         """Regular then init containers (init first for mpi), leaving out init containers another
         plugin of the chain injects (pytorch's ``wait-for-master``). Volcano's random plugin order
         gives those containers other plugins' changes only sometimes; leaving them out keeps the
-        chain idempotent and accepts Pods wired in either order (SPEC Part 2 §10)."""
+        chain idempotent and accepts Pods wired in either order (docs/volcano-behaviour.md#plugin-order)."""
         for _, container in self.located_containers(init_first=init_first):
             yield container
 
@@ -71,7 +71,7 @@ class PodContext:
         yield from (init + regular) if init_first else (regular + init)
 
     def index(self, plugin: str) -> str:
-        """The Pod's index within its task as a string (SPEC Part 1 §1.3), or an error naming ``plugin``."""
+        """The Pod's index within its task as a string (docs/volcano-behaviour.md#task-and-index), or an error naming ``plugin``."""
         found = task_index(self.pod)
         if found is None:
             raise PluginError(

@@ -87,7 +87,7 @@ class Hosts:
 def task_hosts(job: Job, task: Task, *, every_replica: bool = False) -> Hosts:
     """The sizes of ``job.host_names(task)``: one name per replica, or a single one when the template
     fixes ``hostname`` (svc, ssh, mpi, hostfile); ``every_replica`` repeats that fixed name once per
-    replica, as tensorflow's cluster does (SPEC Part 2 §12 item 6)."""
+    replica, as tensorflow's cluster does (docs/volcano-behaviour.md#volcano-quirks item 6)."""
     subdomain = len(task.subdomain or job.name)
     if task.hostname:
         count = task.replicas if every_replica else min(task.replicas, 1)

@@ -1,9 +1,9 @@
 """The plugin chain: which plugins a job runs, in which order, and what they make of a Pod.
 
-Plugin configuration (SPEC Part 1 §1.1) is the server's defaults, under the job's ``spec.plugins``,
+Plugin configuration (docs/volcano-behaviour.md#plugin-configuration) is the server's defaults, under the job's ``spec.plugins``,
 under the JSON object in the job annotation ``volcano-job-webhook/plugins``; then the dependencies
 Volcano's job admission adds (``requires``: svc for tensorflow, mpi, pytorch, ray; ssh for mpi).
-Plugins run in Volcano's registration order, third-party ones after, by name (§1.2).
+Plugins run in Volcano's registration order, third-party ones after, by name (docs/volcano-behaviour.md#plugin-order).
 """
 
 from __future__ import annotations

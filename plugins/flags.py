@@ -1,10 +1,10 @@
 """Go ``flag`` package syntax, parsed strictly.
 
 Volcano parses plugin arguments with Go's ``flag.FlagSet`` and only logs failures, so ``--port=abc``
-silently becomes port 0 (SPEC Part 2 §5, §12 item 4). We accept exactly the same syntax and values —
+silently becomes port 0 (docs/volcano-behaviour.md#arguments). We accept exactly the same syntax and values —
 ``--name=value``, ``-name=value``, ``--name value``, bare ``--bool``, Go integer literals such as
 ``0x1F`` or ``010`` (octal), the last repeated flag wins — but every failure is an error
-(SPEC Part 1 §1.5).
+(docs/volcano-behaviour.md#arguments).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``hcclrank``: the Ascend HCCL rank as the Pod annotation ``hccl/rankIndex`` (SPEC Part 2 §6.8).
+"""``hcclrank``: the Ascend HCCL rank as the Pod annotation ``hccl/rankIndex`` (docs/volcano-behaviour.md#hcclrank).
 
 An existing annotation is kept; else the ``RANK`` of the first container that sets one (pytorch's,
 which runs before this plugin) is copied; else master Pods get their index and workers ``master

@@ -1,9 +1,9 @@
 """A read-only view of a Volcano Job (``batch.volcano.sh/v1alpha1``) for the plugins.
 
-Only the fields the plugins read are interpreted (SPEC Part 2 §3): name, namespace, uid, tasks with
+Only the fields the plugins read are interpreted (docs/volcano-behaviour.md#the-job-object): name, namespace, uid, tasks with
 their replicas and pod-template hostname/subdomain, ``spec.plugins``. Host names are built exactly as
 Volcano's ``MakePodName``/``MakeDomainName``: ``<hostname or job-task-i>.<subdomain or job>``, with no
-namespace or cluster suffix (SPEC Part 2 §4).
+namespace or cluster suffix (docs/volcano-behaviour.md#host-names).
 """
 
 from __future__ import annotations
@@ -84,13 +84,13 @@ class Job:
             where = f"spec.tasks[{position}]"
             if not isinstance(raw, Mapping):
                 raise PluginError(key, "", where, "must be an object")
-            # Volcano's job admission names unnamed tasks "default<position>" (SPEC Part 2 §2).
+            # Volcano's job admission names unnamed tasks "default<position>" (docs/volcano-behaviour.md#job-admission).
             task_name = raw.get("name") or f"default{position}"
             if not isinstance(task_name, str):
                 raise PluginError(key, "", f"{where}.name", "must be a string")
             problem = dns1123_label(task_name)
             if problem:
-                # Volcano's CRD: MaxLength 63, pattern ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ (SPEC Part 2 §2).
+                # Volcano's CRD: MaxLength 63, pattern ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ (docs/volcano-behaviour.md#job-admission).
                 raise PluginError(key, "", f"{where}.name", problem)
             if task_name in seen:
                 raise PluginError(key, "", f"{where}.name", f"duplicate task name {task_name!r}")
@@ -144,7 +144,7 @@ class Job:
 
     def host_labels(self, task: Task) -> list[str]:
         """The hostnames of a task's Pods as svc, ssh and mpi list them: one per replica, or a single
-        entry when the template fixes ``hostname`` (SPEC Part 2 §6.2, §12 item 6). As long as the
+        entry when the template fixes ``hostname`` (docs/volcano-behaviour.md#host-names). As long as the
         replicas: callers size it first with :func:`budget.task_hosts`."""
         if task.hostname:
             return [task.hostname] if task.replicas else []

@@ -1,4 +1,4 @@
-"""``mpi``: the launcher's host list and the MPI port (SPEC Part 2 §6.6).
+"""``mpi``: the launcher's host list and the MPI port (docs/volcano-behaviour.md#mpi).
 
 Master Pods get ``MPI_HOST``, the comma-joined domain names of the worker Pods, in every init
 container and container; every Pod of the job gets the port ``mpijob-port`` (default 22). Keys and

@@ -1,6 +1,6 @@
 """Kubernetes naming rules, as the API server's validation applies them.
 
-Volcano validates almost none of the names its plugins generate (SPEC Part 2 §8); we check each one
+Volcano validates almost none of the names its plugins generate (docs/volcano-behaviour.md#name-limits); we check each one
 where it is made, so a bad job fails with the rule it broke instead of Pods the API server rejects.
 """
 

@@ -1,9 +1,9 @@
 """Idempotent edits of a Pod (a plain dict, as decoded from JSON).
 
-Volcano appends blindly because it runs once per Pod (SPEC Part 2 §11). These helpers make the same
+Volcano appends blindly because it runs once per Pod (docs/volcano-behaviour.md#idempotency). These helpers make the same
 change only when it is not already there, comparing by name and value rather than whole objects:
 the API server defaults fields (``protocol: TCP``, ``defaultMode: 420``) between Volcano's controller
-and this webhook, and those must not count as differences (SPEC Part 1 §1.4).
+and this webhook, and those must not count as differences (docs/volcano-behaviour.md#idempotency).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def spec(pod: Obj) -> Obj:
 
 
 def task_name(pod: Obj) -> str:
-    """SPEC Part 1 §1.3: annotation ``volcano.sh/task-spec``, then the label, then ``default``."""
+    """docs/volcano-behaviour.md#task-and-index: annotation ``volcano.sh/task-spec``, then the label, then ``default``."""
     meta = metadata(pod)
     for source in (meta.get("annotations"), meta.get("labels")):
         if isinstance(source, dict) and source.get(TASK_SPEC_KEY):
@@ -37,7 +37,7 @@ def task_name(pod: Obj) -> str:
 
 
 def task_index(pod: Obj) -> str | None:
-    """SPEC Part 1 §1.3: label ``volcano.sh/task-index``, then the annotation, then the last
+    """docs/volcano-behaviour.md#task-and-index: label ``volcano.sh/task-index``, then the annotation, then the last
     ``-``-separated part of a name with at least three parts (Volcano's ``GetPodIndexUnderTask``).
     None when no source has it."""
     meta = metadata(pod)

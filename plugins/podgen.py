@@ -1,5 +1,5 @@
 """The Pod Volcano's controller builds for a task replica, before plugins (``createJobPod``,
-SPEC Part 2 §4). Used by the CLI to show what a job's Pods become without a Pod file, and to make
+docs/volcano-behaviour.md#the-pod-before-plugins). Used by the CLI to show what a job's Pods become without a Pod file, and to make
 sample AdmissionReviews."""
 
 from __future__ import annotations

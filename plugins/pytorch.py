@@ -1,4 +1,4 @@
-"""``pytorch``: ``torch.distributed`` environment for master and worker Pods (SPEC Part 2 §6.4).
+"""``pytorch``: ``torch.distributed`` environment for master and worker Pods (docs/volcano-behaviour.md#pytorch).
 
 Every regular container gets ``MASTER_ADDR`` (the master Pod 0's domain name), ``MASTER_PORT``,
 ``WORLD_SIZE`` (master + worker replicas) and, on master and worker Pods, ``RANK`` (master 0,

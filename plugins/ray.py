@@ -1,4 +1,4 @@
-"""``ray``: ``ray start`` commands, head ports and the head Service (SPEC Part 2 §6.7).
+"""``ray``: ``ray start`` commands, head ports and the head Service (docs/volcano-behaviour.md#ray).
 
 In head Pods the container named ``--headContainer`` gets the ports ``gcs``, ``dashboard`` and
 ``client-server`` and runs ``ray start --head``; in worker Pods the container named

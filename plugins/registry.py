@@ -26,7 +26,7 @@ from .waitfor import WaitforPlugin
 from .xgboost import XGBoostPlugin
 
 ENTRY_POINT_GROUP = "volcano_webhook.plugins"
-# Volcano's registration order (factory.go), the one fixed order its source shows (SPEC Part 1 §1.2).
+# Volcano's registration order (factory.go), the one fixed order its source shows (docs/volcano-behaviour.md#plugin-order).
 # This project's own built-ins (torchrun, hostfile, jax, xgboost, paddle, waitfor) are not in it: they run after, by name.
 BUILTIN_ORDER = ("ssh", "env", "svc", "tensorflow", "mpi", "pytorch", "hcclrank", "ray")
 BUILTINS: Mapping[str, type[Plugin]] = {

@@ -1,9 +1,9 @@
-"""``ssh``: password-less SSH between the Pods of a job (SPEC Part 2 §6.3).
+"""``ssh``: password-less SSH between the Pods of a job (docs/volcano-behaviour.md#ssh).
 
 The job gets a Secret ``<job>-ssh`` holding an RSA key pair (PKCS#1 PEM and OpenSSH public key, as
 Go's ``x509``/``ssh`` packages write them), ``authorized_keys`` and an ssh ``config`` listing every
 Pod; every container and init container mounts it at ``--ssh-key-file-path`` (sub-path ``.ssh``).
-Keys are generated here; the reconciler keeps an existing Secret's keys (SPEC Part 1 §1.6).
+Keys are generated here; the reconciler keeps an existing Secret's keys (docs/volcano-behaviour.md#ssh-the-secret).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class SSHPlugin(Plugin):
 
     def key_data(self, existing: Existing | None = None) -> dict[str, bytes]:
         """``id_rsa``, ``id_rsa.pub`` and ``authorized_keys``: the user's keys; else the keys of the
-        job's existing Secret, kept for the job's life (SPEC Part 1 §1.6); else fresh ones."""
+        job's existing Secret, kept for the job's life (docs/volcano-behaviour.md#ssh-the-secret); else fresh ones."""
         private, public = self.options["ssh-private-key"], self.options["ssh-public-key"]
         if private:
             return {"id_rsa": private.encode(), "id_rsa.pub": public.encode(), "authorized_keys": public.encode()}

@@ -1,4 +1,4 @@
-"""``svc``: stable host names and peer host lists for every Pod (SPEC Part 2 §6.2).
+"""``svc``: stable host names and peer host lists for every Pod (docs/volcano-behaviour.md#svc).
 
 Pods get ``hostname``/``subdomain`` (when empty), ``VC_<TASK>_HOSTS``/``VC_<TASK>_NUM`` for every
 task read from the ``<job>-svc`` ConfigMap, and that ConfigMap mounted at ``/etc/volcano``. The job
@@ -187,7 +187,7 @@ class SvcPlugin(Plugin):
     @cached_property
     def _plan(self) -> _Plan:
         """Size the ConfigMap before building it. Its host files and counts are the svc contract
-        (SPEC Part 2 §6.2). Host files past the ConfigMap's limit go, largest first, to be written
+        (docs/volcano-behaviour.md#svc). Host files past the ConfigMap's limit go, largest first, to be written
         in each Pod (module docstring), up to ``GENERATED_LIMIT`` bytes; past that the job is
         refused. The ``VC_<TASK>_HOSTS`` keys repeat the host files comma-joined: a left-out host
         file takes its key along, and past the limit the others go, largest first, and so do their

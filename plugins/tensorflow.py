@@ -1,4 +1,4 @@
-"""``tensorflow``: ``TF_CONFIG`` for every regular container (SPEC Part 2 §6.5).
+"""``tensorflow``: ``TF_CONFIG`` for every regular container (docs/volcano-behaviour.md#tensorflow).
 
 The cluster lists ``<domain>:<port>`` of every Pod of the ps, worker, chief and evaluator tasks; the
 task is the Pod's role and index. A job of exactly one task with one replica gets nothing.

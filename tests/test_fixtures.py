@@ -1,17 +1,17 @@
-"""Fixture cases for the plugin chain, derived from ``/work/shared/SPEC.md`` (see
+"""Fixture cases for the plugin chain, derived from docs/volcano-behaviour.md (see
 ``tests/fixtures/README.md`` for the format).
 
 Two sources, one parametrised test:
 
-* ``tests/fixtures/plugins/spec/*.yaml`` — SPEC-derived cases, several per file (``cases:``); errors
-  are lists of substrings; ``xfail`` marks a case where the code differs from the SPEC.
+* ``tests/fixtures/plugins/spec/*.yaml`` — docs/volcano-behaviour.md, several per file (``cases:``); errors
+  are lists of substrings; ``xfail`` marks a case where docs/volcano-behaviour.md.
 * ``tests/fixtures/plugins/*.yaml`` — the earlier recorded cases, one per file, exact error messages.
 
 For every case that expects a Pod: the chain's Pod equals the expected one (input untouched), the
 warnings match, the Pod passes :func:`tests.schema.validate_pod`, a JSON patch from input to output
-applies, a second run on the output changes nothing (SPEC Part 1 §1.4), and every side resource
+applies, a second run on the output changes nothing (docs/volcano-behaviour.md#idempotency), and every side resource
 validates against the Kubernetes schema and carries Volcano's owner reference plus our managed-by
-label (SPEC Part 1 §1.6, Part 2 §7). Generated SSH keys are checked for format, not bytes.
+label (docs/volcano-behaviour.md#side-objects). Generated SSH keys are checked for format, not bytes.
 """
 
 from __future__ import annotations
@@ -189,13 +189,13 @@ _POD_LABELS = ("volcano.sh/task-index", "volcano.sh/job-name", "volcano.sh/task-
 
 @pytest.mark.parametrize("case", SPEC_CASES, ids=lambda c: c["name"])
 def test_fixture_is_well_formed(case):
-    """Each SPEC case is complete, and its Pod is the one ``createJobPod`` builds (SPEC Part 2 §4)
+    """Each recorded case is complete, and its Pod is the one ``createJobPod`` builds (docs/volcano-behaviour.md#the-pod-before-plugins)
     unless it says it is hand-made: a typo in a fixture must not pass for a plugin result."""
     assert not set(case) - CASE_KEYS - {"_file"}, f"unknown keys {set(case) - CASE_KEYS}"
-    assert case.get("spec") and case.get("description"), "every case cites the SPEC and says what it checks"
+    assert case.get("spec") and case.get("description"), "docs/volcano-behaviour.md and says what it checks"
     assert ("expected" in case) != ("error" in case), "exactly one of expected / error"
     if case.get("xfail"):
-        assert case["xfail"].startswith("code differs from SPEC §")
+        assert case["xfail"].startswith("docs/volcano-behaviour.md")
     if "error" in case:
         job_key = f"{case['job']['metadata'].get('namespace', 'default')}/{case['job']['metadata']['name']}"
         assert job_key in case["error"], "an expected error names the job"

@@ -111,7 +111,7 @@ def test_drift_is_caught(reference: vr.Reference, monkeypatch: pytest.MonkeyPatc
     assert any(m.kind == kind for m in drifted.mismatches), _listing(drifted.mismatches)
 
 
-# The SPEC fixture cases whose plugins are all Volcano's, run through Volcano with the same Pod:
+# The recorded fixture cases whose plugins are all Volcano's, run through Volcano with the same Pod:
 # they equal Volcano's Pod except these, each for the reason given.
 FIXTURES_THAT_DIFFER = {
     "chain-annotation-merged-over-spec-plugins": "plugins from our job annotation, which Volcano does not read",

@@ -167,7 +167,7 @@ def _bool(rng: random.Random) -> str | None:
 
 
 def _flags(rng: random.Random, plugin: str, tasks: list[str], containers: list[str]) -> list[str]:
-    """Valid arguments for ``plugin`` (Volcano's flags, SPEC Part 2 §6), each flag present or not."""
+    """Valid arguments for ``plugin`` (Volcano's flags, docs/volcano-behaviour.md#plugins), each flag present or not."""
     chosen: list[tuple[str, str | None]] = []
     booleans = {"publish-not-ready-addresses", "disable-network-policy", "inject-hosts-env", "wait-master-enabled"}
 

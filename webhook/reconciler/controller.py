@@ -4,7 +4,7 @@ For every Volcano Job the plugin chain says which objects the job needs (``Chain
 reconciler creates the missing ones, repairs drifted ones, and deletes the ones this project made
 that the job no longer asks for — all of them when the job is gone (owner references are set too,
 but garbage collection may be off). It never touches an object without the label
-``app.kubernetes.io/managed-by: volcano-job-webhook`` (SPEC Part 1 §1.6).
+``app.kubernetes.io/managed-by: volcano-job-webhook`` (docs/volcano-behaviour.md#side-objects).
 
 The shape is controller-runtime's ``For(Job).Owns(ConfigMap, Service, Secret, NetworkPolicy)``: a
 watch-backed cache of Jobs and one of each owned kind (only objects with our label, indexed by

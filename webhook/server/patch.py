@@ -3,7 +3,7 @@
 The chain returns a whole mutated Pod; the API server wants operations. Diffing structurally keeps
 each operation on the field it changes — lists are appended to with ``/-``, missing lists and maps
 are added whole, changed values are replaced in place — so changes other mutating webhooks made to
-the same Pod survive (SPEC Part 1 §1.7).
+the same Pod survive (docs/volcano-behaviour.md#admission-answer).
 """
 
 from __future__ import annotations
