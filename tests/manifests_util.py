@@ -210,10 +210,8 @@ def target_matches(selector: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
             return False
     if selector.get("labelSelector") and not _matches_string_selector(selector["labelSelector"], meta.get("labels") or {}):
         return False
-    if selector.get("annotationSelector") and not _matches_string_selector(
-        selector["annotationSelector"], meta.get("annotations") or {}
-    ):
-        return False
+    if selector.get("annotationSelector"):
+        return _matches_string_selector(selector["annotationSelector"], meta.get("annotations") or {})
     return True
 
 

@@ -12,11 +12,11 @@ import jsonpatch
 import pytest
 import yaml
 
-from volcano_job_webhook.plugins import Chain
 from tests.conftest import EXAMPLES, ROOT
+from tests.schema import validate_pod
+from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.jobs import DirectoryJobSource
-from tests.schema import validate_pod
 
 pytestmark = pytest.mark.anyio
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import base64
 import os
-import stat
-from datetime import datetime, timedelta, timezone
 import ssl
+import stat
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
+from volcano_job_webhook.certs.cluster import patch_webhooks, sync_secret
 from volcano_job_webhook.certs.files import ensure_certs, load_bundle
 from volcano_job_webhook.certs.issue import (
     CertBundle,
@@ -28,7 +29,6 @@ from volcano_job_webhook.certs.issue import (
     issue_bundle,
     needs_renewal,
 )
-from volcano_job_webhook.certs.cluster import patch_webhooks, sync_secret
 from volcano_job_webhook.cli import main
 
 SANS = ["localhost", "volcano-job-webhook.volcano-job-webhook.svc", "volcano-job-webhook.volcano-job-webhook.svc.cluster.local"]
@@ -104,13 +104,13 @@ def test_generate_ca_is_a_p256_ca_for_signing_certificates_only():
     assert cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value == \
         x509.SubjectKeyIdentifier.from_public_key(cert.public_key())
     verify_signed_by(cert, cert)  # self-signed
-    assert timedelta(days=9) < cert.not_valid_after_utc - datetime.now(timezone.utc) <= timedelta(days=10)
+    assert timedelta(days=9) < cert.not_valid_after_utc - datetime.now(UTC) <= timedelta(days=10)
 
 
 def test_serving_cert_names_usages_and_issuer():
     ca_pem, ca_key = generate_ca()
     dns, ips = default_sans()
-    cert_pem, key_pem = generate_serving_cert(ca_pem, ca_key, dns, ips)
+    cert_pem, _ = generate_serving_cert(ca_pem, ca_key, dns, ips)
     cert, ca = load(cert_pem), load(ca_pem)
     verify_signed_by(cert, ca)
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
@@ -125,7 +125,7 @@ def test_serving_cert_names_usages_and_issuer():
     assert aki.key_identifier == ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value.digest
     assert cert_covers(cert_pem, dns, ips) and cert_covers(cert_pem, ["LOCALHOST"], ["0:0::1"])
     assert not cert_covers(cert_pem, ["other.svc"], []) and not cert_covers(cert_pem, [], ["10.0.0.1"])
-    assert timedelta(days=364) < cert.not_valid_after_utc - datetime.now(timezone.utc) <= timedelta(days=365)
+    assert timedelta(days=364) < cert.not_valid_after_utc - datetime.now(UTC) <= timedelta(days=365)
 
 
 def test_serving_cert_never_outlives_its_ca_and_long_names_stay_out_of_the_cn():
@@ -167,7 +167,7 @@ def test_ensure_certs_is_idempotent(tmp_path):
     ensure_certs(tmp_path)
     before = snapshot(tmp_path)
     assert not ensure_certs(tmp_path).created
-    assert not ensure_certs(tmp_path, now=datetime.now(timezone.utc) + timedelta(days=300)).created
+    assert not ensure_certs(tmp_path, now=datetime.now(UTC) + timedelta(days=300)).created
     assert snapshot(tmp_path) == before
 
 
@@ -178,7 +178,7 @@ def test_renewal_keeps_the_ca_and_replaces_the_serving_cert(tmp_path):
     assert not needs_renewal(old.cert, now=expiry - timedelta(days=31))
     assert needs_renewal(old.cert, now=expiry - timedelta(days=29))
     assert needs_renewal(old.cert, timedelta(days=0), now=expiry)
-    later = datetime.now(timezone.utc) + timedelta(days=340)
+    later = datetime.now(UTC) + timedelta(days=340)
     assert needs_renewal(old.cert, now=later)
     assert ensure_certs(tmp_path, now=later).created
     new = load_bundle(tmp_path)
@@ -338,7 +338,7 @@ def test_certs_renews_a_secret_close_to_expiry_and_keeps_its_ca(cluster):
     secret = cluster.get_object("secrets", "tls", "volcano-job-webhook")
     # Put an old certificate in the Secret (issued 360 days ago: 5 days left).
     old, _ = issue_bundle(CertBundle(bundle.ca_cert, bundle.cert, bundle.key, bundle.ca_key), ["x"], [],
-                          now=datetime.now(timezone.utc) - timedelta(days=360))
+                          now=datetime.now(UTC) - timedelta(days=360))
     secret["data"]["tls.crt"] = base64.b64encode(old.cert).decode()
     secret["data"]["tls.key"] = base64.b64encode(old.key).decode()
     cluster.put_object(secret)

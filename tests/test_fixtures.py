@@ -29,8 +29,8 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from volcano_job_webhook.plugins import Chain, Job, PluginError
 from tests.schema import validate_object, validate_pod
+from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.server.patch import make_patch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plugins"
@@ -208,7 +208,7 @@ def test_fixture_is_well_formed(case):
     assert pm["name"] == f"{jm['name']}-{task}-{index}"
     assert pm["namespace"] == ns
     queue = job["spec"].get("queue", "default")
-    assert {k: pm["labels"][k] for k in _POD_LABELS} == dict(zip(_POD_LABELS, (index, jm["name"], task, ns, queue)))
+    assert {k: pm["labels"][k] for k in _POD_LABELS} == dict(zip(_POD_LABELS, (index, jm["name"], task, ns, queue), strict=True))
     ann = pm["annotations"]
     assert ann["volcano.sh/task-index"] == index
     assert ann["scheduling.k8s.io/group-name"] == f"{jm['name']}-{jm['uid']}"

@@ -21,8 +21,8 @@ import yaml
 
 pytest.importorskip("jax")
 
-from volcano_job_webhook.plugins import Chain, Job  # noqa: E402
-from volcano_job_webhook.plugins.podgen import make_pod  # noqa: E402
+from volcano_job_webhook.plugins import Chain, Job
+from volcano_job_webhook.plugins.podgen import make_pod
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "jax-job.yaml"
 PROGRAM = """

@@ -23,11 +23,9 @@ import pytest
 from kubernetes_validate.utils import latest_version, major_minor
 
 from tests.manifests_util import (
-    dockerfile_instructions,
-    dockerignore_excludes,
     BASE,
-    CLUSTER_SCOPED,
     CERTGEN_SERVICE_ACCOUNT,
+    CLUSTER_SCOPED,
     DEFAULT_VARIANT,
     MANIFESTS,
     NAMESPACE,
@@ -41,6 +39,8 @@ from tests.manifests_util import (
     build_variant,
     canonical,
     describe,
+    dockerfile_instructions,
+    dockerignore_excludes,
     find,
     find_one,
     kustomization_dirs,
@@ -419,9 +419,9 @@ def test_mutating_webhook_selects_pods_of_volcano_jobs(base: list[dict[str, Any]
 
 def test_mutating_webhook_selects_pods_made_from_the_example_jobs(base: list[dict[str, Any]]) -> None:
     """The same, with the Pods the project's own model of Volcano's controller builds."""
+    from volcano_job_webhook.documents import load_object
     from volcano_job_webhook.plugins import Job
     from volcano_job_webhook.plugins.podgen import make_pod
-    from volcano_job_webhook.documents import load_object
 
     webhook = mutating(base)
     jobs = sorted((ROOT / "examples" / "jobs").glob("*.yaml"))
@@ -749,7 +749,7 @@ def test_dockerfile_builds_the_contracted_image() -> None:
     assert base_arg["PYTHON_IMAGE"] == "python:3.11-slim"
     assert all(s.split()[0] == "${PYTHON_IMAGE}" for s in stages), "every stage on the same base (the venv's python symlink)"
     final = instructions[max(i for i, (w, _) in enumerate(instructions) if w == "FROM"):]
-    last = {w: r for w, r in final}
+    last = dict(final)
     assert last["USER"] == f"{UID}:{UID}"
     assert json.loads(last["ENTRYPOINT"]) == ["volcano-webhook"]
     assert json.loads(last["CMD"]) == ["serve"]
@@ -772,7 +772,7 @@ def test_build_context_holds_what_the_wheel_needs_and_no_secrets() -> None:
     for source in copied:
         path = ROOT / source
         assert path.exists(), source
-        files = [path] if path.is_file() else [p for p in path.rglob("*.py")]
+        files = [path] if path.is_file() else list(path.rglob("*.py"))
         assert files, source
         for f in files:
             rel = f.relative_to(ROOT).as_posix()

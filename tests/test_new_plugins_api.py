@@ -12,12 +12,12 @@ import jsonpatch
 import pytest
 import yaml
 
-from volcano_job_webhook.plugins import Job
-from volcano_job_webhook.plugins.podgen import make_pod
 from tests.conftest import EXAMPLES
 from tests.schema import validate_object, validate_pod
-from volcano_job_webhook.server.review import admission_review
 from volcano_job_webhook.cli import main
+from volcano_job_webhook.plugins import Job
+from volcano_job_webhook.plugins.podgen import make_pod
+from volcano_job_webhook.server.review import admission_review
 
 pytestmark = pytest.mark.anyio
 ANNOTATION = "volcano-job-webhook/plugins"

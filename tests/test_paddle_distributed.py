@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 import yaml
 
-launch_context = pytest.importorskip("paddle.distributed.launch.context")
-
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.paddle import RESERVED
 from volcano_job_webhook.plugins.podgen import make_pod
+
+launch_context = pytest.importorskip("paddle.distributed.launch.context")
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLE = EXAMPLES / "jobs" / "paddle-job.yaml"

@@ -6,9 +6,9 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
+from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.plugins import Chain, Flag, Job, Plugin, PodContext, registry
 from volcano_job_webhook.plugins.pod import containers, ensure_envs
-from volcano_job_webhook.config import load_settings
 
 
 class GreetPlugin(Plugin):

@@ -13,7 +13,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.conftest import EXAMPLES, ROOT
 from volcano_job_webhook.certs import ensure_certs, generate_ca, generate_serving_cert
 from volcano_job_webhook.certs.tls import CertReloader, HTTPSServer, build_server, make_server_context
-
-from tests.conftest import EXAMPLES, ROOT
 
 
 async def tiny_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -44,7 +43,7 @@ def client_cert(ca_pem: bytes, ca_key_pem: bytes) -> tuple[bytes, bytes]:
     ca_key = serialization.load_pem_private_key(ca_key_pem, None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
@@ -210,7 +209,7 @@ class Load:
                 with httpx.Client(verify=self.context) as c:
                     assert c.get(self.url).status_code == 200
                 self.ok += 1
-            except Exception as exc:  # noqa: BLE001 - any failure counts
+            except Exception as exc:
                 self.failures.append(exc)
 
     def __enter__(self) -> Load:
@@ -356,19 +355,18 @@ def test_recorded_reviews_through_the_real_https_server(certs):
     from volcano_job_webhook.server.jobs import DirectoryJobSource
 
     app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain())
-    with running(certs, app=app) as server:
-        with httpx.Client(verify=trusting(certs / "ca.crt"), base_url=f"https://localhost:{server.port}") as c:
-            for path in sorted((EXAMPLES / "admission").glob("*.json")):
-                review = json.loads(path.read_text())
-                reply = c.post("/validate" if "validate" in path.stem else "/mutate", json=review)
-                assert reply.status_code == 200
-                body = reply.json()
-                assert body["apiVersion"] == review["apiVersion"] and body["response"]["uid"] == review["request"]["uid"]
-                recorded = ROOT / "tests" / "fixtures" / "admission" / f"{path.stem}.patch.json"
-                if recorded.exists():
-                    assert json.loads(base64.b64decode(body["response"]["patch"])) == json.loads(recorded.read_text())
-                else:
-                    assert body["response"]["allowed"] is (path.stem != "broken-job-validate")
+    with running(certs, app=app) as server, httpx.Client(verify=trusting(certs / "ca.crt"), base_url=f"https://localhost:{server.port}") as c:
+        for path in sorted((EXAMPLES / "admission").glob("*.json")):
+            review = json.loads(path.read_text())
+            reply = c.post("/validate" if "validate" in path.stem else "/mutate", json=review)
+            assert reply.status_code == 200
+            body = reply.json()
+            assert body["apiVersion"] == review["apiVersion"] and body["response"]["uid"] == review["request"]["uid"]
+            recorded = ROOT / "tests" / "fixtures" / "admission" / f"{path.stem}.patch.json"
+            if recorded.exists():
+                assert json.loads(base64.b64decode(body["response"]["patch"])) == json.loads(recorded.read_text())
+            else:
+                assert body["response"]["allowed"] is (path.stem != "broken-job-validate")
 
 
 def test_reload_without_memfd_uses_a_private_temporary_directory(certs, monkeypatch):

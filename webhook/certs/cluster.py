@@ -58,7 +58,7 @@ def sync_secret(api: client.ApiClient, namespace: str, name: str, service: str, 
     bundle, changed = issue_bundle(existing, dns, ips)
     if not changed:
         return bundle, False
-    data = {TLS_CERT: _b64(bundle.cert), TLS_KEY: _b64(bundle.key), CA_CERT: _b64(bundle.ca_cert)}
+    data: dict[str, bytes | str] = {TLS_CERT: _b64(bundle.cert), TLS_KEY: _b64(bundle.key), CA_CERT: _b64(bundle.ca_cert)}
     if bundle.ca_key is not None:
         data[CA_KEY] = _b64(bundle.ca_key)
     if secret is None:

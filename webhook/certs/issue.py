@@ -14,13 +14,9 @@ message raised here; private keys are written mode 0600, created with that mode.
 from __future__ import annotations
 
 import ipaddress
-import os
-import secrets
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -80,7 +76,7 @@ def default_sans(service: str = "volcano-job-webhook", namespace: str = "volcano
 
 
 def _now(now: datetime | None) -> datetime:
-    return now if now is not None else datetime.now(timezone.utc)
+    return now if now is not None else datetime.now(UTC)
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
