@@ -30,17 +30,21 @@ async def test_reads_reloads_and_keeps_last_good(tmp_path):
     source = DirectoryJobSource(tmp_path, interval=0)
     assert not source.ready
     source.start()
+    await source.loaded()
     assert source.ready and len(source) == 2
     assert (await source.get("default", "a"))["metadata"]["name"] == "a"
     assert (await source.get("team", "b")) is not None
     assert await source.get("default", "b") is None
 
+    # A miss waits for the look at the directory it started: a job written a moment ago is found.
     write(tmp_path / "c.json", '{"kind": "Job", "metadata": {"name": "c"}, "spec": {}}')
     assert await source.get("default", "c") is not None
 
     write(tmp_path / "a.yaml", "kind: Job\nmetadata: {name: [unclosed")
+    await source.loaded()
     assert await source.get("default", "a") is not None, "a half-saved file keeps its last good jobs"
 
     (tmp_path / "a.yaml").unlink()
+    await source.loaded()
     assert await source.get("default", "a") is None
     assert len(source) == 1

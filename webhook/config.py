@@ -12,7 +12,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from volcano_job_webhook.plugins import BUILTIN_ORDER, ChainConfig, Settings
@@ -52,6 +52,21 @@ class WebhookSettings(BaseSettings):
     )
 
     max_body_bytes: int = Field(3 * 1024 * 1024, ge=1024, description="largest AdmissionReview accepted")
+    # What one client can hold (webhook/server/connections.py); docs/install.md, "Limits".
+    header_timeout_seconds: float = Field(10.0, gt=0, description="time for a request's headers, from connection or first byte")
+    body_timeout_seconds: float = Field(10.0, gt=0, description="time for a request's body, from its headers")
+    idle_timeout_seconds: float = Field(30.0, gt=0, description="an idle keep-alive connection is closed after this")
+    tls_handshake_timeout_seconds: float = Field(10.0, gt=0, description="time for the TLS handshake (and TLS shutdown)")
+    max_connections: int = Field(1024, ge=1, description="open connections; past it the longest-waiting one is closed")
+    max_header_bytes: int = Field(32 * 1024, ge=1024, description="request line and headers of one request")
+    max_buffered_body_bytes: int = Field(
+        32 * 1024 * 1024, ge=1024, description="request bodies held across all connections; past it the longest-waiting are dropped"
+    )
+    receive_buffer_bytes: int = Field(16 * 1024, ge=4096, description="SO_RCVBUF of client connections (the kernel doubles it)")
+    max_job_file_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="a larger file in jobs_dir is skipped, with a warning")
+    job_lookup_ttl_seconds: float = Field(
+        5.0, ge=0, description="job_source=kube: how long a live GET's answer (found or not) is reused"
+    )
     log_level: str = Field("info", description="debug, info, warning or error")
 
     @field_validator("log_level")
@@ -60,6 +75,12 @@ class WebhookSettings(BaseSettings):
         if value.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("must be debug, info, warning or error")
         return value.lower()
+
+    @model_validator(mode="after")
+    def _one_body_fits(self) -> WebhookSettings:
+        if self.max_buffered_body_bytes < self.max_body_bytes:
+            raise ValueError("max_buffered_body_bytes must be at least max_body_bytes (one whole request must fit)")
+        return self
 
     @classmethod
     def settings_customise_sources(

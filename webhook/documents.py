@@ -1,19 +1,120 @@
-"""Reading Kubernetes objects from YAML or JSON files, or standard input (``-``)."""
+"""Reading Kubernetes objects from YAML or JSON files, or standard input (``-``), within bounds.
+
+Whoever writes the file may be hostile (a jobs directory, a file handed to the CLI), so reading
+never takes more than :data:`MAX_INPUT_BYTES` (a special file such as ``/dev/zero`` or a FIFO is
+refused before it is read, a terminal on standard input too), and parsing refuses a document
+nested more than :data:`MAX_DEPTH` levels deep or whose aliases would add more than
+:data:`MAX_ALIAS_NODES` nodes (a "billion laughs" file is 1 KB of YAML and 387 million strings
+once expanded). Each is one :class:`DocumentError` line.
+"""
 
 from __future__ import annotations
 
+import os
+import select
+import stat
 import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from volcano_job_webhook.plugins import Job
 
+# Kubernetes stores no object over 1.5 MiB (etcd's request limit); a file may hold several.
+MAX_INPUT_BYTES = 4 * 1024 * 1024
+# The deepest Volcano Job is about 15 levels (spec.tasks[].template.spec.affinity...).
+MAX_DEPTH = 100
+MAX_ALIAS_NODES = 100_000
+# Standard input that sends nothing for this long is taken as never ending.
+STDIN_IDLE_SECONDS = 30.0
+
+
+class DocumentError(ValueError):
+    """A file that cannot be read or does not hold the object expected."""
+
+
+class _Refused(yaml.YAMLError):
+    pass
+
 
 class _JsonLoader(yaml.SafeLoader):
     """YAML as Kubernetes reads it: ``2024-01-01T00:00:00Z`` stays a string (Kubernetes objects are
-    JSON, and a parsed ``datetime`` would compare unequal to the string the API server sends)."""
+    JSON, and a parsed ``datetime`` would compare unequal to the string the API server sends).
+
+    Bounded: composing (PyYAML's only recursion) stops past :data:`MAX_DEPTH` levels, and a
+    document with aliases is measured as it would be once expanded (shared nodes counted each time
+    they are used, a node that contains itself as endless) before anything is built from it."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            return super().compose_node(parent, index)
+        if self.check_event(yaml.ScalarEvent):  # depth counts lists and maps, as JSON nesting does
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise _Refused(f"nested more than {MAX_DEPTH} levels deep")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> Any:
+        self._aliases = 0
+        node = super().compose_document()
+        if self._aliases:
+            added = _expanded_size(node) - _distinct_size(node)
+            if added == float("inf"):
+                raise _Refused("a YAML alias refers to a node that contains it")
+            if added > MAX_ALIAS_NODES:
+                raise _Refused(f"YAML aliases would add more than {MAX_ALIAS_NODES} nodes (an alias bomb?)")
+        return node
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _distinct_size(root: Any) -> int:
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            stack.extend(_children(node))
+    return len(seen)
+
+
+def _expanded_size(root: Any) -> float:
+    """Nodes in ``root`` with every alias expanded; ``inf`` for a node that contains itself."""
+    sizes: dict[int, float] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    on_path: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in _children(node))
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            return float("inf")
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+    return sizes[id(root)]
 
 
 _JsonLoader.yaml_implicit_resolvers = {
@@ -22,23 +123,82 @@ _JsonLoader.yaml_implicit_resolvers = {
 }
 
 
-class DocumentError(ValueError):
-    """A file that cannot be read or does not hold the object expected."""
+def _over(source: str, limit: int) -> DocumentError:
+    return DocumentError(f"{source}: larger than the limit of {limit} bytes")
 
 
-def read_text(source: str) -> str:
-    if source == "-":
-        return sys.stdin.read()
+def read_file(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes. Opened without blocking (a FIFO
+    with no writer would hang ``open``) and checked on the open descriptor, so a file swapped for
+    something else after a ``stat`` is still caught."""
     try:
-        return Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DocumentError(f"{source}: cannot read: {exc}") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise DocumentError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise DocumentError(f"{path}: not a regular file")
+        if info.st_size > limit:
+            raise _over(path, limit)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:  # it grew while being read
+            raise _over(path, limit)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise DocumentError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def read_stdin(limit: int = MAX_INPUT_BYTES, idle: float = STDIN_IDLE_SECONDS) -> bytes:
+    """Standard input, up to ``limit`` bytes; refused when it is a terminal (nobody is typing a Job
+    in) or sends nothing for ``idle`` seconds."""
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an in-memory stream (tests, embedding)
+        text = sys.stdin.read(limit + 1)
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        if len(data) > limit:
+            raise _over("-", limit)
+        return data
+    if os.isatty(fd):
+        raise DocumentError("-: standard input is a terminal; pipe the file in or name it")
+    chunks, size = [], 0
+    while size <= limit:
+        ready, _, _ = select.select([fd], [], [], idle)
+        if not ready:
+            raise DocumentError(f"-: nothing read from standard input for {idle:g} s")
+        chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+    raise _over("-", limit)
+
+
+def read_text(source: str, limit: int = MAX_INPUT_BYTES) -> str:
+    """``source`` (a path, or ``-`` for standard input) as UTF-8 text, within :func:`read_file`'s
+    and :func:`read_stdin`'s bounds."""
+    data = read_stdin(limit) if source == "-" else read_file(source, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DocumentError(f"{source}: not UTF-8 text (byte {exc.start})") from None
 
 
 def parse_documents(text: str, source: str = "<input>") -> list[Any]:
-    """Every non-empty document of a YAML stream (JSON is YAML too)."""
+    """Every non-empty document of a YAML stream (JSON is YAML too), within the bounds above."""
     try:
         return [doc for doc in yaml.load_all(text, Loader=_JsonLoader) if doc is not None]
+    except _Refused as exc:
+        raise DocumentError(f"{source}: refused: {exc}") from None
     except yaml.YAMLError as exc:
         reason = str(exc).replace("\n", " ")
         raise DocumentError(f"{source}: not valid YAML or JSON: {reason}") from None

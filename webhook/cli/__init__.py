@@ -50,5 +50,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ApiException as exc:
         print(f"volcano-webhook {args.command}: the API server answered {exc.status} {exc.reason}", file=sys.stderr)
         return 1
+    except (MemoryError, RecursionError) as exc:
+        # Inputs are bounded before they are built (documents, inputs); should one still be too
+        # big, it is still one line and exit 2, never a traceback.
+        print(f"volcano-webhook {args.command}: input too large or too deeply nested to process ({type(exc).__name__})",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:  # the reader went away (| head): nothing left to say
+        sys.stderr.close()
+        return 1
     except KeyboardInterrupt:
         return 130

@@ -7,12 +7,13 @@ import json
 import sys
 from typing import Any
 
-from volcano_job_webhook.documents import load_job, load_object
+from volcano_job_webhook.documents import load_object
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.server.patch import make_patch
 
 from .errors import CommandError
+from .inputs import load_job
 
 
 def add_parser(sub: Any) -> None:

@@ -6,8 +6,10 @@ import argparse
 import json
 from typing import Any
 
-from volcano_job_webhook.documents import dump_yaml_stream, load_job
+from volcano_job_webhook.documents import dump_yaml_stream
 from volcano_job_webhook.plugins import Chain
+
+from .inputs import load_job
 
 
 def add_parser(sub: Any) -> None:

@@ -6,9 +6,10 @@ import argparse
 import json
 from typing import Any
 
-from volcano_job_webhook.documents import load_job
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.server.review import API_VERSIONS, admission_review
+
+from .inputs import load_job
 
 
 def add_parser(sub: Any) -> None:

@@ -121,6 +121,8 @@ class AdmissionEndpoint:
             return 400, orjson.dumps({"error": f"not an AdmissionReview: {reason}"})
         try:
             response = await self.handler(review)
+        except RecursionError:  # the handlers bound depth first; this is the last line of defence
+            response = AdmissionResponse.deny("request.object: nested too deeply to process", code=400, result="bad-request")
         except Exception:
             log.exception("admission handler failed", extra={"uid": review.uid})
             response = AdmissionResponse.deny("volcano-job-webhook: internal error; see the webhook's logs", code=500, result="error")
@@ -158,9 +160,10 @@ class WebhookServer:
     document the same endpoints and give the same bytes.
     """
 
-    def __init__(self, api: FastAPI, endpoints: MutableMapping[str, AdmissionEndpoint]) -> None:
+    def __init__(self, api: FastAPI, endpoints: MutableMapping[str, AdmissionEndpoint], metrics: WebhookMetrics | None = None) -> None:
         self.api = api
         self.endpoints = endpoints
+        self.metrics = metrics or WebhookMetrics()
 
     def lifespan(self) -> AbstractAsyncContextManager[Any]:
         """The app's lifespan (job source started, then stopped) without a server: for tests and tools."""
@@ -222,4 +225,4 @@ def create_app(
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    return WebhookServer(api, {"/mutate": mutate, "/validate": validate} if fast_path else {})
+    return WebhookServer(api, {"/mutate": mutate, "/validate": validate} if fast_path else {}, metrics)

@@ -15,10 +15,10 @@ from typing import Any, Protocol
 from volcano_job_webhook.plugins import Chain, Job, PluginError, PreparedJob
 from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_KIND, JOB_NAME_KEY
 
-from .jobs import JobSource
+from .jobs import JobSource, NamespaceNotWatched
 from .metrics import WebhookMetrics
 from .patch import make_patch
-from .review import AdmissionRequest, AdmissionResponse
+from .review import MAX_OBJECT_DEPTH, AdmissionRequest, AdmissionResponse, nested_deeper_than
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,10 @@ class JobCache:
         if prepared is not None:
             self._entries.move_to_end(key)
             return prepared
+        if nested_deeper_than(raw):
+            meta = _object_meta(raw)
+            raise PluginError(f"{meta.get('namespace') or 'default'}/{meta.get('name')}", "", "job",
+                              f"nested more than {MAX_OBJECT_DEPTH} levels deep")
         prepared = self.chain.prepare(Job.from_object(raw))
         self._entries[key] = prepared
         if len(self._entries) > self.size:
@@ -92,6 +96,8 @@ class PodMutator:
         pod = req.object
         if not isinstance(pod, Mapping) or (pod.get("kind") not in (None, "Pod")):
             return AdmissionResponse.deny("request.object: missing or not a Pod", code=400, result="bad-request")
+        if nested_deeper_than(pod):
+            return _too_deep()
         meta = _object_meta(pod)
         labels = meta.get("labels")
         job_name = labels.get(JOB_NAME_KEY) if isinstance(labels, Mapping) else None
@@ -105,6 +111,13 @@ class PodMutator:
         lookups = self.metrics.lookups
         try:
             raw_job = await self.source.get(namespace, job_name)
+        except NamespaceNotWatched:
+            lookups.labels("not_watched").inc()
+            log.warning("namespace not watched; Pod passes unchanged", extra=context)
+            return AdmissionResponse.allow(
+                "no-job", [f"volcano-job-webhook: namespace {namespace} is not watched by this webhook (--namespace): "
+                           f"Pod of job {job_name} not wired"]
+            )
         except Exception as exc:  # the API server may be away; the Pod must not be blocked for it
             lookups.labels("error").inc()
             log.warning("job lookup failed: %s", exc, extra=context)
@@ -134,6 +147,10 @@ class PodMutator:
         return AdmissionResponse(allowed=True, patch=patch, warnings=result.warnings, result="patched")
 
 
+def _too_deep() -> AdmissionResponse:
+    return AdmissionResponse.deny(f"request.object: nested more than {MAX_OBJECT_DEPTH} levels deep", code=400, result="bad-request")
+
+
 class JobValidator:
     """Denies a Volcano Job whose plugins would fail, with the message its Pods would get."""
 
@@ -145,6 +162,8 @@ class JobValidator:
             return AdmissionResponse.allow("ignored")
         if not isinstance(req.object, Mapping):
             return AdmissionResponse.deny("request.object: missing or not a Volcano Job", code=400, result="bad-request")
+        if nested_deeper_than(req.object):
+            return _too_deep()
         obj = dict(req.object)
         meta = _object_meta(obj)
         if req.namespace and not meta.get("namespace"):

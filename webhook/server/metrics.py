@@ -35,7 +35,7 @@ class WebhookMetrics:
             "volcano_webhook_patches_total", "Pods patched, by plugin that ran", ["plugin"], registry=self.registry,
         )
         self.lookups = Counter(
-            "volcano_webhook_job_lookups_total", "Job lookups, by result (found, not_found, error)",
+            "volcano_webhook_job_lookups_total", "Job lookups, by result (found, not_found, not_watched, error)",
             ["result"], registry=self.registry,
         )
         for name in ("requests", "latency", "patches", "lookups"):

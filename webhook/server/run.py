@@ -6,6 +6,7 @@ import logging
 import os
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from volcano_job_webhook import logs
 from volcano_job_webhook.certs.files import ensure_certs
@@ -14,7 +15,9 @@ from volcano_job_webhook.config import ConfigError, WebhookSettings
 from volcano_job_webhook.plugins import Chain, default_registry
 
 from .app import create_app
+from .connections import ConnectionGuard, ConnectionLimits, GuardCollector, guarded_protocol
 from .jobs import DirectoryJobSource, JobSource
+from .memory import MemoryTrimmer, tune_malloc
 
 log = logging.getLogger(__name__)
 
@@ -42,18 +45,51 @@ def make_source(settings: WebhookSettings) -> JobSource:
 
         from .jobs.kube import KubeJobSource
 
-        return KubeJobSource(api_client(settings.kubeconfig), settings.namespaces)
-    return DirectoryJobSource(jobs_dir(settings))
+        return KubeJobSource(api_client(settings.kubeconfig), settings.namespaces, lookup_ttl=settings.job_lookup_ttl_seconds)
+    return DirectoryJobSource(jobs_dir(settings), max_file_bytes=settings.max_job_file_bytes)
+
+
+def connection_limits(settings: WebhookSettings) -> ConnectionLimits:
+    return ConnectionLimits(
+        header_timeout=settings.header_timeout_seconds,
+        body_timeout=settings.body_timeout_seconds,
+        idle_timeout=settings.idle_timeout_seconds,
+        handshake_timeout=settings.tls_handshake_timeout_seconds,
+        max_connections=settings.max_connections,
+        max_header_bytes=settings.max_header_bytes,
+        max_buffered_body_bytes=settings.max_buffered_body_bytes,
+        receive_buffer_bytes=settings.receive_buffer_bytes,
+    )
+
+
+def server_options(limits: ConnectionLimits) -> tuple[ConnectionGuard, dict[str, Any]]:
+    """The guard over one server's connections and the :func:`build_server` keywords that apply
+    ``limits``: the guarded protocol, uvicorn's keep-alive timeout, the TLS handshake timeout, the
+    memory trimmer; no WebSocket upgrades (nothing here speaks WebSocket, and an upgraded
+    connection would leave the guard)."""
+    guard = ConnectionGuard(limits)
+    trimmer = MemoryTrimmer(guard)
+    return guard, {
+        "http": guarded_protocol(guard),
+        "ws": "none",
+        "timeout_keep_alive": limits.idle_timeout,
+        "handshake_timeout": limits.handshake_timeout,
+        "receive_buffer": limits.receive_buffer_bytes,
+        "background": [trimmer.run],
+    }
 
 
 def run(settings: WebhookSettings) -> None:
     """Run the webhook until SIGINT/SIGTERM. Missing certificates are created first."""
     logs.configure(settings.log_level)
+    tune_malloc()  # before any thread starts
     source = make_source(settings)
     paths = ensure_certs(settings.certs_dir, settings.service_name, settings.service_namespace)
     log.info("serving certificate %s; CA bundle for the webhook registration: %s", paths.cert, paths.ca_cert)
     print(f"CA bundle: {paths.ca_cert}", flush=True)
     app = create_app(source, Chain(default_registry(), settings.chain_config()), max_body_bytes=settings.max_body_bytes)
+    guard, options = server_options(connection_limits(settings))
+    app.metrics.registry.register(GuardCollector(guard))
     serve(
         app,
         settings.host,
@@ -62,4 +98,5 @@ def run(settings: WebhookSettings) -> None:
         paths.key,
         client_ca_file=settings.client_ca_file,
         reload_interval=settings.cert_reload_seconds,
+        **options,
     )

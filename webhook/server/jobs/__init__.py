@@ -1,8 +1,8 @@
 """Where the webhook finds Volcano Jobs: one small interface, two sources.
 
 * :class:`~.files.DirectoryJobSource` (the embedded default): Job YAML/JSON files in a directory;
-* :class:`~.kube.KubeJobSource`: a watch-backed cache of the cluster's Jobs (imported from
-  :mod:`.kube`, which needs the ``kubernetes`` client).
+* :class:`~.kube.KubeJobSource`: a watch-backed cache of the cluster's Jobs in the watched
+  namespaces (imported from :mod:`.kube`, which needs the ``kubernetes`` client).
 
 Admission never waits on a list: ``get`` answers from memory, and a kube cache miss costs one GET.
 """
@@ -13,7 +13,16 @@ from typing import Any, Protocol
 
 from .files import DirectoryJobSource
 
-__all__ = ["DirectoryJobSource", "JobSource"]
+__all__ = ["DirectoryJobSource", "JobSource", "NamespaceNotWatched"]
+
+
+class NamespaceNotWatched(LookupError):
+    """A lookup in a namespace the source does not serve (``--namespace``): the Pod is not wired."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(namespace)
+        self.namespace = namespace
+
 
 
 class JobSource(Protocol):
@@ -36,4 +45,6 @@ class JobSource(Protocol):
         """Details for ``/readyz``."""
 
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Job object, or None when there is no such Job."""
+        """The Job object, or None when there is no such Job; raises :class:`NamespaceNotWatched`
+        for a namespace the source does not serve."""
+

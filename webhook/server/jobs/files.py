@@ -1,54 +1,67 @@
-"""Where the webhook finds Volcano Jobs: one small interface, two sources.
+"""Volcano Jobs from files in a directory: the embedded default source, for a server with no cluster.
 
-* :class:`DirectoryJobSource` (the embedded default): Job YAML/JSON files in a directory, re-read
-  when the directory changes, so the server runs with no cluster at all;
-* :class:`webhook.kubecache.KubeJobSource`: a watch-backed cache of the cluster's Jobs.
-
-Admission never waits on a list: ``get`` answers from memory, and a kube cache miss costs one GET.
+Files are read and parsed in one worker thread, never on the event loop: a 50 MB YAML file dropped
+into the directory once froze the server, ``/healthz`` included, for minutes. The worker builds a
+new table and swaps it in whole, so a lookup sees the old jobs or the new ones, never half of each;
+``start`` returns at once and the server answers ``/healthz`` (and ``/readyz``: not ready) while
+the first load runs.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from volcano_job_webhook.documents import MAX_INPUT_BYTES, DocumentError, parse_documents, read_text
 from volcano_job_webhook.plugins.keys import JobKey
-
-from volcano_job_webhook.documents import DocumentError, parse_documents, read_text
 
 log = logging.getLogger(__name__)
 
 JOB_SUFFIXES = (".yaml", ".yml", ".json")
+Signature = dict[Path, tuple[int, int]]
 
 
 class DirectoryJobSource:
     """Volcano Jobs read from ``*.yaml``, ``*.yml`` and ``*.json`` files in one directory.
 
     A file may hold several documents; only ``kind: Job`` objects are kept and a missing namespace
-    means ``default``. The directory is looked at again, at most every ``interval`` seconds, when a
-    lookup happens; files whose names, sizes or modification times changed are re-read, and a file
-    that no longer parses keeps its last good Jobs (logged), so an editor's half-saved file never
-    drops jobs.
+    means ``default``. A lookup looks at the directory again when ``interval`` seconds have passed
+    since the last look, in the worker; files whose names, sizes or modification times changed are
+    re-read there, and a file that no longer parses keeps its last good Jobs (logged), so an
+    editor's half-saved file never drops jobs. A file over ``max_file_bytes``, not a regular file,
+    nested too deep or holding an alias bomb is skipped with one warning naming it.
+
+    A lookup answers from the current table at once. Only when the job is not there and a look at
+    the directory is under way does it wait for that look (at most ``miss_wait`` seconds): a Job
+    file written a moment before its Pods is then found.
     """
 
-    def __init__(self, directory: Path, interval: float = 1.0) -> None:
+    def __init__(self, directory: Path, interval: float = 1.0, *, max_file_bytes: int = MAX_INPUT_BYTES,
+                 miss_wait: float = 1.0) -> None:
         self.directory = Path(directory)
         self.interval = interval
-        self._lock = threading.Lock()
-        self._signature: dict[Path, tuple[int, int]] = {}
+        self.max_file_bytes = max_file_bytes
+        self.miss_wait = miss_wait
+        self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-files")
+        self._look: concurrent.futures.Future[bool] | None = None
+        self._checked = float("-inf")
+        # Owned by the worker thread; the event loop reads only ``_jobs``, replaced whole.
+        self._signature: Signature = {}
         self._by_file: dict[Path, dict[JobKey, dict[str, Any]]] = {}
+        self._skipped: dict[Path, tuple[int, int]] = {}
         self._jobs: dict[JobKey, dict[str, Any]] = {}
-        self._checked = 0.0
         self._ready = False
 
     def start(self) -> None:
-        self.refresh(force=True)
+        """Begin the first load in the worker and return."""
+        self._schedule(force=True)
 
     def stop(self) -> None:
-        pass
+        self._worker.shutdown(wait=False, cancel_futures=True)
 
     @property
     def ready(self) -> bool:
@@ -61,53 +74,83 @@ class DirectoryJobSource:
         return {"source": "files", "directory": str(self.directory)}
 
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self.refresh()
-        return self._jobs.get((namespace, name))
+        look = self._schedule()
+        job = self._jobs.get((namespace, name))
+        if job is None and look is not None and not look.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(look)), self.miss_wait)
+            except (TimeoutError, concurrent.futures.CancelledError):
+                pass
+            job = self._jobs.get((namespace, name))
+        return job
 
-    def refresh(self, force: bool = False) -> bool:
-        """Re-read changed files; True when the set of Jobs may have changed."""
+    async def loaded(self) -> None:
+        """Wait for the look under way (or a new one) to finish."""
+        look = self._schedule(force=True)
+        if look is not None:
+            await asyncio.wrap_future(look)
+
+    def _schedule(self, force: bool = False) -> concurrent.futures.Future[bool] | None:
+        """The look at the directory under way, or a new one when ``interval`` has passed."""
+        look = self._look
+        if look is not None and not look.done():
+            return look
         now = time.monotonic()
         if not force and now - self._checked < self.interval:
-            return False
-        with self._lock:
-            self._checked = now
-            try:
-                paths = sorted(p for p in self.directory.iterdir() if p.suffix in JOB_SUFFIXES and p.is_file())
-            except OSError as exc:
-                log.error("cannot list jobs directory %s: %s", self.directory, exc)
-                return False
-            signature = {}
-            for path in paths:
-                try:
-                    st = path.stat()
-                except OSError:
-                    continue
-                signature[path] = (st.st_mtime_ns, st.st_size)
-            if signature == self._signature and self._ready:
-                return False
-            for path in list(self._by_file):
-                if path not in signature:
-                    del self._by_file[path]
-            for path, sig in signature.items():
-                if self._signature.get(path) != sig or path not in self._by_file:
-                    loaded = self._load(path)
-                    if loaded is not None:
-                        self._by_file[path] = loaded
-            self._signature = signature
-            jobs: dict[JobKey, dict[str, Any]] = {}
-            for loaded in self._by_file.values():
-                jobs.update(loaded)
-            self._jobs = jobs
-            self._ready = True
-            return True
-
-    @staticmethod
-    def _load(path: Path) -> dict[JobKey, dict[str, Any]] | None:
-        try:
-            docs = parse_documents(read_text(str(path)), str(path))
-        except DocumentError as exc:
-            log.warning("keeping the last good jobs of %s: %s", path, exc)
             return None
+        self._checked = now
+        try:
+            self._look = self._worker.submit(self.refresh)
+        except RuntimeError:  # stopped
+            return None
+        return self._look
+
+    def refresh(self) -> bool:
+        """Re-read changed files (in the worker thread); True when the set of Jobs may have changed."""
+        try:
+            signature = self._list()
+        except OSError as exc:
+            log.error("cannot list jobs directory %s: %s", self.directory, exc)
+            return False
+        if signature == self._signature and self._ready:
+            return False
+        by_file = {path: jobs for path, jobs in self._by_file.items() if path in signature}
+        for path, sig in signature.items():
+            if self._signature.get(path) != sig or path not in by_file:
+                loaded = self._load(path, sig)
+                if loaded is not None:
+                    by_file[path] = loaded
+        jobs: dict[JobKey, dict[str, Any]] = {}
+        for loaded in by_file.values():
+            jobs.update(loaded)
+        self._signature, self._by_file = signature, by_file
+        self._jobs = jobs  # one assignment: readers see the old table or the new one
+        self._ready = True
+        return True
+
+    def _list(self) -> Signature:
+        signature: Signature = {}
+        for path in sorted(self.directory.iterdir()):
+            if path.suffix not in JOB_SUFFIXES:
+                continue
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            signature[path] = (st.st_mtime_ns, st.st_size)
+        return signature
+
+    def _load(self, path: Path, sig: tuple[int, int]) -> dict[JobKey, dict[str, Any]] | None:
+        try:
+            docs = parse_documents(read_text(str(path), self.max_file_bytes), str(path))
+        except DocumentError as exc:
+            # Said once per version of the file, not on every look.
+            if self._skipped.get(path) != sig:
+                kept = "keeping its last good jobs" if path in self._by_file else "skipped"
+                log.warning("jobs file %s: %s", kept, exc)
+            self._skipped[path] = sig
+            return None
+        self._skipped.pop(path, None)
         jobs = {}
         for doc in docs:
             if isinstance(doc, dict) and doc.get("kind") == "Job":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -10,17 +12,35 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.informer import JobInformer
-from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_PLURAL, JOB_VERSION
+from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_PLURAL, JOB_VERSION, JobKey
+
+from . import NamespaceNotWatched
 
 
 class KubeJobSource:
     """The webhook's view of the cluster's Jobs: the informer's cache, with a live GET on a miss (a Job
-    created a moment ago may reach us through its first Pod before its watch event)."""
+    created a moment ago may reach us through its first Pod before its watch event).
 
-    def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), get_timeout: float = 2.0) -> None:
+    Only the namespaces the informer watches are served: a lookup elsewhere raises
+    :class:`NamespaceNotWatched` without asking the API server (the webhook's RBAC may not even
+    allow it, and nothing would ever tell us the Job changed or went away). A live GET's answer,
+    found or not found, is reused for ``lookup_ttl`` seconds and then forgotten — it is never put in
+    the informer's cache, where a Job deleted while the GET was in flight could stay for good — and
+    lookups of the same Job while a GET is under way wait for that one GET. At most ``max_fetched``
+    answers are held (the oldest go first): Pods naming made-up jobs cannot grow the cache.
+    """
+
+    def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), get_timeout: float = 2.0,
+                 *, lookup_ttl: float = 5.0, max_fetched: int = 10_000) -> None:
         self.informer = JobInformer(api, namespaces)
         self.custom = client.CustomObjectsApi(api)
         self.get_timeout = get_timeout
+        self.lookup_ttl = lookup_ttl
+        self.max_fetched = max_fetched
+        self.watched = frozenset(ns for ns in self.informer.namespaces if ns)  # empty: every namespace
+        self._fetched: OrderedDict[JobKey, tuple[float, dict[str, Any] | None]] = OrderedDict()
+        self._inflight: dict[JobKey, asyncio.Future[dict[str, Any] | None]] = {}
+        self.live_gets = 0
 
     def start(self) -> None:
         self.informer.start()
@@ -40,17 +60,49 @@ class KubeJobSource:
         return {"source": "kube", "apiServer": "reachable" if self.informer.connected else "unreachable"}
 
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.watched and namespace not in self.watched:
+            raise NamespaceNotWatched(namespace)
         cached = self.informer.get(namespace, name)
         if cached is not None:
             return cached
+        key = (namespace, name)
+        fetched = self._fetched.get(key)
+        if fetched is not None:
+            if time.monotonic() < fetched[0]:
+                return fetched[1]
+            del self._fetched[key]
+        task = self._inflight.get(key)
+        if task is None:
+            # A task of its own, so a requester that goes away does not cancel the others' GET.
+            task = asyncio.get_running_loop().create_task(self._fetch(key))
+            self._inflight[key] = task
+            task.add_done_callback(lambda done: self._finished(key, done))
+        return await asyncio.shield(task)
+
+    def _finished(self, key: JobKey, task: asyncio.Task[dict[str, Any] | None]) -> None:
+        self._inflight.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here too: every requester may have gone
+
+    async def _fetch(self, key: JobKey) -> dict[str, Any] | None:
+        self.live_gets += 1
+        namespace, name = key
         try:
-            job = await asyncio.to_thread(
+            job: dict[str, Any] | None = await asyncio.to_thread(
                 self.custom.get_namespaced_custom_object, JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name,
                 _request_timeout=self.get_timeout,
             )
         except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        self.informer.store(job)
+            if exc.status != 404:
+                raise
+            job = None
+        self._remember(key, job)
         return job
+
+    def _remember(self, key: JobKey, job: dict[str, Any] | None) -> None:
+        if self.lookup_ttl <= 0:
+            return
+        self._fetched[key] = (time.monotonic() + self.lookup_ttl, job)
+        self._fetched.move_to_end(key)
+        while len(self._fetched) > self.max_fetched:
+            self._fetched.popitem(last=False)

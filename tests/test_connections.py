@@ -1,0 +1,300 @@
+"""What one client can hold, against the real uvicorn HTTPS server on loopback with small limits:
+slow and oversized headers, slow and unfinished bodies, idle keep-alive, silent TLS handshakes, the
+connection cap and the body budget — and that normal requests keep being answered meanwhile."""
+
+from __future__ import annotations
+
+import gc
+import json
+import socket
+import ssl
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES
+from volcano_job_webhook.certs import ensure_certs
+from volcano_job_webhook.certs.tls import HTTPSServer, build_server
+from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.server.app import create_app
+from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, GuardedHttpToolsProtocol
+from volcano_job_webhook.server.jobs import DirectoryJobSource
+from volcano_job_webhook.server.run import server_options
+
+LIMITS = ConnectionLimits(
+    header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6, handshake_timeout=0.6,
+    max_connections=50, max_header_bytes=4096, max_buffered_body_bytes=200_000,
+)
+MAX_BODY = 100_000
+REVIEW = (EXAMPLES / "admission" / "pytorch-pod.json").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("certs")
+    ensure_certs(path)
+    return path
+
+
+@contextmanager
+def serving(certs: Path, limits: ConnectionLimits = LIMITS) -> Iterator[tuple[HTTPSServer, ConnectionGuard]]:
+    """The real webhook app over HTTPS on 127.0.0.1 with ``limits``, in a thread."""
+    app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain(), max_body_bytes=MAX_BODY)
+    guard, options = server_options(limits)
+    server = build_server(app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", log_level="warning", **options)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.01)
+    server.port = server.addresses[0][1]  # type: ignore[attr-defined]
+    try:
+        yield server, guard
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        assert not thread.is_alive()
+
+
+def tls(port: int) -> ssl.SSLSocket:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+    return context.wrap_socket(raw, server_hostname="localhost")
+
+
+def read_all(sock: ssl.SSLSocket, timeout: float = 5.0) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    return data
+
+
+def read_response(sock: ssl.SSLSocket, timeout: float = 5.0) -> bytes:
+    """One whole response on a kept-alive connection (headers, then content-length bytes)."""
+    sock.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def status_of(reply: bytes) -> int:
+    return int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/1.1 ") else 0
+
+
+def post(path: str, body: bytes, *, length: int | None = None, extra: bytes = b"") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body) if length is None else length}\r\n").encode() + extra + b"\r\n" + body
+
+
+def mutate_ok(port: int) -> bool:
+    """One normal /mutate on a fresh connection: answered 200 with a patch."""
+    with tls(port) as sock:
+        sock.sendall(post("/mutate", REVIEW, extra=b"connection: close\r\n"))
+        reply = read_all(sock)
+    return status_of(reply) == 200 and b'"patchType":"JSONPatch"' in reply
+
+
+def closed_within(sock: ssl.SSLSocket, seconds: float) -> tuple[bool, bytes, float]:
+    started = time.monotonic()
+    reply = read_all(sock, timeout=seconds)
+    return True, reply, time.monotonic() - started
+
+
+def test_slow_headers_get_408_and_are_closed(certs):
+    with serving(certs) as (server, guard):
+        with tls(server.port) as sock:
+            sock.sendall(b"POST /mutate HTTP/1.1\r\nhost: localhost\r\n")  # and never the rest
+            _, reply, took = closed_within(sock, 5)
+        assert status_of(reply) == 408 and b"request headers not received in time" in reply
+        assert 0.5 < took < 3
+        assert guard.closed["header-timeout"] == 1
+        assert mutate_ok(server.port)
+
+
+def test_a_connection_that_never_sends_a_byte_is_closed(certs):
+    with serving(certs) as (server, guard):
+        with tls(server.port) as sock:
+            _, reply, took = closed_within(sock, 5)
+        assert reply == b"" and 0.5 < took < 3  # nothing was asked, so nothing is answered
+        assert guard.closed["header-timeout"] == 1
+
+
+def test_a_silent_tls_handshake_is_cut(certs):
+    with serving(certs) as (server, _):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+            started = time.monotonic()
+            assert raw.recv(1024) == b""  # the server hangs up without a ClientHello
+            assert time.monotonic() - started < 3
+
+
+@pytest.mark.parametrize("kind", ["content-length", "chunked"])
+def test_slow_or_unfinished_bodies_get_408_and_are_closed(certs, kind):
+    with serving(certs) as (server, guard):
+        with tls(server.port) as sock:
+            if kind == "chunked":
+                sock.sendall(b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n")
+            else:
+                sock.sendall(post("/mutate", b'{"apiVersion"', length=5000))
+            _, reply, took = closed_within(sock, 5)
+        assert status_of(reply) == 408 and b"request body not received in time" in reply
+        assert 0.5 < took < 3
+        assert guard.closed["body-timeout"] == 1 and guard.buffered == 0
+        assert mutate_ok(server.port)
+
+
+def test_a_body_trickled_byte_by_byte_is_cut_at_the_body_timeout(certs):
+    with serving(certs) as (server, guard):
+        with tls(server.port) as sock:
+            sock.sendall(post("/mutate", b"", length=1000))
+            started = time.monotonic()
+            sock.settimeout(0.1)
+            reply = b""
+            while time.monotonic() - started < 5:  # a byte every 100 ms: never idle, never done
+                try:
+                    sock.sendall(b" ")
+                    reply += sock.recv(4096)
+                    if reply:
+                        break
+                except TimeoutError:
+                    continue
+                except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
+                    break
+        assert status_of(reply) == 408 and time.monotonic() - started < 3
+        assert guard.closed["body-timeout"] == 1
+
+
+def test_oversized_headers_get_431(certs):
+    with serving(certs) as (server, guard):
+        with tls(server.port) as sock:  # one header line that never ends
+            sock.sendall(b"POST /mutate HTTP/1.1\r\nx-filler: " + b"a" * 10_000)
+            reply = read_all(sock)
+        assert status_of(reply) == 431
+        with tls(server.port) as sock:  # many small header lines, complete
+            sock.sendall(post("/mutate", b"{}", extra=b"".join(b"x-h%d: v\r\n" % i for i in range(1000))))
+            reply = read_all(sock)
+        assert status_of(reply) == 431
+        assert guard.closed["header-too-large"] == 2
+        assert mutate_ok(server.port)
+
+
+def test_idle_keep_alive_connections_are_closed(certs):
+    with serving(certs) as (server, _):
+        with tls(server.port) as sock:
+            sock.sendall(post("/mutate", REVIEW))
+            assert status_of(read_response(sock)) == 200
+            started = time.monotonic()
+            assert read_all(sock) == b""
+            assert 0.4 < time.monotonic() - started < 3
+
+
+def test_a_request_answered_early_does_not_leave_its_connection_open(certs):
+    """413 on the declared length is sent before the body: the rest of it, and then silence, must
+    not keep the connection open forever (uvicorn stops its keep-alive timer on every byte)."""
+    with serving(certs) as (server, _):
+        with tls(server.port) as sock:
+            sock.sendall(post("/mutate", b" " * 1000, length=MAX_BODY + 1))
+            assert status_of(read_response(sock)) == 413
+            sock.sendall(b" " * 1000)
+            started = time.monotonic()
+            read_all(sock)
+            assert time.monotonic() - started < 3
+
+
+def test_the_connection_cap_closes_the_longest_waiting_connection(certs):
+    limits = replace(LIMITS, max_connections=3, header_timeout=30, idle_timeout=30)
+    with serving(certs, limits) as (server, guard):
+        idle = [tls(server.port) for _ in range(3)]
+        time.sleep(0.2)
+        assert len(guard) == 3
+        assert mutate_ok(server.port), "a new connection is served: the oldest idle one made room"
+        assert read_all(idle[0], timeout=2) == b"", "the oldest was closed"
+        assert guard.closed["evicted"] >= 1 and len(guard) <= 3
+        for sock in idle:
+            sock.close()
+
+
+def test_the_body_budget_sheds_the_longest_waiting_bodies_and_serves_whole_requests(certs):
+    # Bodies of 90 KB each: two slow ones fit the 200 KB budget, a third does not.
+    with serving(certs) as (server, guard):
+        slow = []
+        for _ in range(3):
+            sock = tls(server.port)
+            sock.sendall(post("/mutate", b" " * 90_000, length=MAX_BODY))
+            slow.append(sock)
+            time.sleep(0.1)
+        assert status_of(read_all(slow[0], timeout=2)) == 503, "the longest-waiting body was shed"
+        assert guard.buffered <= LIMITS.max_buffered_body_bytes
+        assert mutate_ok(server.port), "a whole request is answered while slow ones hold the budget"
+        for sock in slow:
+            sock.close()
+        time.sleep(0.3)
+        assert guard.buffered == 0 and guard.closed["shed"] >= 1
+
+
+def test_413_is_kept_for_a_declared_or_streamed_oversized_body(certs):
+    with serving(certs) as (server, _):
+        with tls(server.port) as sock:
+            sock.sendall(post("/mutate", b"", length=MAX_BODY + 1, extra=b"connection: close\r\n"))
+            assert status_of(read_all(sock)) == 413
+        with tls(server.port) as sock:
+            chunk = b"%x\r\n%s\r\n" % (MAX_BODY + 1, b" " * (MAX_BODY + 1))
+            sock.sendall(b"POST /mutate HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n" + chunk)
+            assert status_of(read_all(sock)) == 413
+
+
+def test_slow_connections_leave_nothing_behind(certs):
+    """After many slow clients go away the guard is back to zero and no protocol object (with its
+    buffers) is kept alive by a reference."""
+    with serving(certs, replace(LIMITS, header_timeout=30, body_timeout=30)) as (server, guard):
+        socks = []
+        for i in range(30):
+            sock = tls(server.port)
+            sock.sendall(post("/mutate", b" " * 5000, length=MAX_BODY) if i % 2 else b"POST /mutate HTTP/1.1\r\n")
+            socks.append(sock)
+        time.sleep(0.2)
+        protocols = [weakref.ref(p) for p in list(guard.open)]
+        assert len(protocols) >= 25 and guard.buffered > 0
+        for sock in socks:
+            sock.close()
+        deadline = time.monotonic() + 5
+        while (len(guard) or guard.buffered) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(guard) == 0 and guard.buffered == 0 and not guard.waiting
+        assert mutate_ok(server.port)
+        time.sleep(0.2)
+        gc.collect()
+        assert not [ref for ref in protocols if ref() is not None]
+
+
+def test_settings_reach_the_server(certs, monkeypatch):
+    from volcano_job_webhook.config import load_settings
+    from volcano_job_webhook.server.run import connection_limits
+
+    monkeypatch.setenv("VOLCANO_WEBHOOK_HEADER_TIMEOUT_SECONDS", "0.5")
+    monkeypatch.setenv("VOLCANO_WEBHOOK_MAX_CONNECTIONS", "7")
+    limits = connection_limits(load_settings())
+    assert (limits.header_timeout, limits.max_connections) == (0.5, 7)
+    guard, options = server_options(limits)
+    assert issubclass(options["http"], GuardedHttpToolsProtocol) and options["http"].guard is guard
+    assert options["ws"] == "none" and options["timeout_keep_alive"] == limits.idle_timeout
+    with pytest.raises(ValueError, match="at least max_body_bytes"):
+        load_settings(max_body_bytes=2_000_000, max_buffered_body_bytes=1_000_000)
+    json.dumps(limits.__dict__)

@@ -1,0 +1,284 @@
+"""Bounds on what one HTTP client can hold: time for headers and for each body, header bytes, open
+connections, and request-body bytes buffered across all connections.
+
+The webhook is one shared service with ``failurePolicy: Fail``, reachable from every Pod in the
+cluster; uvicorn alone never times out a request whose headers or body arrive slowly, and buffers as
+many bodies as clients open. :class:`GuardedHttpToolsProtocol` is uvicorn's httptools protocol with
+those holes closed, counted in one :class:`ConnectionGuard` per server:
+
+* headers must be complete within ``header_timeout`` of the connection opening or of the first byte
+  after an idle keep-alive (408), and fit in ``max_header_bytes`` (431);
+* a request body must be complete within ``body_timeout`` of its headers (408);
+* at most ``max_connections`` connections: a new one closes the one that has waited longest without
+  a complete request (idle, or still sending headers or body); a request being answered is never
+  cut, and when every connection is busy the newcomer is closed instead;
+* at most ``max_buffered_body_bytes`` of request bodies held across connections, from the first
+  byte until the answer is sent: past it, the longest-waiting incomplete bodies are dropped (503),
+  the request that overflows last of all. A slow sender is always the oldest waiter, so requests
+  that arrive whole (the API server's) keep being answered while slow ones are shed.
+
+Idle keep-alive connections close after uvicorn's ``timeout_keep_alive``; the TLS handshake is
+bounded by :class:`~volcano_job_webhook.certs.tls.HTTPSServer`. Memory freed when clients go away is
+handed back to the OS by :class:`~.memory.MemoryTrimmer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger(__name__)
+
+_REASONS = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What one server allows its clients (``serve``'s settings of the same names)."""
+
+    header_timeout: float = 10.0
+    body_timeout: float = 10.0
+    idle_timeout: float = 30.0
+    handshake_timeout: float = 10.0
+    max_connections: int = 1024
+    max_header_bytes: int = 32 * 1024
+    max_buffered_body_bytes: int = 32 * 1024 * 1024
+    receive_buffer_bytes: int = 16 * 1024  # SO_RCVBUF (Linux doubles it); see HTTPSServer
+
+
+class ConnectionGuard:
+    """The state the protocols of one server share: open connections, the order in which the
+    waiting ones started waiting, body bytes held, and counts of connections closed and why."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+        self.open: set[GuardedHttpToolsProtocol] = set()
+        # Connections without a complete request (idle, or receiving one), longest waiting first;
+        # the candidates for eviction. A connection whose request is being answered is not here.
+        self.waiting: OrderedDict[GuardedHttpToolsProtocol, None] = OrderedDict()
+        self.buffered = 0
+        self.closed: Counter[str] = Counter()
+        self.released = 0  # body bytes given back since the memory trimmer last looked
+        self.peak_open = 0
+
+    def __len__(self) -> int:
+        return len(self.open)
+
+    def admit(self, conn: GuardedHttpToolsProtocol) -> bool:
+        """Room for ``conn``: True once it is counted; False when every connection is busy."""
+        if len(self.open) >= self.limits.max_connections:
+            victim = next(iter(self.waiting), None)
+            if victim is None:
+                self.closed["refused"] += 1
+                return False
+            victim.abort(503, "evicted", "too many connections; this one waited longest")
+        self.open.add(conn)
+        self.waiting[conn] = None
+        self.peak_open = max(self.peak_open, len(self.open))
+        return True
+
+    def wait(self, conn: GuardedHttpToolsProtocol) -> None:
+        """``conn`` starts waiting (for a request, or for the rest of one): it goes to the back."""
+        if conn in self.open:
+            self.waiting[conn] = None
+            self.waiting.move_to_end(conn)
+
+    def busy(self, conn: GuardedHttpToolsProtocol) -> None:
+        self.waiting.pop(conn, None)
+
+    def forget(self, conn: GuardedHttpToolsProtocol) -> None:
+        self.open.discard(conn)
+        self.waiting.pop(conn, None)
+
+    def hold(self, conn: GuardedHttpToolsProtocol, size: int) -> None:
+        """``conn`` buffered ``size`` more body bytes; shed the longest-waiting bodies past the limit."""
+        self.buffered += size
+        if self.buffered <= self.limits.max_buffered_body_bytes:
+            return
+        for victim in list(self.waiting):
+            if self.buffered <= self.limits.max_buffered_body_bytes:
+                return
+            if victim is not conn and victim.held:
+                victim.abort(503, "shed", "too many request bodies in flight; this one waited longest")
+        if self.buffered > self.limits.max_buffered_body_bytes:
+            conn.abort(503, "shed", "too many request bodies in flight")
+
+    def release(self, size: int) -> None:
+        self.buffered -= size
+        self.released += size
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the bounds of :class:`ConnectionGuard`. Use
+    :func:`guarded_protocol` to get a class bound to one guard (uvicorn builds protocols itself)."""
+
+    guard: ConnectionGuard
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.held = 0  # body bytes of the current request, counted in guard.buffered
+        self.admitted = False
+        self.reading_headers = True
+        self.header_bytes = 0
+        self.message_started = False
+        self.deadline: asyncio.TimerHandle | None = None
+        self.deadline_reason = ""
+
+    # Connection lifecycle ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if not self.guard.admit(self):
+            self.transport.close()
+            return
+        self.admitted = True
+        self._arm(self.guard.limits.header_timeout, "header-timeout", "request headers not received in time")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self._release()
+        self.guard.forget(self)
+        super().connection_lost(exc)
+
+    def abort(self, status: int, reason: str, message: str) -> None:
+        """Close the connection, answering ``status`` first when a request has begun and nothing was
+        answered yet; the application, if it is reading the body, sees the client disconnect."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.guard.closed[reason] += 1
+        self._disarm()
+        cycle = self.cycle
+        # While headers are read, ``cycle`` is the previous request's: write only once it is done.
+        # While a body is read, it is this request's: write only if nothing was answered (a 413
+        # may have been sent before the body ended).
+        if self.reading_headers:
+            writable = cycle is None or cycle.response_complete
+        else:
+            writable = not cycle.response_started
+        if self.message_started and writable:
+            body = orjson.dumps({"error": message})
+            head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\ncontent-type: application/json\r\n"
+                    f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
+            self.transport.write(head + body)
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self._release()
+        self.guard.forget(self)
+        self.transport.close()
+
+    # Bytes in ------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if not self.admitted:
+            return
+        if self.reading_headers:
+            if self.deadline_reason != "header-timeout":  # first byte after an idle keep-alive
+                self._arm(self.guard.limits.header_timeout, "header-timeout", "request headers not received in time")
+            self.header_bytes += len(data)
+        super().data_received(data)
+        if self.reading_headers and self.header_bytes > self.guard.limits.max_header_bytes:
+            self.message_started = True
+            self.abort(431, "header-too-large", f"request headers over {self.guard.limits.max_header_bytes} bytes")
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.message_started = True
+
+    def on_headers_complete(self) -> None:
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.guard.limits.max_header_bytes:
+            self.abort(431, "header-too-large", f"request headers over {self.guard.limits.max_header_bytes} bytes")
+            return
+        self.reading_headers = False
+        self._arm(self.guard.limits.body_timeout, "body-timeout", "request body not received in time")
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self.transport.is_closing():
+            return
+        buffered = not self.cycle.response_complete
+        super().on_body(body)
+        if buffered:
+            self.held += len(body)
+            self.guard.hold(self, len(body))
+
+    def on_message_complete(self) -> None:
+        if self.transport.is_closing():
+            return
+        self._disarm()
+        self.reading_headers, self.header_bytes, self.message_started = True, 0, False
+        if self.cycle.response_complete:
+            # Answered before its body ended (413): uvicorn's keep-alive timer was stopped by the
+            # body's bytes and is not started again, so the connection is idle from now on.
+            self.guard.wait(self)
+            self._arm(self.guard.limits.idle_timeout, "idle-timeout", "idle")
+        else:
+            self.guard.busy(self)
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        self._release()
+        super().on_response_complete()
+        if not self.transport.is_closing() and not self.pipeline and (self.cycle is None or self.cycle.response_complete):
+            self.guard.wait(self)
+
+    # Helpers -------------------------------------------------------------------------------------
+
+    def _arm(self, seconds: float, reason: str, message: str) -> None:
+        self._disarm()
+        self.deadline = self.loop.call_later(seconds, self.abort, 408, reason, message)
+        self.deadline_reason = reason
+
+    def _disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline, self.deadline_reason = None, ""
+
+    def _release(self) -> None:
+        if self.held:
+            self.guard.release(self.held)
+            self.held = 0
+
+
+def guarded_protocol(guard: ConnectionGuard) -> type[GuardedHttpToolsProtocol]:
+    """A protocol class for ``uvicorn.Config(http=...)`` whose connections count in ``guard``."""
+    return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), {"guard": guard})
+
+
+class GuardCollector:
+    """Prometheus view of a guard: open connections, body bytes held, connections closed by reason."""
+
+    def __init__(self, guard: ConnectionGuard) -> None:
+        self.guard = guard
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        yield GaugeMetricFamily("volcano_webhook_connections_open", "Open client connections", value=len(self.guard))
+        yield GaugeMetricFamily("volcano_webhook_buffered_body_bytes", "Request-body bytes held", value=self.guard.buffered)
+        closed = CounterMetricFamily("volcano_webhook_connections_closed", "Connections closed by the webhook's limits",
+                                     labels=["reason"])
+        for reason in ("header-timeout", "body-timeout", "idle-timeout", "header-too-large", "evicted", "shed", "refused"):
+            closed.add_metric([reason], self.guard.closed[reason])
+        yield closed
+
+
+def log_closed(guard: ConnectionGuard, seen: Counter[str]) -> None:
+    """One warning line for the connections closed since ``seen`` (updated): never one line per
+    connection, which a flood would turn into a second attack on the logs."""
+    fresh = guard.closed - seen
+    if fresh:
+        summary = ", ".join(f"{reason} {count}" for reason, count in sorted(fresh.items()))
+        log.warning("closed client connections at the webhook's limits: %s (open now: %d)", summary, len(guard))
+        seen.update(fresh)
+
