@@ -138,11 +138,10 @@ def test_a_connection_that_never_sends_a_byte_is_closed(certs):
 
 
 def test_a_silent_tls_handshake_is_cut(certs):
-    with serving(certs) as (server, _):
-        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
-            started = time.monotonic()
-            assert raw.recv(1024) == b""  # the server hangs up without a ClientHello
-            assert time.monotonic() - started < 3
+    with serving(certs) as (server, _), socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+        started = time.monotonic()
+        assert raw.recv(1024) == b""  # the server hangs up without a ClientHello
+        assert time.monotonic() - started < 3
 
 
 @pytest.mark.parametrize("kind", ["content-length", "chunked"])
@@ -196,26 +195,24 @@ def test_oversized_headers_get_431(certs):
 
 
 def test_idle_keep_alive_connections_are_closed(certs):
-    with serving(certs) as (server, _):
-        with tls(server.port) as sock:
-            sock.sendall(post("/mutate", REVIEW))
-            assert status_of(read_response(sock)) == 200
-            started = time.monotonic()
-            assert read_all(sock) == b""
-            assert 0.4 < time.monotonic() - started < 3
+    with serving(certs) as (server, _), tls(server.port) as sock:
+        sock.sendall(post("/mutate", REVIEW))
+        assert status_of(read_response(sock)) == 200
+        started = time.monotonic()
+        assert read_all(sock) == b""
+        assert 0.4 < time.monotonic() - started < 3
 
 
 def test_a_request_answered_early_does_not_leave_its_connection_open(certs):
     """413 on the declared length is sent before the body: the rest of it, and then silence, must
     not keep the connection open forever (uvicorn stops its keep-alive timer on every byte)."""
-    with serving(certs) as (server, _):
-        with tls(server.port) as sock:
-            sock.sendall(post("/mutate", b" " * 1000, length=MAX_BODY + 1))
-            assert status_of(read_response(sock)) == 413
-            sock.sendall(b" " * 1000)
-            started = time.monotonic()
-            read_all(sock)
-            assert time.monotonic() - started < 3
+    with serving(certs) as (server, _), tls(server.port) as sock:
+        sock.sendall(post("/mutate", b" " * 1000, length=MAX_BODY + 1))
+        assert status_of(read_response(sock)) == 413
+        sock.sendall(b" " * 1000)
+        started = time.monotonic()
+        read_all(sock)
+        assert time.monotonic() - started < 3
 
 
 def test_the_connection_cap_closes_the_longest_waiting_connection(certs):

@@ -141,7 +141,8 @@ def read_file(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
             raise DocumentError(f"{path}: not a regular file")
         if info.st_size > limit:
             raise _over(path, limit)
-        chunks, size = [], 0
+        chunks: list[bytes] = []
+        size = 0
         while size <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - size))
             if not chunk:
@@ -163,6 +164,8 @@ def read_stdin(limit: int = MAX_INPUT_BYTES, idle: float = STDIN_IDLE_SECONDS) -
     try:
         fd = sys.stdin.fileno()
     except (AttributeError, OSError, ValueError):  # replaced by an in-memory stream (tests, embedding)
+        fd = -1
+    if fd < 0:
         text = sys.stdin.read(limit + 1)
         data = text.encode("utf-8") if isinstance(text, str) else text
         if len(data) > limit:
@@ -170,7 +173,8 @@ def read_stdin(limit: int = MAX_INPUT_BYTES, idle: float = STDIN_IDLE_SECONDS) -
         return data
     if os.isatty(fd):
         raise DocumentError("-: standard input is a terminal; pipe the file in or name it")
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while size <= limit:
         ready, _, _ = select.select([fd], [], [], idle)
         if not ready:

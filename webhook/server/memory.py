@@ -79,5 +79,5 @@ class MemoryTrimmer:
             await asyncio.sleep(self.interval)
             try:
                 await self.step()
-            except Exception:  # noqa: BLE001 - a failed trim must not stop the server
+            except Exception:  # a failed trim must not stop the server
                 log.exception("memory trim failed")

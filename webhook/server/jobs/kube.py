@@ -88,10 +88,11 @@ class KubeJobSource:
         self.live_gets += 1
         namespace, name = key
         try:
-            job: dict[str, Any] | None = await asyncio.to_thread(
+            found: Any = await asyncio.to_thread(
                 self.custom.get_namespaced_custom_object, JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name,
                 _request_timeout=self.get_timeout,
             )
+            job: dict[str, Any] | None = found
         except ApiException as exc:
             if exc.status != 404:
                 raise
