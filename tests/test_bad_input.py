@@ -6,6 +6,7 @@ import base64
 import json
 from pathlib import Path
 
+import orjson
 import pytest
 
 from volcano_job_webhook.server.review import admission_review
@@ -168,3 +169,43 @@ async def test_object_missing_or_not_a_pod(bad_client, obj, message):
     review["request"]["object"] = obj
     response = (await bad_client.post("/mutate", json=review)).json()["response"]
     assert response == denied("obj", message, code=400)
+
+
+def nested(depth: int) -> dict:
+    """``{"a": {"a": ... "x"}}``: ``depth`` objects deep."""
+    value: object = "x"
+    for _ in range(depth):
+        value = {"a": value}
+    return value  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("depth", [101, 600, 1000])
+async def test_a_pod_nested_too_deep_is_refused_with_400(bad_client, depth):
+    deep = pod("dup-env", "worker", 0)
+    deep["spec"]["containers"][0]["x-deep"] = "DEEP"
+    # orjson reads up to 1,024 levels (it writes only 254), so the review reaches the handler.
+    body = orjson.dumps(admission_review(deep, uid="deep")).replace(b'"DEEP"', b'{"a":' * depth + b'"x"' + b"}" * depth)
+    response = (await bad_client.post("/mutate", content=body, headers={"content-type": "application/json"})).json()["response"]
+    assert response == denied("deep", "request.object: nested more than 100 levels deep", code=400)
+
+
+async def test_a_pod_just_under_the_depth_limit_is_wired(bad_client):
+    ok = pod("dup-env", "worker", 0)
+    ok["spec"]["containers"][0]["x-deep"] = nested(90)
+    response = (await bad_client.post("/mutate", content=orjson.dumps(admission_review(ok, uid="ok")),
+                                      headers={"content-type": "application/json"})).json()["response"]
+    assert response["allowed"] and "patch" in response
+
+
+async def test_a_job_nested_too_deep_is_refused_at_validate_and_its_pods_denied(bad_client, jobs_dir):
+    deep = job("deep-job", {"env": []}, [("worker", 2)])
+    deep["spec"]["tasks"][0]["template"]["metadata"] = {"annotations": {"x": "y"}, "x-deep": nested(150)}
+    review = admission_review(deep, uid="deep-job")
+    response = (await bad_client.post("/validate", content=orjson.dumps(review), headers={"content-type": "application/json"})).json()
+    assert response["response"] == denied("deep-job", "request.object: nested more than 100 levels deep", code=400)
+    # A job that deep from a source (here a JSON file; the YAML loader refuses such files outright).
+    from volcano_job_webhook.plugins import Chain, PluginError
+    from volcano_job_webhook.server.handlers import JobCache
+
+    with pytest.raises(PluginError, match="job default/deep-job: job: nested more than 100 levels deep"):
+        JobCache(Chain()).prepared(deep)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 
@@ -100,3 +101,97 @@ def test_console_script_runs():
     )
     review = json.loads(done.stdout)
     assert review["request"]["object"]["metadata"]["name"] == "env-demo-worker-0"
+
+
+# Hostile inputs: each is exit 2 and one line, never a traceback, a signal or a hang -----------------
+
+
+def job_with_replicas(tmp_path, replicas: int) -> str:
+    obj = yaml.safe_load((EXAMPLES / "jobs" / "mpi-job.yaml").read_text())
+    for task in obj["spec"]["tasks"]:
+        task["replicas"] = replicas
+    path = tmp_path / f"job-{replicas}.yaml"
+    path.write_text(yaml.safe_dump(obj))
+    return str(path)
+
+
+def billion_laughs(tmp_path) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    text = (EXAMPLES / "jobs" / "env-job.yaml").read_text().replace(
+        "        spec:\n          restartPolicy", "        metadata:\n          labels:\n"
+        + "".join(f"            {line}\n" for line in lines) + "        spec:\n          restartPolicy")
+    path = tmp_path / "bomb.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def cli(*argv: str, stdin=subprocess.DEVNULL, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "volcano_job_webhook", *argv], stdin=stdin, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def refused(done: subprocess.CompletedProcess[str], message: str) -> None:
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr[-500:]
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr and message in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["mutate", "--job", "/dev/zero", "--task", "w"], "/dev/zero: not a regular file"),
+        (["resources", "--job", "/dev/zero"], "/dev/zero: not a regular file"),
+        (["mutate", "--job", "BOMB", "--task", "worker"], "refused: YAML aliases would add more than 100000 nodes"),
+        (["review", "--job", "BOMB", "--task", "worker"], "refused: YAML aliases would add more than 100000 nodes"),
+        (["resources", "--job", "BOMB"], "refused: YAML aliases would add more than 100000 nodes"),
+        (["resources", "--job", "BILLION"], "job default/mpi-demo: 2000000000 replicas in all, over the 100000"),
+        (["review", "--job", "BILLION", "--task", "mpiworker"], "2000000000 replicas in all"),
+        (["mutate", "--job", "BILLION", "--task", "mpiworker"], "2000000000 replicas in all"),
+        (["resources", "--job", "MILLION"], "job default/mpi-demo: 2000000 replicas in all"),
+        (["mutate", "--job", "DEEP", "--task", "w"], "refused: nested more than 100 levels deep"),
+        (["resources", "--job", "HUGE"], "larger than the limit of 4194304 bytes"),
+        (["resources", "--job", "FIFO"], "FIFO: not a regular file"),
+    ],
+)
+def test_hostile_files_exit_2_with_one_line(tmp_path, argv, message):
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # no writer: a plain open() would wait for ever
+    (tmp_path / "deep.json").write_text('{"kind": "Job", "spec": ' + "[" * 5000 + "]" * 5000 + "}")
+    (tmp_path / "huge.yaml").write_text("# " + "x" * (4 * 1024 * 1024))
+    names = {"BOMB": billion_laughs(tmp_path), "BILLION": job_with_replicas(tmp_path, 10**9),
+             "MILLION": job_with_replicas(tmp_path, 10**6), "DEEP": str(tmp_path / "deep.json"),
+             "HUGE": str(tmp_path / "huge.yaml"), "FIFO": str(fifo)}
+    refused(cli(*[names.get(arg, arg) for arg in argv]), message.replace("FIFO", str(fifo)))
+
+
+def test_standard_input_that_never_ends_is_cut_at_the_size_limit():
+    endless = subprocess.Popen([sys.executable, "-c", "import sys\nwhile True: sys.stdout.write('a: b\\n' * 1000)"],
+                               stdout=subprocess.PIPE)
+    try:
+        refused(cli("resources", "--job", "-", stdin=endless.stdout), "-: larger than the limit of 4194304 bytes")
+    finally:
+        endless.kill()
+        endless.wait()
+
+
+def test_a_terminal_on_standard_input_is_refused():
+    import pty
+
+    parent, child = pty.openpty()
+    try:
+        refused(cli("resources", "--job", "-", stdin=child), "-: standard input is a terminal")
+    finally:
+        os.close(parent)
+        os.close(child)
+
+
+def test_standard_input_that_goes_silent_is_given_up(monkeypatch):
+    from volcano_job_webhook.documents import DocumentError, read_stdin
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"kind: Job\n")  # a start, then nothing, and never closed
+    with os.fdopen(read_end) as stdin:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        with pytest.raises(DocumentError, match=r"nothing read from standard input for 0\.2 s"):
+            read_stdin(idle=0.2)
+    os.close(write_end)

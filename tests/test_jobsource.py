@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import time
 
+import httpx
 import pytest
 
 from volcano_job_webhook.server.jobs import DirectoryJobSource
@@ -48,3 +50,71 @@ async def test_reads_reloads_and_keeps_last_good(tmp_path):
     await source.loaded()
     assert await source.get("default", "a") is None
     assert len(source) == 1
+
+
+def bomb(levels: int = 9) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "kind: Job\nmetadata: {name: bomb}\nspec:\n  " + "\n  ".join(lines) + "\n"
+
+
+def many_jobs(count: int) -> str:
+    return "".join("---\n" + JOB.format(name=f"bulk-{i}", ns="") for i in range(count))
+
+
+async def test_bad_files_are_skipped_with_one_warning_each(tmp_path, caplog):
+    write(tmp_path / "good.yaml", JOB.format(name="good", ns=""))
+    write(tmp_path / "big.yaml", JOB.format(name="big", ns="") + "#" * 5000)
+    write(tmp_path / "bomb.yaml", bomb())
+    write(tmp_path / "deep.json", '{"kind": "Job", "metadata": {"name": "deep"}, "spec": ' + "[" * 200 + "]" * 200 + "}")
+    os.mkfifo(tmp_path / "fifo.yaml")  # would block a plain open() for ever
+    source = DirectoryJobSource(tmp_path, interval=0, max_file_bytes=4096)
+    source.start()
+    started = time.monotonic()
+    await source.loaded()
+    assert time.monotonic() - started < 5
+    assert sorted(name for _, name in source._jobs) == ["good"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert sorted(warnings) == sorted([
+        f"jobs file skipped: {tmp_path / 'big.yaml'}: larger than the limit of 4096 bytes",
+        f"jobs file skipped: {tmp_path / 'bomb.yaml'}: refused: YAML aliases would add more than 100000 nodes (an alias bomb?)",
+        f"jobs file skipped: {tmp_path / 'deep.json'}: refused: nested more than 100 levels deep",
+        f"jobs file skipped: {tmp_path / 'fifo.yaml'}: not a regular file",
+    ])
+    caplog.clear()
+    write(tmp_path / "other.yaml", JOB.format(name="other", ns=""))
+    await source.loaded()
+    assert await source.get("default", "other") is not None
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], "said once per version of a file"
+
+
+async def test_start_returns_at_once_and_the_server_answers_while_files_load(tmp_path):
+    from volcano_job_webhook.plugins import Chain
+    from volcano_job_webhook.server.app import create_app
+
+    write(tmp_path / "bulk.yaml", many_jobs(2000))  # 200 KB: about half a second of YAML parsing
+    source = DirectoryJobSource(tmp_path, interval=0)
+    app = create_app(source, Chain())
+    async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
+        assert not source.ready
+        health = await c.get("/healthz")
+        assert health.status_code == 200 and not source.ready, "answered while the first load runs"
+        assert (await c.get("/readyz")).status_code == 503
+        await source.loaded()
+        assert (await c.get("/readyz")).json()["jobs"] == 2000
+
+
+async def test_lookups_answer_from_the_old_table_while_a_file_is_re_read(tmp_path):
+    write(tmp_path / "a.yaml", JOB.format(name="a", ns=""))
+    source = DirectoryJobSource(tmp_path, interval=0)
+    source.start()
+    await source.loaded()
+    write(tmp_path / "bulk.yaml", many_jobs(2000))
+    started = time.monotonic()
+    assert await source.get("default", "a") is not None  # starts the re-read, answers at once
+    assert time.monotonic() - started < 0.1
+    look = source._look
+    assert look is not None and not look.done(), "the re-read runs in the worker meanwhile"
+    await source.loaded()
+    assert await source.get("default", "bulk-1999") is not None and await source.get("default", "a") is not None

@@ -3,23 +3,24 @@ from the cache while the API server is away."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import httpx
 import pytest
 import yaml
 from kubernetes import client
 
-from volcano_job_webhook.plugins import Chain
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
-from volcano_job_webhook.server.review import admission_review
+from volcano_job_webhook.plugins import Chain, Job
+from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.jobs.kube import KubeJobSource
-from volcano_job_webhook.plugins.podgen import make_pod
-from volcano_job_webhook.plugins import Job
+from volcano_job_webhook.server.review import admission_review
 
 pytestmark = pytest.mark.anyio
 
@@ -46,9 +47,8 @@ async def setup() -> AsyncIterator[tuple[FakeApiServer, httpx.AsyncClient, KubeJ
         jobs.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", job("pytorch"))
         source = KubeJobSource(server.api_client())
         app = create_app(source, Chain())
-        async with app.lifespan():
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
-                yield server, c, source
+        async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
+            yield server, c, source
 
 
 def review_for(server: FakeApiServer, name: str, task: str, index: int) -> dict:
@@ -100,3 +100,88 @@ async def test_answers_from_cache_while_the_api_server_is_away(setup):
     server.restart()
     await wait_for(lambda: source.informer.connected, timeout=30)
     assert (await c.get("/readyz")).json()["apiServer"] == "reachable"
+
+
+def create(server: FakeApiServer, plugin: str, namespace: str = "default") -> dict:
+    """The example job of ``plugin`` (``<plugin>-demo``) in ``namespace``."""
+    obj = job(plugin)
+    obj["metadata"]["namespace"] = namespace
+    return client.CustomObjectsApi(server.api_client()).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", obj)
+
+
+def job_gets(server: FakeApiServer) -> list:
+    return [r for r in server.requests if r.verb == "get" and r.resource == "jobs"]
+
+
+@asynccontextmanager
+async def serving(source: KubeJobSource) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(source, Chain())
+    async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
+        await wait_for(lambda: source.ready)
+        yield c
+
+
+async def test_only_watched_namespaces_are_served(tmp_path):
+    with FakeApiServer() as server:
+        create(server, "pytorch", "team-a")
+        stored = create(server, "pytorch", "team-b")
+        source = KubeJobSource(server.api_client(), ["team-a"])
+        async with serving(source) as c:
+            server.clear_requests()
+            pod = make_pod(Job.from_object(stored), "worker", 0)
+            answer = (await c.post("/mutate", json=admission_review(pod, uid="b"))).json()["response"]
+            assert answer["allowed"] and "patch" not in answer
+            assert answer["warnings"] == ["volcano-job-webhook: namespace team-b is not watched by this webhook (--namespace): "
+                                          "Pod of job pytorch-demo not wired"]
+            assert job_gets(server) == [], "nothing is asked about a namespace we do not watch"
+            pod["metadata"]["namespace"] = "team-a"
+            wired = (await c.post("/mutate", json=admission_review(pod, uid="a"))).json()["response"]
+            assert "patch" in wired
+
+
+async def test_misses_are_cached_and_concurrent_lookups_share_one_get():
+    with FakeApiServer() as server:
+        create(server, "pytorch")
+        source = KubeJobSource(server.api_client(), lookup_ttl=30)
+        async with serving(source) as c:
+            template = review_for(server, "pytorch-demo", "worker", 0)
+            reviews = []
+            for i in range(50):  # 50 Pods naming 5 jobs that do not exist
+                review = copy.deepcopy(template)
+                review["request"]["uid"] = f"u{i}"
+                review["request"]["object"]["metadata"]["labels"]["volcano.sh/job-name"] = f"missing-{i % 5}"
+                reviews.append(review)
+            server.clear_requests()
+            answers = await asyncio.gather(*(c.post("/mutate", json=r) for r in reviews))
+            assert all(a.json()["response"]["allowed"] for a in answers)
+            assert len(job_gets(server)) == 5 and source.live_gets == 5
+            server.clear_requests()
+            await asyncio.gather(*(c.post("/mutate", json=r) for r in reviews))
+            assert job_gets(server) == [], "misses are remembered for lookup_ttl"
+
+
+async def test_a_fetched_job_is_forgotten_after_the_ttl_and_never_enters_the_informer():
+    with FakeApiServer() as server:
+        source = KubeJobSource(server.api_client(), lookup_ttl=0.3)
+        async with serving(source) as c:
+            source.informer.stop()  # no watch from now on: only live GETs see the cluster
+            stored = create(server, "ray")
+            review = review_for(server, "ray-demo", "worker", 0)
+            assert "patch" in (await c.post("/mutate", json=review)).json()["response"]
+            assert source.informer.get("default", "ray-demo") is None, "a live GET's answer stays out of the informer"
+            client.CustomObjectsApi(server.api_client()).delete_namespaced_custom_object(
+                "batch.volcano.sh", "v1alpha1", "default", "jobs", stored["metadata"]["name"])
+            assert "patch" in (await c.post("/mutate", json=review)).json()["response"], "reused within the TTL"
+            await asyncio.sleep(0.4)
+            gone = (await c.post("/mutate", json=review)).json()["response"]
+            assert "patch" not in gone and gone["warnings"][0].endswith("not found: Pod not wired by its plugins")
+            assert source.live_gets == 2
+
+
+async def test_the_fetched_cache_is_bounded():
+    with FakeApiServer() as server:
+        source = KubeJobSource(server.api_client(), lookup_ttl=60, max_fetched=10)
+        async with serving(source):
+            for i in range(25):
+                assert await source.get("default", f"nope-{i}") is None
+            assert len(source._fetched) == 10
