@@ -209,3 +209,13 @@ async def test_a_job_nested_too_deep_is_refused_at_validate_and_its_pods_denied(
 
     with pytest.raises(PluginError, match="job default/deep-job: job: nested more than 100 levels deep"):
         JobCache(Chain()).prepared(deep)
+
+
+async def test_a_job_with_more_replicas_than_a_cluster_runs_is_denied(bad_client, jobs_dir):
+    giant = job("giant", {"mpi": []}, [("master", 1), ("worker", 10**9)])
+    message = "job default/giant: spec.tasks: 1000000001 replicas in all, over 150000 (the most Pods a Kubernetes cluster runs)"
+    response = (await bad_client.post("/validate", json=admission_review(giant, uid="giant"))).json()["response"]
+    assert response == denied("giant", message)
+    (jobs_dir / "giant.json").write_text(json.dumps(giant))
+    response = (await bad_client.post("/mutate", json=admission_review(pod("giant", "master", 0), uid="giant"))).json()["response"]
+    assert response == denied("giant", message)

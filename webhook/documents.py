@@ -18,13 +18,9 @@ from typing import Any
 
 import yaml
 
+from volcano_job_webhook.limits import MAX_ALIAS_NODES, MAX_DEPTH, MAX_INPUT_BYTES
 from volcano_job_webhook.plugins import Job
 
-# Kubernetes stores no object over 1.5 MiB (etcd's request limit); a file may hold several.
-MAX_INPUT_BYTES = 4 * 1024 * 1024
-# The deepest Volcano Job is about 15 levels (spec.tasks[].template.spec.affinity...).
-MAX_DEPTH = 100
-MAX_ALIAS_NODES = 100_000
 # Standard input that sends nothing for this long is taken as never ending.
 STDIN_IDLE_SECONDS = 30.0
 

@@ -12,13 +12,14 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from volcano_job_webhook.limits import MAX_DEPTH, check_replicas, nested_deeper_than
 from volcano_job_webhook.plugins import Chain, Job, PluginError, PreparedJob
 from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_KIND, JOB_NAME_KEY
 
 from .jobs import JobSource, NamespaceNotWatched
 from .metrics import WebhookMetrics
 from .patch import make_patch
-from .review import MAX_OBJECT_DEPTH, AdmissionRequest, AdmissionResponse, nested_deeper_than
+from .review import AdmissionRequest, AdmissionResponse
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +59,10 @@ class JobCache:
         if nested_deeper_than(raw):
             meta = _object_meta(raw)
             raise PluginError(f"{meta.get('namespace') or 'default'}/{meta.get('name')}", "", "job",
-                              f"nested more than {MAX_OBJECT_DEPTH} levels deep")
-        prepared = self.chain.prepare(Job.from_object(raw))
+                              f"nested more than {MAX_DEPTH} levels deep")
+        job = Job.from_object(raw)
+        check_replicas(job)
+        prepared = self.chain.prepare(job)
         self._entries[key] = prepared
         if len(self._entries) > self.size:
             self._entries.popitem(last=False)
@@ -148,7 +151,7 @@ class PodMutator:
 
 
 def _too_deep() -> AdmissionResponse:
-    return AdmissionResponse.deny(f"request.object: nested more than {MAX_OBJECT_DEPTH} levels deep", code=400, result="bad-request")
+    return AdmissionResponse.deny(f"request.object: nested more than {MAX_DEPTH} levels deep", code=400, result="bad-request")
 
 
 class JobValidator:
@@ -170,7 +173,9 @@ class JobValidator:
             # A namespaced CREATE may leave the namespace to the request.
             obj["metadata"] = {**meta, "namespace": req.namespace}
         try:
-            warnings = self.chain.check(Job.from_object(obj))
+            job = Job.from_object(obj)
+            check_replicas(job)
+            warnings = self.chain.check(job)
         except PluginError as exc:
             return AdmissionResponse.deny(str(exc))
         return AdmissionResponse.allow("allowed", warnings)

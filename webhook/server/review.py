@@ -18,9 +18,6 @@ import orjson
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 # The API server shows at most this many bytes per warning; longer ones are cut there anyway.
 WARNING_MAX = 256
-# Deepest object the handlers work on. A real Pod or Volcano Job is under 20 levels; orjson accepts
-# up to 1,024, past the depth at which copying and diffing (recursive) would fail.
-MAX_OBJECT_DEPTH = 100
 
 
 class ReviewError(ValueError):
@@ -115,25 +112,6 @@ def parse_review(body: Any) -> AdmissionRequest:
         object=request.get("object"),
         dry_run=bool(dry_run),
     )
-
-
-def nested_deeper_than(value: Any, limit: int = MAX_OBJECT_DEPTH) -> bool:
-    """True when ``value`` has lists or objects nested more than ``limit`` levels deep (the value
-    itself is level 1). Iterative: it is the check that keeps recursion away from such values."""
-    if type(value) is not dict and type(value) is not list:
-        return False
-    stack = [(value, 1)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        node, depth = pop()
-        if depth > limit:
-            return True
-        children = node.values() if type(node) is dict else node
-        for child in children:
-            kind = type(child)
-            if kind is dict or kind is list:
-                push((child, depth + 1))
-    return False
 
 
 def review_response(request: AdmissionRequest, response: AdmissionResponse) -> dict[str, Any]:

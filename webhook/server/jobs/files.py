@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from volcano_job_webhook.documents import MAX_INPUT_BYTES, DocumentError, parse_documents, read_text
+from volcano_job_webhook.documents import DocumentError, parse_documents, read_text
+from volcano_job_webhook.limits import MAX_INPUT_BYTES
 from volcano_job_webhook.plugins.keys import JobKey
 
 log = logging.getLogger(__name__)

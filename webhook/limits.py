@@ -1,0 +1,47 @@
+"""Bounds on what the webhook and the CLI take in, so that no input makes them recurse, build or read
+without end. Connection limits are elsewhere (:mod:`.server.connections`, settings in :mod:`.config`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from volcano_job_webhook.plugins import Job, PluginError
+
+# Kubernetes stores no object over 1.5 MiB (etcd's request limit); a file may hold several.
+MAX_INPUT_BYTES = 4 * 1024 * 1024
+# Lists and objects nested in one another. A real Pod or Volcano Job is under 20 levels; JSON
+# decoders take up to 1,024, past the depth at which copying and diffing (recursive) fail.
+MAX_DEPTH = 100
+# Nodes YAML aliases may add to one document once expanded ("billion laughs": 1 KB of YAML, 387
+# million strings).
+MAX_ALIAS_NODES = 100_000
+# Pods of one job in all: Kubernetes' documented scalability limit for a whole cluster. A job that
+# claims more can never run, and its host lists are what the plugins would be asked to build.
+MAX_JOB_REPLICAS = 150_000
+
+
+def nested_deeper_than(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when ``value`` has lists or objects nested more than ``limit`` levels deep (the value
+    itself is level 1). Iterative: it is the check that keeps recursion away from such values."""
+    if type(value) is not dict and type(value) is not list:
+        return False
+    stack = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, depth = pop()
+        if depth > limit:
+            return True
+        children = node.values() if type(node) is dict else node
+        for child in children:
+            kind = type(child)
+            if kind is dict or kind is list:
+                push((child, depth + 1))
+    return False
+
+
+def check_replicas(job: Job, limit: int = MAX_JOB_REPLICAS) -> None:
+    """Raise :class:`PluginError` when the job's tasks have more than ``limit`` replicas in all."""
+    total = sum(task.replicas for task in job.tasks)
+    if total > limit:
+        raise PluginError(job.key, "", "spec.tasks", f"{total} replicas in all, over {limit} (the most Pods a Kubernetes cluster runs)")
