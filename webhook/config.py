@@ -58,6 +58,7 @@ class WebhookSettings(BaseSettings):
     idle_timeout_seconds: float = Field(30.0, gt=0, description="an idle keep-alive connection is closed after this")
     tls_handshake_timeout_seconds: float = Field(10.0, gt=0, description="time for the TLS handshake (and TLS shutdown)")
     max_connections: int = Field(1024, ge=1, description="open connections; past it the longest-waiting one is closed")
+    max_tls_handshakes: int = Field(16, ge=1, description="TLS handshakes under way at once; more connections wait to be accepted")
     max_header_bytes: int = Field(32 * 1024, ge=1024, description="request line and headers of one request")
     max_buffered_body_bytes: int = Field(
         32 * 1024 * 1024, ge=1024, description="request bodies held across all connections; past it the longest-waiting are dropped"

@@ -317,10 +317,12 @@ class HTTPSServer(uvicorn.Server):
     running from startup to shutdown. ``run()`` (blocking) or ``await serve()``; set
     ``should_exit = True`` to stop gracefully.
 
-    ``handshake_timeout`` bounds the TLS handshake and the TLS shutdown of every connection
-    (asyncio's and uvloop's default is 60 s and 30 s: a client that opens TCP connections and never
-    says hello would hold each that long); uvicorn does not pass these to ``create_server``, so they
-    are bound to the loop's ``create_server`` while uvicorn opens its listeners.
+    ``handshake_timeout`` and ``shutdown_timeout`` bound the TLS handshake and the TLS close of every
+    connection (asyncio's and uvloop's defaults are 60 s and 30 s: a client that opens TCP
+    connections and never says hello, or never answers a close, would hold each that long); uvicorn
+    does not pass these to ``create_server``, so they are bound to the loop's ``create_server``
+    while uvicorn opens its listeners. ``create_server``, when given, is called there instead of the
+    loop's own (same signature; it gets those timeouts too): a listener that accepts under limits.
 
     ``receive_buffer`` sets ``SO_RCVBUF`` of the listening sockets, which accepted connections
     inherit: the TLS layer reads what the kernel holds into a 256 KiB buffer per connection and
@@ -336,12 +338,16 @@ class HTTPSServer(uvicorn.Server):
         reloader: CertReloader,
         *,
         handshake_timeout: float | None = None,
+        shutdown_timeout: float | None = None,
         receive_buffer: int | None = None,
         background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
+        create_server: Callable[..., Any] | None = None,
     ) -> None:
         super().__init__(config)
+        self.create_server = create_server
         self.reloader = reloader
         self.handshake_timeout = handshake_timeout
+        self.shutdown_timeout = shutdown_timeout
         self.receive_buffer = receive_buffer
         self.background = background
         self._tasks: list[asyncio.Task[None]] = []
@@ -351,14 +357,15 @@ class HTTPSServer(uvicorn.Server):
         if self.config.ssl is not self.reloader.context:
             raise RuntimeError("refusing to start: the listener would not use the webhook's TLS context")
         loop = asyncio.get_running_loop()
-        if self.handshake_timeout is not None:
-            loop.create_server = functools.partial(  # type: ignore[method-assign]
-                loop.create_server, ssl_handshake_timeout=self.handshake_timeout, ssl_shutdown_timeout=self.handshake_timeout
-            )
+        timeouts = {name: value for name, value in (("ssl_handshake_timeout", self.handshake_timeout),
+                                                    ("ssl_shutdown_timeout", self.shutdown_timeout)) if value is not None}
+        bound = timeouts or self.create_server is not None
+        if bound:
+            loop.create_server = functools.partial(self.create_server or loop.create_server, **timeouts)  # type: ignore[method-assign]
         try:
             await super().startup(sockets)
         finally:
-            if self.handshake_timeout is not None:
+            if bound:
                 del loop.create_server  # the instance attribute: the loop's own method again
         if self.receive_buffer is not None:
             # Accepted sockets inherit the listener's buffer size (Linux), so set it once here.
@@ -395,15 +402,18 @@ def build_server(
     reload_interval: float = 10.0,
     log_config: dict[str, Any] | str | None = None,
     handshake_timeout: float | None = None,
+    shutdown_timeout: float | None = None,
     receive_buffer: int | None = None,
     background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
+    create_server: Callable[..., Any] | None = None,
     **uvicorn_kwargs: Any,
 ) -> HTTPSServer:
     """A configured, not yet started, HTTPS-only uvicorn server for ``app`` (its reloader is
     ``server.reloader``). ``port=0`` picks a free port (see :attr:`HTTPSServer.addresses`).
 
     ``log_config=None`` leaves logging to the application (uvicorn's loggers propagate to it).
-    ``handshake_timeout``, ``receive_buffer`` and ``background``: see :class:`HTTPSServer`. ``ssl_*`` keywords are
+    ``handshake_timeout``, ``shutdown_timeout``, ``receive_buffer``, ``background`` and
+    ``create_server``: see :class:`HTTPSServer`. ``ssl_*`` keywords are
     refused: TLS is configured here only. Raises ``ssl.SSLError``/``OSError``
     when the certificate pair or the client CA does not load.
     """
@@ -432,8 +442,8 @@ def build_server(
         log_config=log_config,
         **uvicorn_kwargs,
     )
-    return HTTPSServer(config, reloader, handshake_timeout=handshake_timeout, receive_buffer=receive_buffer,
-                       background=background)
+    return HTTPSServer(config, reloader, handshake_timeout=handshake_timeout, shutdown_timeout=shutdown_timeout,
+                       receive_buffer=receive_buffer, background=background, create_server=create_server)
 
 
 def serve(

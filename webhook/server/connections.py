@@ -9,13 +9,17 @@ those holes closed, counted in one :class:`ConnectionGuard` per server:
 * headers must be complete within ``header_timeout`` of the connection opening or of the first byte
   after an idle keep-alive (408), and fit in ``max_header_bytes`` (431);
 * a request body must be complete within ``body_timeout`` of its headers (408);
-* at most ``max_connections`` connections: a new one closes the one that has waited longest without
-  a complete request (idle, or still sending headers or body); a request being answered is never
-  cut, and when every connection is busy the newcomer is closed instead;
+* at most ``max_connections`` connections, closing ones included: a new one drops the one that has
+  waited longest without a complete request (idle, or still sending headers or body); a request
+  being answered is never cut, and when every connection is busy the newcomer is dropped instead;
 * at most ``max_buffered_body_bytes`` of request bodies held across connections, from the first
-  byte until the answer is sent: past it, the longest-waiting incomplete bodies are dropped (503),
-  the request that overflows last of all. A slow sender is always the oldest waiter, so requests
-  that arrive whole (the API server's) keep being answered while slow ones are shed.
+  byte until the answer is sent: past it, the incomplete bodies that started longest ago are
+  dropped, the request that overflows last of all. A slow sender is always among the oldest, so
+  requests that arrive whole (the API server's) keep being answered while slow ones are shed.
+
+Timeouts are answered (408, 431) before the connection is closed; evicted and shed connections are
+dropped without a word (a TCP reset), because they are dropped to free memory now, not after a TLS
+goodbye the client may never send.
 
 Idle keep-alive connections close after uvicorn's ``timeout_keep_alive``; the TLS handshake is
 bounded by :class:`~volcano_job_webhook.certs.tls.HTTPSServer`. Memory freed when clients go away is
@@ -25,19 +29,21 @@ handed back to the OS by :class:`~.memory.MemoryTrimmer`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httptools
 import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger(__name__)
 
-_REASONS = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+_REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,9 @@ class ConnectionLimits:
     body_timeout: float = 10.0
     idle_timeout: float = 30.0
     handshake_timeout: float = 10.0
+    shutdown_timeout: float = 2.0  # TLS close_notify; a closing connection counts until it is gone
     max_connections: int = 1024
+    max_handshakes: int = 16  # TLS handshakes under way at once (see .listener)
     max_header_bytes: int = 32 * 1024
     max_buffered_body_bytes: int = 32 * 1024 * 1024
     receive_buffer_bytes: int = 16 * 1024  # SO_RCVBUF (Linux doubles it); see HTTPSServer
@@ -64,22 +72,40 @@ class ConnectionGuard:
         # Connections without a complete request (idle, or receiving one), longest waiting first;
         # the candidates for eviction. A connection whose request is being answered is not here.
         self.waiting: OrderedDict[GuardedHttpToolsProtocol, None] = OrderedDict()
+        # Those of them holding part of a body, in the order they started to: shed first.
+        self.holding: OrderedDict[GuardedHttpToolsProtocol, None] = OrderedDict()
         self.buffered = 0
         self.closed: Counter[str] = Counter()
         self.released = 0  # body bytes given back since the memory trimmer last looked
         self.peak_open = 0
+        self.gone = 0  # connections ended (handshakes included), for the memory trimmer
+        # Accepted sockets still in their TLS handshake (see .listener), oldest first.
+        self.handshakes: OrderedDict[asyncio.Task[Any], float] = OrderedDict()  # task -> loop.time() started
 
     def __len__(self) -> int:
         return len(self.open)
 
+    def total(self) -> int:
+        """Connections counted against ``max_connections``: open ones and those in a handshake."""
+        return len(self.open) + len(self.handshakes)
+
+    def make_room(self) -> bool:
+        """Room for one more connection: True when there is, or when the connection that has waited
+        longest was dropped for it; False when every connection is busy answering."""
+        if self.total() < self.limits.max_connections:
+            return True
+        victim = next(iter(self.waiting), None)
+        if victim is None:
+            self.closed["refused"] += 1
+            return False
+        victim.abort(0, "evicted", "too many connections")
+        return True
+
     def admit(self, conn: GuardedHttpToolsProtocol) -> bool:
-        """Room for ``conn``: True once it is counted; False when every connection is busy."""
-        if len(self.open) >= self.limits.max_connections:
-            victim = next(iter(self.waiting), None)
-            if victim is None:
-                self.closed["refused"] += 1
-                return False
-            victim.abort(503, "evicted", "too many connections; this one waited longest")
+        """Count ``conn``, whose handshake is done. Room was made when it was accepted (.listener);
+        a server that accepts on its own gets the same rule here."""
+        if len(self.open) >= self.limits.max_connections and not self.make_room():
+            return False
         self.open.add(conn)
         self.waiting[conn] = None
         self.peak_open = max(self.peak_open, len(self.open))
@@ -93,27 +119,38 @@ class ConnectionGuard:
 
     def busy(self, conn: GuardedHttpToolsProtocol) -> None:
         self.waiting.pop(conn, None)
+        self.holding.pop(conn, None)
+
+    def closing(self, conn: GuardedHttpToolsProtocol) -> None:
+        """``conn`` is being closed: no longer a candidate for anything, but still counted among
+        the open connections until it is gone (a TLS close can take ``shutdown_timeout``, and
+        its buffers live until then)."""
+        self.waiting.pop(conn, None)
+        self.holding.pop(conn, None)
 
     def forget(self, conn: GuardedHttpToolsProtocol) -> None:
         self.open.discard(conn)
-        self.waiting.pop(conn, None)
+        self.closing(conn)
+        self.gone += 1
 
     def hold(self, conn: GuardedHttpToolsProtocol, size: int) -> None:
-        """``conn`` buffered ``size`` more body bytes; shed the longest-waiting bodies past the limit."""
+        """``conn`` buffered ``size`` more body bytes; shed the longest-holding incomplete bodies
+        (``conn``'s last of all) past the limit. Constant time per call, whatever the crowd."""
         self.buffered += size
-        if self.buffered <= self.limits.max_buffered_body_bytes:
-            return
-        for victim in list(self.waiting):
-            if self.buffered <= self.limits.max_buffered_body_bytes:
+        if conn in self.waiting and conn not in self.holding:
+            self.holding[conn] = None
+        limit = self.limits.max_buffered_body_bytes
+        while self.buffered > limit:
+            victim = next((other for other in self.holding if other is not conn), None)
+            if victim is None:
+                conn.abort(0, "shed", "too many request bodies in flight")
                 return
-            if victim is not conn and victim.held:
-                victim.abort(503, "shed", "too many request bodies in flight; this one waited longest")
-        if self.buffered > self.limits.max_buffered_body_bytes:
-            conn.abort(503, "shed", "too many request bodies in flight")
+            victim.abort(0, "shed", "too many request bodies in flight")
 
-    def release(self, size: int) -> None:
+    def release(self, conn: GuardedHttpToolsProtocol, size: int) -> None:
         self.buffered -= size
         self.released += size
+        self.holding.pop(conn, None)
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -124,6 +161,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # uvicorn's parser refers back to the protocol: a reference cycle, which only a full garbage
+        # collection frees once the protocol is promoted. A connection whose TLS handshake never
+        # completes never reaches connection_lost, where uvicorn breaks the cycle; measured, 1,300
+        # such protocols stayed alive after a flood. So the parser is made in connection_made.
+        self.parser = None  # type: ignore[assignment]
         self.held = 0  # body bytes of the current request, counted in guard.buffered
         self.admitted = False
         self.reading_headers = True
@@ -135,9 +177,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     # Connection lifecycle ------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.parser = httptools.HttpRequestParser(self)
+        with contextlib.suppress(AttributeError):  # as uvicorn does: answer the first of pipelined requests
+            self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
         super().connection_made(transport)
         if not self.guard.admit(self):
-            self.transport.close()
+            self.transport.abort()  # nothing was asked: no answer, no TLS goodbye to wait for
             return
         self.admitted = True
         self._arm(self.guard.limits.header_timeout, "header-timeout", "request headers not received in time")
@@ -149,9 +194,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def abort(self, status: int, reason: str, message: str) -> None:
-        """Close the connection, answering ``status`` first when a request has begun and nothing was
-        answered yet; the application, if it is reading the body, sees the client disconnect."""
+        """Close the connection for ``reason``. With a ``status``, answer it first when a request
+        has begun and nothing was answered yet, then close (TLS's goodbye, bounded by the server's
+        shutdown timeout); without one (``status=0``), drop the connection at once, freeing its
+        buffers now. The application, if it is reading the body, sees the client disconnect."""
         if self.transport is None or self.transport.is_closing():
+            self._disarm()  # closing already: only stop counting its body
+            self._release()
+            self.guard.closing(self)
             return
         self.guard.closed[reason] += 1
         self._disarm()
@@ -163,7 +213,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             writable = cycle is None or cycle.response_complete
         else:
             writable = not cycle.response_started
-        if self.message_started and writable:
+        answer = bool(status) and self.message_started and writable
+        if answer:
             body = orjson.dumps({"error": message})
             head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\ncontent-type: application/json\r\n"
                     f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
@@ -172,8 +223,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             cycle.disconnected = True
             cycle.message_event.set()
         self._release()
-        self.guard.forget(self)
-        self.transport.close()
+        self.guard.closing(self)
+        if answer:
+            self.transport.close()
+        else:
+            self.transport.abort()
 
     # Bytes in ------------------------------------------------------------------------------------
 
@@ -245,7 +299,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _release(self) -> None:
         if self.held:
-            self.guard.release(self.held)
+            self.guard.release(self, self.held)
             self.held = 0
 
 
@@ -265,10 +319,12 @@ class GuardCollector:
 
     def collect(self) -> Iterator[Any]:
         yield GaugeMetricFamily("volcano_webhook_connections_open", "Open client connections", value=len(self.guard))
+        yield GaugeMetricFamily("volcano_webhook_tls_handshakes", "TLS handshakes under way", value=len(self.guard.handshakes))
         yield GaugeMetricFamily("volcano_webhook_buffered_body_bytes", "Request-body bytes held", value=self.guard.buffered)
         closed = CounterMetricFamily("volcano_webhook_connections_closed", "Connections closed by the webhook's limits",
                                      labels=["reason"])
-        for reason in ("header-timeout", "body-timeout", "idle-timeout", "header-too-large", "evicted", "shed", "refused"):
+        for reason in ("header-timeout", "body-timeout", "idle-timeout", "header-too-large", "evicted", "shed", "refused",
+                       "handshake-dropped"):
             closed.add_metric([reason], self.guard.closed[reason])
         yield closed
 

@@ -20,6 +20,7 @@ from .jobs import JobSource, NamespaceNotWatched
 from .metrics import WebhookMetrics
 from .patch import make_patch
 from .review import AdmissionRequest, AdmissionResponse
+from .shape import pod_shape_problem
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,9 @@ class PodMutator:
             return AdmissionResponse.allow("ignored")
         if not isinstance(job_name, str):
             return AdmissionResponse.deny(f"label {JOB_NAME_KEY} must be a string", code=400, result="bad-request")
+        problem = pod_shape_problem(pod)  # type: ignore[arg-type]
+        if problem is not None:
+            return AdmissionResponse.deny(f"request.object.{problem}", code=400, result="bad-request")
         namespace = req.namespace or str(meta.get("namespace") or "default")
         context = {"uid": req.uid, "namespace": namespace, "pod": meta.get("name") or req.name, "job": job_name}
 

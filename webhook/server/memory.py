@@ -51,8 +51,8 @@ def trim() -> bool:
 
 class MemoryTrimmer:
     """Every ``interval`` seconds: log the connections the guard closed, and trim the heap when at
-    least ``after_bytes`` of bodies were released or ``after_connections`` connections closed since
-    the last trim."""
+    least ``after_bytes`` of bodies were released or ``after_connections`` connections ended
+    (handshakes that never finished included) since the last trim."""
 
     def __init__(self, guard: ConnectionGuard, interval: float = 5.0, after_bytes: int = 4 * 1024 * 1024,
                  after_connections: int = 128) -> None:
@@ -62,15 +62,15 @@ class MemoryTrimmer:
         self.after_connections = after_connections
         self.trims = 0
         self._logged: Counter[str] = Counter()
+        self._gone = 0
 
     def due(self) -> bool:
-        guard = self.guard
-        return guard.released >= self.after_bytes or guard.peak_open - len(guard) >= self.after_connections
+        return self.guard.released >= self.after_bytes or self.guard.gone - self._gone >= self.after_connections
 
     async def step(self) -> None:
         log_closed(self.guard, self._logged)
         if self.due():
-            self.guard.released, self.guard.peak_open = 0, len(self.guard)
+            self.guard.released, self._gone = 0, self.guard.gone
             await asyncio.to_thread(trim)
             self.trims += 1
 

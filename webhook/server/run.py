@@ -17,6 +17,7 @@ from volcano_job_webhook.plugins import Chain, default_registry
 from .app import create_app
 from .connections import ConnectionGuard, ConnectionLimits, GuardCollector, guarded_protocol
 from .jobs import DirectoryJobSource, JobSource
+from .listener import guarded_create_server
 from .memory import MemoryTrimmer, tune_malloc
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ def connection_limits(settings: WebhookSettings) -> ConnectionLimits:
         idle_timeout=settings.idle_timeout_seconds,
         handshake_timeout=settings.tls_handshake_timeout_seconds,
         max_connections=settings.max_connections,
+        max_handshakes=settings.max_tls_handshakes,
         max_header_bytes=settings.max_header_bytes,
         max_buffered_body_bytes=settings.max_buffered_body_bytes,
         receive_buffer_bytes=settings.receive_buffer_bytes,
@@ -64,9 +66,9 @@ def connection_limits(settings: WebhookSettings) -> ConnectionLimits:
 
 def server_options(limits: ConnectionLimits) -> tuple[ConnectionGuard, dict[str, Any]]:
     """The guard over one server's connections and the :func:`build_server` keywords that apply
-    ``limits``: the guarded protocol, uvicorn's keep-alive timeout, the TLS handshake timeout, the
-    memory trimmer; no WebSocket upgrades (nothing here speaks WebSocket, and an upgraded
-    connection would leave the guard)."""
+    ``limits``: the guarded listener and protocol, uvicorn's keep-alive timeout, the TLS handshake
+    and shutdown timeouts, the receive buffer, the memory trimmer; no WebSocket upgrades (nothing
+    here speaks WebSocket, and an upgraded connection would leave the guard)."""
     guard = ConnectionGuard(limits)
     trimmer = MemoryTrimmer(guard)
     return guard, {
@@ -74,8 +76,10 @@ def server_options(limits: ConnectionLimits) -> tuple[ConnectionGuard, dict[str,
         "ws": "none",
         "timeout_keep_alive": limits.idle_timeout,
         "handshake_timeout": limits.handshake_timeout,
+        "shutdown_timeout": limits.shutdown_timeout,
         "receive_buffer": limits.receive_buffer_bytes,
         "background": [trimmer.run],
+        "create_server": guarded_create_server(guard),
     }
 
 

@@ -1,10 +1,12 @@
 """Volcano Jobs from files in a directory: the embedded default source, for a server with no cluster.
 
-Files are read and parsed in one worker thread, never on the event loop: a 50 MB YAML file dropped
-into the directory once froze the server, ``/healthz`` included, for minutes. The worker builds a
-new table and swaps it in whole, so a lookup sees the old jobs or the new ones, never half of each;
-``start`` returns at once and the server answers ``/healthz`` (and ``/readyz``: not ready) while
-the first load runs.
+Files are read and parsed off the event loop: a 50 MB YAML file dropped into the directory once
+froze the server, ``/healthz`` included, for minutes. One worker thread looks at the directory and
+reads small files itself; a file over ``child_bytes`` is parsed by a child process
+(:mod:`volcano_job_webhook.jobfiles`), because pure-Python YAML parsing in a thread holds the GIL
+the event loop needs. The worker builds a new table and swaps it in whole, so a lookup sees the
+old jobs or the new ones, never half of each; ``start`` returns at once and the server answers
+``/healthz`` (and ``/readyz``: not ready) while the first load runs.
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from volcano_job_webhook.documents import DocumentError, parse_documents, read_text
+from volcano_job_webhook.jobfiles import ParserProcess
 from volcano_job_webhook.limits import MAX_INPUT_BYTES
 from volcano_job_webhook.plugins.keys import JobKey
 
 log = logging.getLogger(__name__)
 
 JOB_SUFFIXES = (".yaml", ".yml", ".json")
+# Files up to this size are parsed in the worker thread (about 40 ms of GIL); larger ones by the child.
+CHILD_BYTES = 16 * 1024
 Signature = dict[Path, tuple[int, int]]
 
 
@@ -42,11 +47,13 @@ class DirectoryJobSource:
     """
 
     def __init__(self, directory: Path, interval: float = 1.0, *, max_file_bytes: int = MAX_INPUT_BYTES,
-                 miss_wait: float = 1.0) -> None:
+                 miss_wait: float = 1.0, child_bytes: int = CHILD_BYTES, parse_timeout: float = 60.0) -> None:
         self.directory = Path(directory)
         self.interval = interval
         self.max_file_bytes = max_file_bytes
         self.miss_wait = miss_wait
+        self.child_bytes = child_bytes
+        self.parser = ParserProcess(parse_timeout)
         self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-files")
         self._look: concurrent.futures.Future[bool] | None = None
         self._checked = float("-inf")
@@ -63,6 +70,7 @@ class DirectoryJobSource:
 
     def stop(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)
+        self.parser.close()
 
     @property
     def ready(self) -> bool:
@@ -143,7 +151,10 @@ class DirectoryJobSource:
 
     def _load(self, path: Path, sig: tuple[int, int]) -> dict[JobKey, dict[str, Any]] | None:
         try:
-            docs = parse_documents(read_text(str(path), self.max_file_bytes), str(path))
+            if self.child_bytes < sig[1] <= self.max_file_bytes:  # larger ones are refused unread, here
+                docs = self.parser.parse(str(path), self.max_file_bytes)
+            else:
+                docs = parse_documents(read_text(str(path), self.max_file_bytes), str(path))
         except DocumentError as exc:
             # Said once per version of the file, not on every look.
             if self._skipped.get(path) != sig:
