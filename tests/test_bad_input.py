@@ -219,3 +219,26 @@ async def test_a_job_with_more_replicas_than_a_cluster_runs_is_denied(bad_client
     (jobs_dir / "giant.json").write_text(json.dumps(giant))
     response = (await bad_client.post("/mutate", json=admission_review(pod("giant", "master", 0), uid="giant"))).json()["response"]
     assert response == denied("giant", message)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda p: p["spec"].__setitem__("containers", "x"), "request.object.spec.containers: must be a list of objects"),
+        (lambda p: p["spec"]["containers"][0].__setitem__("env", {"a": 1}), "request.object.spec.containers[0].env: must be a list"),
+        (lambda p: p["spec"]["containers"][0].__setitem__("env", ["E"]), "request.object.spec.containers[0].env[0]: must be an object"),
+        (lambda p: p["spec"]["containers"][0].__setitem__("ports", [{"containerPort": "80"}]),
+         "request.object.spec.containers[0].ports[0].containerPort: must be an integer"),
+        (lambda p: p.__setitem__("spec", []), "request.object.spec: must be an object"),
+        (lambda p: p["spec"].__setitem__("volumes", {"v": 1}), "request.object.spec.volumes: must be a list of objects"),
+        (lambda p: p["spec"].__setitem__("hostname", 12), "request.object.spec.hostname: must be a string"),
+        (lambda p: p["metadata"]["annotations"].__setitem__("volcano.sh/task-index", 5),
+         "request.object.metadata.annotations: must be an object of strings"),
+    ],
+)
+async def test_a_pod_whose_fields_have_the_wrong_types_is_refused_with_400(bad_client, change, message):
+    """Fuzzing found such Pods answered "internal error" from deep inside a plugin."""
+    broken = pod("dup-env", "worker", 0)
+    change(broken)
+    response = (await bad_client.post("/mutate", json=admission_review(broken, uid="t"))).json()["response"]
+    assert response == denied("t", message, code=400)

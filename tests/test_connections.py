@@ -295,3 +295,37 @@ def test_settings_reach_the_server(certs, monkeypatch):
     with pytest.raises(ValueError, match="at least max_body_bytes"):
         load_settings(max_body_bytes=2_000_000, max_buffered_body_bytes=1_000_000)
     json.dumps(limits.__dict__)
+
+
+def test_clients_that_never_say_hello_cannot_hold_the_door(certs):
+    """Two handshakes at a time, both taken by TCP connections that send nothing: a real client
+    still gets in, because a handshake stalled past STALE_HANDSHAKE is dropped for it."""
+    limits = replace(LIMITS, max_handshakes=2, handshake_timeout=30)
+    with serving(certs, limits) as (server, guard):
+        silent = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(2)]
+        time.sleep(0.3)
+        assert len(guard.handshakes) == 2
+        assert mutate_ok(server.port)
+        assert guard.closed["handshake-dropped"] >= 1
+        for sock in silent:
+            sock.close()
+
+
+def test_a_protocol_whose_handshake_never_ends_is_freed_at_once():
+    """uvicorn's parser and protocol refer to each other; made before the handshake, that cycle
+    kept every protocol of an unfinished handshake alive until a full garbage collection."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from volcano_job_webhook.server.connections import guarded_protocol
+
+    config = uvicorn.Config(lambda scope, receive, send: None, lifespan="off")
+    config.load()
+    protocol = guarded_protocol(ConnectionGuard(LIMITS))(config=config, server_state=ServerState(), app_state={})
+    ref = weakref.ref(protocol)
+    gc.disable()
+    try:
+        del protocol
+        assert ref() is None
+    finally:
+        gc.enable()

@@ -118,3 +118,38 @@ async def test_lookups_answer_from_the_old_table_while_a_file_is_re_read(tmp_pat
     assert look is not None and not look.done(), "the re-read runs in the worker meanwhile"
     await source.loaded()
     assert await source.get("default", "bulk-1999") is not None and await source.get("default", "a") is not None
+
+
+async def test_big_files_are_parsed_by_a_child_that_is_killed_when_it_takes_too_long(tmp_path, caplog):
+    write(tmp_path / "bulk.yaml", many_jobs(300))  # over child_bytes: parsed by the child process
+    source = DirectoryJobSource(tmp_path, interval=0, child_bytes=1024, parse_timeout=0.01)
+    try:
+        source.start()
+        await source.loaded()
+        assert len(source) == 0
+        assert f"jobs file skipped: {tmp_path / 'bulk.yaml'}: not parsed within 0.01 s" in caplog.messages
+        source.parser.timeout = 60  # the next version of the file gets a new child
+        write(tmp_path / "bulk.yaml", many_jobs(301))
+        await source.loaded()
+        assert len(source) == 301 and source.parser.started == 2
+    finally:
+        source.stop()
+
+
+def test_the_parser_child_reports_bad_files_and_survives_them(tmp_path):
+    from volcano_job_webhook.documents import DocumentError
+    from volcano_job_webhook.jobfiles import ParserProcess
+
+    parser = ParserProcess(timeout=60)
+    try:
+        (tmp_path / "bomb.yaml").write_text(bomb())
+        with pytest.raises(DocumentError, match="refused: YAML aliases would add more than 100000 nodes"):
+            parser.parse(str(tmp_path / "bomb.yaml"), 1 << 20)
+        (tmp_path / "ok.yaml").write_text(JOB.format(name="ok", ns=""))
+        assert parser.parse(str(tmp_path / "ok.yaml"), 1 << 20)[0]["metadata"]["name"] == "ok"
+        assert parser.started == 1
+        parser._child.kill()  # a child that died (OOM-killed, say) is replaced for the next file
+        parser._child.wait()
+        assert parser.parse(str(tmp_path / "ok.yaml"), 1 << 20)[0]["kind"] == "Job" and parser.started == 2
+    finally:
+        parser.close()

@@ -11,10 +11,10 @@ binds it): one task accepts on each listening socket and, for every socket accep
   connection that has waited longest, or — when every connection is busy answering — closes the
   new socket at once, before a single byte of TLS;
 * runs the handshake (``connect_accepted_socket``, with the handshake timeout) as a task of its
-  own, at most ``max_handshakes`` at a time. Until one ends, nothing more is accepted (new clients
-  wait in the kernel's backlog, costing the server nothing); a handshake still under way after
-  ``STALE_HANDSHAKE`` seconds is dropped when another is waiting, so clients that never finish their
-  hello cannot hold the door shut.
+  own, at most ``max_handshakes`` at a time. Until one ends, the next socket waits (and the ones
+  after it in the kernel's backlog, costing the server nothing); a handshake still under way after
+  ``STALE_HANDSHAKE`` seconds is dropped for it, so clients that never finish their hello cannot
+  hold the door shut.
 
 Why so few at a time: the event loop runs every handshake whose bytes have arrived in one go, about
 0.6 ms of CPU each here. Profiled under a flood of 600 new connections a second, the loop stalled
@@ -80,12 +80,12 @@ class GuardedServer:
 
     async def _slot(self) -> None:
         """Wait until fewer than ``max_handshakes`` handshakes are under way, dropping the oldest
-        once it has gone on for ``STALE_HANDSHAKE`` seconds."""
+        once it has gone on for ``STALE_HANDSHAKE`` seconds (someone is waiting for its place)."""
         guard, loop = self.guard, self._loop
         while len(guard.handshakes) >= guard.limits.max_handshakes:
             oldest, started = next(iter(guard.handshakes.items()))
             age = loop.time() - started
-            if age >= STALE_HANDSHAKE and not oldest.done():
+            if age >= STALE_HANDSHAKE and not oldest.done() and not oldest.cancelling():
                 guard.closed["handshake-dropped"] += 1
                 oldest.cancel()
             self._slot_freed.clear()
@@ -97,7 +97,6 @@ class GuardedServer:
     async def _accept(self, listener: socket.socket) -> None:
         guard, loop = self.guard, self._loop
         while True:
-            await self._slot()
             try:
                 conn, _ = await loop.sock_accept(listener)
             except OSError as exc:
@@ -108,6 +107,11 @@ class GuardedServer:
             if not guard.make_room():
                 conn.close()
                 continue
+            try:
+                await self._slot()  # meanwhile this socket (no TLS yet) is the only one waiting
+            except asyncio.CancelledError:
+                conn.close()
+                raise
             conn.setblocking(False)
             task = loop.create_task(self._handshake(conn))
             guard.handshakes[task] = loop.time()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from importlib.resources import files
@@ -94,6 +95,11 @@ def run(settings: WebhookSettings) -> None:
     app = create_app(source, Chain(default_registry(), settings.chain_config()), max_body_bytes=settings.max_body_bytes)
     guard, options = server_options(connection_limits(settings))
     app.metrics.registry.register(GuardCollector(guard))
+    # What start-up made lives as long as the process: out of the collector's way, so the full
+    # collections a flood of connections triggers scan only what the flood made (measured: full
+    # collections of 60-80 ms on this server under attack otherwise).
+    gc.collect()
+    gc.freeze()
     serve(
         app,
         settings.host,
