@@ -13,9 +13,11 @@ import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 
 from volcano_job_webhook.plugins import Job, PluginError, default_registry
 from volcano_job_webhook.plugins.keys import PLUGINS_ANNOTATION
@@ -27,6 +29,7 @@ BAD_NAMES = ("Worker", "wörker", "bad_name", "-w", "w" * 70, "", "a.b")
 IMAGES = ("busybox:1.36.1", "pytorch/pytorch:2.5.1", "python:3.12-slim")
 GIANT = (10**6, 10**9, 2**31 - 1)
 MAX_BODY = 3 * 1024 * 1024
+EXAMPLE_JOBS = Path(__file__).resolve().parent.parent / "examples" / "jobs"
 
 
 @dataclass
@@ -49,7 +52,10 @@ class Generator:
         self.rng = random.Random(seed)
         self.registry = default_registry()
         self.plugins = self.registry.names()
-        self.jobs: list[dict[str, Any]] = [self.job(i) for i in range(jobs)]
+        self.examples = [yaml.safe_load(path.read_text()) for path in sorted(EXAMPLE_JOBS.glob("*.yaml"))]
+        # Half made up (mostly refused: bad flags, missing tasks), half the example jobs varied
+        # (mostly wired), so that many patches are applied and checked.
+        self.jobs: list[dict[str, Any]] = [self.job(i) if i % 2 else self.varied_example(i) for i in range(jobs)]
         self.uid = 0
 
     # Jobs ----------------------------------------------------------------------------------------
@@ -119,6 +125,29 @@ class Generator:
             obj["metadata"]["annotations"] = {PLUGINS_ANNOTATION: text}
         obj["spec"]["plugins"] = plugins
         return obj
+
+    def varied_example(self, i: int) -> dict[str, Any]:
+        """An example job under another name, with other replica counts and more in its Pods."""
+        rng = self.rng
+        job = copy.deepcopy(self.examples[i // 2 % len(self.examples)])
+        meta = job["metadata"]
+        meta["name"] = f"ex{i}-{meta['name']}"[:50]
+        meta["uid"], meta["resourceVersion"] = f"uid-ex-{i}", "1"
+        for task in job["spec"]["tasks"]:
+            if rng.random() < 0.5:
+                task["replicas"] = rng.choice((1, 2, 3, 5, 16, 64))
+            spec = task.setdefault("template", {}).setdefault("spec", {})
+            first = (spec.get("containers") or [{}])[0]
+            if rng.random() < 0.3:
+                first.setdefault("env", []).append({"name": "USER_SET", "value": "1"})
+            if rng.random() < 0.2:
+                first.setdefault("ports", []).append({"name": "metrics", "containerPort": 9100})
+            if rng.random() < 0.2:
+                spec.setdefault("volumes", []).append({"name": "scratch", "emptyDir": {}})
+                first.setdefault("volumeMounts", []).append({"name": "scratch", "mountPath": "/scratch"})
+            if rng.random() < 0.15:
+                spec.setdefault("containers", []).append(self.container("sidecar"))
+        return job
 
     # Pods ----------------------------------------------------------------------------------------
 

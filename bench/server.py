@@ -18,10 +18,12 @@ from fastapi.responses import Response
 from volcano_job_webhook import logs
 from volcano_job_webhook.certs import ensure_certs
 from volcano_job_webhook.certs.tls import serve
+from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import AdmissionEndpoint, create_app
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 from volcano_job_webhook.server.review import AdmissionRequest, AdmissionResponse, parse_review, review_response
+from volcano_job_webhook.server.run import connection_limits, server_options
 
 
 def main() -> None:
@@ -39,7 +41,9 @@ def main() -> None:
 
     app.endpoints["/floor"] = AdmissionEndpoint("floor", allow, app.endpoints["/mutate"].metrics, 3 * 1024 * 1024)
     paths = ensure_certs(certs_dir, "volcano-job-webhook", "volcano-job-webhook")
-    serve(app, "127.0.0.1", port, paths.cert, paths.key)
+    # serve's connection limits at their defaults, as in production (guarded listener and protocol).
+    _, options = server_options(connection_limits(load_settings()))
+    serve(app, "127.0.0.1", port, paths.cert, paths.key, **options)
 
 
 if __name__ == "__main__":
