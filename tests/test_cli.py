@@ -144,7 +144,7 @@ def refused(done: subprocess.CompletedProcess[str], message: str) -> None:
         (["mutate", "--job", "BOMB", "--task", "worker"], "refused: YAML aliases would add more than 100000 nodes"),
         (["review", "--job", "BOMB", "--task", "worker"], "refused: YAML aliases would add more than 100000 nodes"),
         (["resources", "--job", "BOMB"], "refused: YAML aliases would add more than 100000 nodes"),
-        (["resources", "--job", "BILLION"], "job default/mpi-demo: spec.tasks: 2000000000 replicas in all, over 150000"),
+        (["resources", "--job", "BILLION"], "job default/mpi-demo: spec.tasks: 2000000000 replicas in all, over the 150000 the offline commands build"),
         (["review", "--job", "BILLION", "--task", "mpiworker"], "2000000000 replicas in all"),
         (["mutate", "--job", "BILLION", "--task", "mpiworker"], "2000000000 replicas in all"),
         (["resources", "--job", "MILLION"], "job default/mpi-demo: spec.tasks: 2000000 replicas in all"),

@@ -16,8 +16,9 @@ MAX_DEPTH = 100
 # Nodes YAML aliases may add to one document once expanded ("billion laughs": 1 KB of YAML, 387
 # million strings).
 MAX_ALIAS_NODES = 100_000
-# Pods of one job in all: Kubernetes' documented scalability limit for a whole cluster. A job that
-# claims more can never run, and its host lists are what the plugins would be asked to build.
+# Pods of one job in all that the offline commands build for: Kubernetes' documented scalability
+# limit for a whole cluster, so no job that can run is refused. The webhook itself has no such limit:
+# the plugins size what they would build from the replica counts (plugins/budget.py) first.
 MAX_JOB_REPLICAS = 150_000
 
 
@@ -44,4 +45,5 @@ def check_replicas(job: Job, limit: int = MAX_JOB_REPLICAS) -> None:
     """Raise :class:`PluginError` when the job's tasks have more than ``limit`` replicas in all."""
     total = sum(task.replicas for task in job.tasks)
     if total > limit:
-        raise PluginError(job.key, "", "spec.tasks", f"{total} replicas in all, over {limit} (the most Pods a Kubernetes cluster runs)")
+        raise PluginError(job.key, "", "spec.tasks",
+                          f"{total} replicas in all, over the {limit} the offline commands build (the most Pods a Kubernetes cluster runs)")

@@ -8,8 +8,8 @@ from volcano_job_webhook.plugins import Job
 
 
 def load_job(source: str) -> Job:
-    """The Volcano Job in ``source`` (``-`` for standard input), with no more replicas in all than
-    the webhook would wire (:data:`~volcano_job_webhook.limits.MAX_JOB_REPLICAS`)."""
+    """The Volcano Job in ``source`` (``-`` for standard input), with at most
+    :data:`~volcano_job_webhook.limits.MAX_JOB_REPLICAS` replicas in all."""
     job = documents.load_job(source)
     check_replicas(job)
     return job

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from volcano_job_webhook.limits import MAX_DEPTH, check_replicas, nested_deeper_than
+from volcano_job_webhook.limits import MAX_DEPTH, nested_deeper_than
 from volcano_job_webhook.plugins import Chain, Job, PluginError, PreparedJob
 from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_KIND, JOB_NAME_KEY
 
@@ -61,9 +61,7 @@ class JobCache:
             meta = _object_meta(raw)
             raise PluginError(f"{meta.get('namespace') or 'default'}/{meta.get('name')}", "", "job",
                               f"nested more than {MAX_DEPTH} levels deep")
-        job = Job.from_object(raw)
-        check_replicas(job)
-        prepared = self.chain.prepare(job)
+        prepared = self.chain.prepare(Job.from_object(raw))
         self._entries[key] = prepared
         if len(self._entries) > self.size:
             self._entries.popitem(last=False)
@@ -177,9 +175,7 @@ class JobValidator:
             # A namespaced CREATE may leave the namespace to the request.
             obj["metadata"] = {**meta, "namespace": req.namespace}
         try:
-            job = Job.from_object(obj)
-            check_replicas(job)
-            warnings = self.chain.check(job)
+            warnings = self.chain.check(Job.from_object(obj))
         except PluginError as exc:
             return AdmissionResponse.deny(str(exc))
         return AdmissionResponse.allow("allowed", warnings)
