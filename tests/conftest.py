@@ -43,6 +43,7 @@ async def client(jobs_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
         await source.loaded()  # the first load runs in a worker thread; the tests want it done
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook.test") as c:
             c.app = app  # type: ignore[attr-defined]
+            c.source = source  # type: ignore[attr-defined]
             yield c
 
 

@@ -4,6 +4,7 @@ connection cap and the body budget — and that normal requests keep being answe
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import socket
@@ -321,11 +322,15 @@ def test_a_protocol_whose_handshake_never_ends_is_freed_at_once():
 
     config = uvicorn.Config(lambda scope, receive, send: None, lifespan="off")
     config.load()
-    protocol = guarded_protocol(ConnectionGuard(LIMITS))(config=config, server_state=ServerState(), app_state={})
-    ref = weakref.ref(protocol)
-    gc.disable()
+    loop = asyncio.new_event_loop()  # its own: whatever loop an earlier test left set does not matter
     try:
-        del protocol
-        assert ref() is None
+        protocol = guarded_protocol(ConnectionGuard(LIMITS))(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+        ref = weakref.ref(protocol)
+        gc.disable()
+        try:
+            del protocol
+            assert ref() is None
+        finally:
+            gc.enable()
     finally:
-        gc.enable()
+        loop.close()

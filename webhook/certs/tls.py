@@ -27,7 +27,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +174,7 @@ def _describe(cert_pem: bytes) -> str:
         sans = ",".join(str(v) for v in (*names.get_values_for_type(x509.DNSName), *names.get_values_for_type(x509.IPAddress)))
     except x509.ExtensionNotFound:
         sans = ""
-    expired = " (EXPIRED)" if cert.not_valid_after_utc <= datetime.now(timezone.utc) else ""
+    expired = " (EXPIRED)" if cert.not_valid_after_utc <= datetime.now(UTC) else ""
     return f"serial={cert.serial_number:x} not_after={cert.not_valid_after_utc.isoformat()}{expired} sans={sans}"
 
 
@@ -291,7 +291,7 @@ class CertReloader:
             await asyncio.sleep(self.interval)
             try:
                 self._reload(force=False)
-            except Exception:  # noqa: BLE001 - keep watching; the current certificate stays served
+            except Exception:
                 log.exception("TLS certificate watch failed; retrying in %ss", self.interval)
 
     def start(self) -> asyncio.Task[None]:

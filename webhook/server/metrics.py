@@ -40,7 +40,7 @@ class WebhookMetrics:
         )
         for name in ("requests", "latency", "patches", "lookups"):
             metric = getattr(self, name)
-            metric.labels = _cached_labels(metric)  # type: ignore[method-assign]
+            metric.labels = _cached_labels(metric)
         self.cached = Gauge("volcano_webhook_jobs_cached", "Volcano Jobs held in memory", registry=self.registry)
         if cached_jobs is not None:
             self.cached.set_function(cached_jobs)
