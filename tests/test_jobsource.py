@@ -153,3 +153,15 @@ def test_the_parser_child_reports_bad_files_and_survives_them(tmp_path):
         assert parser.parse(str(tmp_path / "ok.yaml"), 1 << 20)[0]["kind"] == "Job" and parser.started == 2
     finally:
         parser.close()
+
+
+async def test_a_small_job_file_changed_is_seen_by_the_next_lookup(tmp_path):
+    """Read in the background, yet an edited job file of ordinary size is what the next lookup
+    answers, as when files were read on the event loop; only a large one is answered from the old
+    table while it is parsed (test above)."""
+    write(tmp_path / "a.yaml", JOB.format(name="a", ns=""))
+    source = DirectoryJobSource(tmp_path, interval=0)
+    source.start()
+    await source.loaded()
+    write(tmp_path / "a.yaml", JOB.format(name="a", ns="").replace("replicas: 1", "replicas: 3"))
+    assert (await source.get("default", "a"))["spec"]["tasks"][0]["replicas"] == 3

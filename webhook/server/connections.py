@@ -9,9 +9,10 @@ those holes closed, counted in one :class:`ConnectionGuard` per server:
 * headers must be complete within ``header_timeout`` of the connection opening or of the first byte
   after an idle keep-alive (408), and fit in ``max_header_bytes`` (431);
 * a request body must be complete within ``body_timeout`` of its headers (408);
-* at most ``max_connections`` connections, closing ones included: a new one drops the one that has
-  waited longest without a complete request (idle, or still sending headers or body); a request
-  being answered is never cut, and when every connection is busy the newcomer is dropped instead;
+* at most ``max_connections`` connections, closing ones and TLS handshakes under way included
+  (:mod:`.listener` accepts under this rule): a new one drops the one that has waited longest
+  without a complete request (idle, or still sending headers or body); a request being answered is
+  never cut, and when every connection is busy the newcomer is dropped instead;
 * at most ``max_buffered_body_bytes`` of request bodies held across connections, from the first
   byte until the answer is sent: past it, the incomplete bodies that started longest ago are
   dropped, the request that overflows last of all. A slow sender is always among the oldest, so
@@ -22,8 +23,8 @@ dropped without a word (a TCP reset), because they are dropped to free memory no
 goodbye the client may never send.
 
 Idle keep-alive connections close after uvicorn's ``timeout_keep_alive``; the TLS handshake is
-bounded by :class:`~volcano_job_webhook.certs.tls.HTTPSServer`. Memory freed when clients go away is
-handed back to the OS by :class:`~.memory.MemoryTrimmer`.
+bounded by :mod:`.listener` and :class:`~volcano_job_webhook.certs.tls.HTTPSServer`. Memory freed
+when clients go away is handed back to the OS by :class:`~.memory.MemoryTrimmer`.
 """
 
 from __future__ import annotations

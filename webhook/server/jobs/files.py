@@ -35,15 +35,16 @@ class DirectoryJobSource:
     """Volcano Jobs read from ``*.yaml``, ``*.yml`` and ``*.json`` files in one directory.
 
     A file may hold several documents; only ``kind: Job`` objects are kept and a missing namespace
-    means ``default``. A lookup looks at the directory again when ``interval`` seconds have passed
-    since the last look, in the worker; files whose names, sizes or modification times changed are
-    re-read there, and a file that no longer parses keeps its last good Jobs (logged), so an
+    means ``default``. A lookup lists the directory again when ``interval`` seconds have passed
+    since the last look; files whose names, sizes or modification times changed are re-read in the
+    worker, and a file that no longer parses keeps its last good Jobs (logged), so an
     editor's half-saved file never drops jobs. A file over ``max_file_bytes``, not a regular file,
     nested too deep or holding an alias bomb is skipped with one warning naming it.
 
-    A lookup answers from the current table at once. Only when the job is not there and a look at
-    the directory is under way does it wait for that look (at most ``miss_wait`` seconds): a Job
-    file written a moment before its Pods is then found.
+    A lookup answers from the current table at once, except while a look it started re-reads only
+    small files, or when the job is not in the table and a look is under way: then it waits for
+    that look (at most ``miss_wait`` seconds), so a Job file written a moment before its Pods is
+    found, as it was when files were read on the event loop.
     """
 
     def __init__(self, directory: Path, interval: float = 1.0, *, max_file_bytes: int = MAX_INPUT_BYTES,
@@ -83,9 +84,12 @@ class DirectoryJobSource:
         return {"source": "files", "directory": str(self.directory)}
 
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        look = self._schedule()
+        look, small = self._schedule()
         job = self._jobs.get((namespace, name))
-        if job is None and look is not None and not look.done():
+        # Wait for a look under way when the job is not there, or when it only re-reads small files
+        # (a few milliseconds): a Job written a moment before its Pods is then seen. A large file
+        # being parsed never holds up a lookup the current table answers.
+        if look is not None and not look.done() and (job is None or small):
             try:
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(look)), self.miss_wait)
             except (TimeoutError, concurrent.futures.CancelledError):
@@ -95,32 +99,44 @@ class DirectoryJobSource:
 
     async def loaded(self) -> None:
         """Wait for the look under way (or a new one) to finish."""
-        look = self._schedule(force=True)
+        look, _ = self._schedule(force=True)
         if look is not None:
             await asyncio.wrap_future(look)
 
-    def _schedule(self, force: bool = False) -> concurrent.futures.Future[bool] | None:
-        """The look at the directory under way, or a new one when ``interval`` has passed."""
+    def _schedule(self, force: bool = False) -> tuple[concurrent.futures.Future[bool] | None, bool]:
+        """The look at the directory under way, or a new one when ``interval`` has passed and the
+        directory changed (names, sizes, modification times: a listing, as cheap as before the
+        worker); and whether it only re-reads files small enough for the worker thread itself."""
         look = self._look
         if look is not None and not look.done():
-            return look
+            return look, False
         now = time.monotonic()
         if not force and now - self._checked < self.interval:
-            return None
+            return None, False
         self._checked = now
-        try:
-            self._look = self._worker.submit(self.refresh)
-        except RuntimeError:  # stopped
-            return None
-        return self._look
-
-    def refresh(self) -> bool:
-        """Re-read changed files (in the worker thread); True when the set of Jobs may have changed."""
         try:
             signature = self._list()
         except OSError as exc:
             log.error("cannot list jobs directory %s: %s", self.directory, exc)
-            return False
+            return None, False
+        if signature == self._signature and self._ready and not force:
+            return None, False
+        small = all(sig[1] <= self.child_bytes for path, sig in signature.items() if self._signature.get(path) != sig)
+        try:
+            self._look = self._worker.submit(self.refresh, signature)
+        except RuntimeError:  # stopped
+            return None, False
+        return self._look, small
+
+    def refresh(self, signature: Signature | None = None) -> bool:
+        """Re-read the files whose ``signature`` changed (listed now when not given), in the worker
+        thread; True when the set of Jobs may have changed."""
+        if signature is None:
+            try:
+                signature = self._list()
+            except OSError as exc:
+                log.error("cannot list jobs directory %s: %s", self.directory, exc)
+                return False
         if signature == self._signature and self._ready:
             return False
         by_file = {path: jobs for path, jobs in self._by_file.items() if path in signature}
