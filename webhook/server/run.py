@@ -19,7 +19,7 @@ from .app import create_app
 from .connections import ConnectionGuard, ConnectionLimits, GuardCollector, guarded_protocol
 from .jobs import DirectoryJobSource, JobSource
 from .listener import guarded_create_server
-from .memory import MemoryTrimmer, tune_malloc
+from .memory import CollectorPacer, MemoryTrimmer, tune_malloc
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,12 @@ def connection_limits(settings: WebhookSettings) -> ConnectionLimits:
 def server_options(limits: ConnectionLimits) -> tuple[ConnectionGuard, dict[str, Any]]:
     """The guard over one server's connections and the :func:`build_server` keywords that apply
     ``limits``: the guarded listener and protocol, uvicorn's keep-alive timeout, the TLS handshake
-    and shutdown timeouts, the receive buffer, the memory trimmer; no WebSocket upgrades (nothing
-    here speaks WebSocket, and an upgraded connection would leave the guard)."""
+    and shutdown timeouts, the receive buffer, the memory trimmer and the garbage collector's pacer;
+    no WebSocket upgrades (nothing here speaks WebSocket, and an upgraded connection would leave the
+    guard)."""
     guard = ConnectionGuard(limits)
     trimmer = MemoryTrimmer(guard)
+    pacer = CollectorPacer()
     return guard, {
         "http": guarded_protocol(guard),
         "ws": "none",
@@ -79,7 +81,7 @@ def server_options(limits: ConnectionLimits) -> tuple[ConnectionGuard, dict[str,
         "handshake_timeout": limits.handshake_timeout,
         "shutdown_timeout": limits.shutdown_timeout,
         "receive_buffer": limits.receive_buffer_bytes,
-        "background": [trimmer.run],
+        "background": [trimmer.run, pacer.run],
         "create_server": guarded_create_server(guard),
     }
 

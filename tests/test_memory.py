@@ -1,0 +1,74 @@
+"""The server's memory housekeeping: the garbage collector on a clock, the heap handed back to the
+OS after clients leave. (Their effect under attack is measured by bench/fuzz.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import pytest
+
+from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits
+from volcano_job_webhook.server.memory import CollectorPacer, MemoryTrimmer
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_the_pacer_collects_every_generation_on_its_clock_and_hands_collection_back():
+    pacer = CollectorPacer(young=0.01, middle=0.05, full=0.2)
+    task = asyncio.create_task(pacer.run())
+    try:
+        await asyncio.sleep(0.5)
+        assert not gc.isenabled(), "allocation-driven collection is off while the pacer runs"
+        young, middle, full = pacer.collections
+        assert young > middle > 0 and full >= 1
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert gc.isenabled()
+
+
+async def test_the_pacer_frees_reference_cycles():
+    pacer = CollectorPacer(young=0.01, middle=0.02, full=0.04)
+
+    class Node:
+        pass
+
+    import weakref
+
+    task = asyncio.create_task(pacer.run())
+    try:
+        await asyncio.sleep(0.02)
+        node = Node()
+        node.self = node  # type: ignore[attr-defined]
+        ref = weakref.ref(node)
+        del node
+        for _ in range(100):
+            if ref() is None:
+                break
+            await asyncio.sleep(0.01)
+        assert ref() is None
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_the_trimmer_trims_after_connections_go_and_not_on_a_quiet_server(monkeypatch):
+    import volcano_job_webhook.server.memory as memory
+
+    calls = []
+    monkeypatch.setattr(memory, "trim", lambda: calls.append(1) or True)
+    guard = ConnectionGuard(ConnectionLimits())
+    trimmer = MemoryTrimmer(guard, after_bytes=1000, after_connections=10)
+    await trimmer.step()
+    assert calls == [], "nothing happened: nothing to give back"
+    guard.gone += 10
+    await trimmer.step()
+    assert calls == [1]
+    await trimmer.step()
+    assert calls == [1], "counted from the last trim"
+    guard.released += 1000
+    await trimmer.step()
+    assert calls == [1, 1] and guard.released == 0
