@@ -51,6 +51,7 @@ kubernetes_validate.utils.schema_contents = functools.cache(kubernetes_validate.
 
 from attacks import Probes, probe  # noqa: E402
 from fuzzcases import Case, Generator  # noqa: E402
+from processes import pinned, wait_ready  # noqa: E402
 
 from tests.schema import validate_pod  # noqa: E402
 from volcano_job_webhook.certs import ensure_certs  # noqa: E402
@@ -63,10 +64,6 @@ PRIORITY = -10
 
 
 # The server ----------------------------------------------------------------------------------------
-
-def pinned(cmd: list[str], core: str | None) -> list[str]:
-    return ["taskset", "-c", core, *cmd] if core is not None and shutil.which("taskset") else cmd
-
 
 def raise_priority() -> None:
     """Run ahead of other work on a shared machine (root only): the webhook has CPU of its own in a
@@ -86,20 +83,6 @@ def start_server(jobs: Path, certs: Path, port: int, log: Path, core: str | None
            "--certs-dir", str(certs), "--jobs-dir", str(jobs), "--log-level", "warning"]
     return subprocess.Popen(pinned(cmd, core), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
                             preexec_fn=raise_priority)
-
-
-def wait_ready(port: int, ca: Path, timeout: float = 120.0) -> None:
-    context = ssl.create_default_context(cafile=str(ca))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"https://localhost:{port}/readyz", context=context, timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("server did not become ready")
 
 
 def rss_mb(pid: int) -> float:
@@ -361,7 +344,7 @@ def main() -> None:
         review = (ROOT / "examples" / "admission" / "pytorch-pod.json").read_bytes()
         server = start_server(jobs, certs, args.port, log, server_core)
         try:
-            wait_ready(args.port, ca)
+            wait_ready(args.port, ca, timeout=120)
             print(f"fuzz: {count:,} requests", flush=True)
             tally, seconds = fuzz(gen, count, args.port, ca)
             print("attack: slow connections", flush=True)

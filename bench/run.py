@@ -20,18 +20,18 @@ import json
 import os
 import platform
 import shutil
-import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+
+from processes import pinned, wait_ready  # noqa: E402
 
 from volcano_job_webhook.certs import ensure_certs  # noqa: E402
 from volcano_job_webhook.plugins import Chain, Job, PluginError  # noqa: E402
@@ -148,34 +148,16 @@ def plot_chain(costs: dict[str, dict[int, float]], path: Path) -> bool:
 
 # 1. The server under load -------------------------------------------------------------------------
 
-def wait_ready(port: int, ca: Path, timeout: float = 60.0) -> None:
-    context = ssl.create_default_context(cafile=str(ca))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("server did not become ready")
-
-
 def start_server(jobs_dir: Path, certs_dir: Path, port: int, core: str | None) -> subprocess.Popen[bytes]:
     ensure_certs(certs_dir)  # before the server starts, so the client has the CA to trust
     cmd = [sys.executable, str(ROOT / "bench" / "server.py"), str(jobs_dir), str(certs_dir), str(port)]
-    if core is not None and shutil.which("taskset"):
-        cmd = ["taskset", "-c", core, *cmd]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(pinned(cmd, core), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return proc
 
 
 def run_wrk(url: str, body: Path, connections: int, seconds: int, core: str | None) -> dict[str, float]:
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s", "-s", str(ROOT / "bench" / "post.lua"), url]
-    if core is not None and shutil.which("taskset"):
-        cmd = ["taskset", "-c", core, *cmd]
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "BODY": str(body)}, check=True)
+    done = subprocess.run(pinned(cmd, core), capture_output=True, text=True, env={**os.environ, "BODY": str(body)}, check=True)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
