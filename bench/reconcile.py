@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.envtest import WEBHOOK_USER, EnvTest, Process, find_assets, free_port, new_namespace, start_product  # noqa: E402
+from tests.envtest import WEBHOOK_USER, EnvTest, Process, find_assets, free_port, new_namespace, start_product, wait_until  # noqa: E402
 from volcano_job_webhook.kube.informer import JOB, Informer  # noqa: E402
 from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
 from volcano_job_webhook.plugins.ssh import generate_key_pair  # noqa: E402
@@ -131,14 +131,11 @@ class Objects:
 
 
 def wait(predicate: Any, timeout: float, what: str, interval: float = 0.01) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    """``wait_until``, ending the run with its message rather than a traceback."""
+    try:
+        return wait_until(predicate, timeout, what, interval)
+    except AssertionError as timed_out:
+        raise SystemExit(str(timed_out)) from None
 
 
 class Reconciler:
