@@ -12,7 +12,6 @@ import base64
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.envtest import free_port
 from tests.manifests_util import dockerfile_instructions, dockerignore_excludes
 
 
@@ -114,16 +114,10 @@ def test_serve_with_a_missing_jobs_directory_fails_at_once(installed: Path, else
     assert not (elsewhere / "certs").exists(), "nothing is written before the settings are known to work"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def served(installed: Path, elsewhere: Path) -> Iterator[tuple[str, ssl.SSLContext]]:
     """``volcano-webhook serve`` on its embedded defaults, from a directory that is not the repository."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     process = subprocess.Popen([str(installed / "bin" / "volcano-webhook"), "serve", "--port", str(port), "--host", "127.0.0.1"],
                                cwd=elsewhere, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -9,9 +9,7 @@ Every process must join the one cluster with the id the plugin gave it. Needs th
 
 from __future__ import annotations
 
-import copy
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +19,8 @@ import yaml
 
 pytest.importorskip("jax")
 
-from volcano_job_webhook.plugins import Chain, Job
-from volcano_job_webhook.plugins.podgen import make_pod
+from tests.envtest import free_port
+from tests.wiring import injected_env
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "jax-job.yaml"
 PROGRAM = """
@@ -34,23 +32,14 @@ jax.distributed.shutdown()
 """
 
 
-def injected_env(job_obj: dict, task: str, index: int) -> dict[str, str]:
-    job = Job.from_object(copy.deepcopy(job_obj))
-    pod = Chain().mutate(job, make_pod(job, task, index)).pod
-    (container,) = pod["spec"]["containers"]
-    return {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("JAX_")}
-
-
 def test_example_pods_form_one_jax_cluster(tmp_path):
     job_obj = yaml.safe_load(EXAMPLE.read_text())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     pods = [(t["name"], i) for t in job_obj["spec"]["tasks"] for i in range(t["replicas"])]
     procs = []
     for task, index in pods:
         env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
-        injected = injected_env(job_obj, task, index)
+        injected = injected_env(job_obj, task, index, "JAX_")
         assert injected["JAX_COORDINATOR_ADDRESS"] == "jax-demo-leader-0.jax-demo:6666"
         env.update(injected, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_PLATFORMS="cpu", TMPDIR=str(tmp_path))
         procs.append((injected, subprocess.Popen(

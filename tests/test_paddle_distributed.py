@@ -15,11 +15,8 @@ loopback and runs unchanged; the port moves to a free one through the plugin's `
 
 from __future__ import annotations
 
-import copy
-import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,16 +25,15 @@ from typing import Any
 import pytest
 import yaml
 
-from volcano_job_webhook.plugins import Chain, Job
+from tests.envtest import free_port
+from tests.wiring import injected_env, set_plugin_arg
 from volcano_job_webhook.plugins.paddle import RESERVED
-from volcano_job_webhook.plugins.podgen import make_pod
 
 launch_context = pytest.importorskip("paddle.distributed.launch.context")
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLE = EXAMPLES / "jobs" / "paddle-job.yaml"
 SCRIPT = EXAMPLES / "paddle" / "train.py"
-ANNOTATION = "volcano-job-webhook/plugins"
 MASTER = "paddle-demo-master-0.paddle-demo"
 PODS = [("master", 0), ("worker", 0), ("worker", 1)]
 RESULT = re.compile(r"^rank (\d+)/(\d+): loss ([\d.]+) -> ([\d.]+), weights (\S+)$", re.MULTILINE)
@@ -46,17 +42,8 @@ RESULT = re.compile(r"^rank (\d+)/(\d+): loss ([\d.]+) -> ([\d.]+), weights (\S+
 def example_job(port: int | None = None) -> dict[str, Any]:
     obj = yaml.safe_load(EXAMPLE.read_text())
     if port is not None:
-        plugins = json.loads(obj["metadata"]["annotations"][ANNOTATION])
-        plugins["paddle"] = [a for a in plugins["paddle"] if not a.startswith("--port")] + [f"--port={port}"]
-        obj["metadata"]["annotations"][ANNOTATION] = json.dumps(plugins)
+        set_plugin_arg(obj, "paddle", "port", port)
     return obj
-
-
-def injected_env(job_obj: dict[str, Any], task: str, index: int) -> dict[str, str]:
-    job = Job.from_object(copy.deepcopy(job_obj))
-    pod = Chain().mutate(job, make_pod(job, task, index)).pod
-    (container,) = pod["spec"]["containers"]
-    return {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("PADDLE_")}
 
 
 def clean_environ() -> dict[str, str]:
@@ -77,7 +64,7 @@ def test_reserved_names_are_the_launchers_own():
     ("master", 0, 0, "127.0.0.1:6768"), ("worker", 0, 1, f"{MASTER}:6768"), ("worker", 1, 2, f"{MASTER}:6768"),
 ])
 def test_the_launcher_parses_the_injected_environment(task, index, rank, master, monkeypatch):
-    env = injected_env(example_job(), task, index)
+    env = injected_env(example_job(), task, index, "PADDLE_")
     for name in list(os.environ):
         if name not in clean_environ():
             monkeypatch.delenv(name)
@@ -95,18 +82,12 @@ def test_the_launcher_parses_the_injected_environment(task, index, rank, master,
     assert not ctx.is_legacy_mode()  # the master given: the collective controller, not the old launcher
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_example_pods_form_one_collective_job(tmp_path):
     port = free_port()
     job_obj = example_job(port)
     procs = []
     for task, index in PODS:
-        injected = injected_env(job_obj, task, index)
+        injected = injected_env(job_obj, task, index, "PADDLE_")
         env = clean_environ()
         env.update(injected, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
         if (task, index) == ("master", 0):

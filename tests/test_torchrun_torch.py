@@ -10,7 +10,6 @@ without it.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import sys
@@ -22,8 +21,7 @@ import yaml
 
 torch_run = pytest.importorskip("torch.distributed.run")
 
-from volcano_job_webhook.plugins import Chain, Job  # noqa: E402
-from volcano_job_webhook.plugins.podgen import make_pod  # noqa: E402
+from tests.wiring import injected_env  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "torchrun-job.yaml"
 ANNOTATION = "volcano-job-webhook/plugins"
@@ -36,13 +34,6 @@ def example_job(**torchrun_args: str) -> dict[str, Any]:
     plugins["torchrun"] += [f"--{flag.replace('_', '-')}={value}" for flag, value in torchrun_args.items()]
     obj["metadata"]["annotations"][ANNOTATION] = json.dumps(plugins)
     return obj
-
-
-def injected_env(job_obj: dict[str, Any], task: str, index: int) -> dict[str, str]:
-    job = Job.from_object(copy.deepcopy(job_obj))
-    pod = Chain().mutate(job, make_pod(job, task, index)).pod
-    (container,) = pod["spec"]["containers"]
-    return {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("PET_")}
 
 
 def launch(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
@@ -60,7 +51,7 @@ def launch(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, A
 
 @pytest.mark.parametrize(("task", "index", "rank"), [("master", 0, 0), ("worker", 0, 1), ("worker", 1, 2)])
 def test_static_rendezvous_from_the_injected_environment(task, index, rank, monkeypatch):
-    env = injected_env(example_job(), task, index)
+    env = injected_env(example_job(), task, index, "PET_")
     args, config = launch(env, monkeypatch)
 
     assert (config.min_nodes, config.max_nodes) == (3, 3)  # 1 master + 2 workers
@@ -76,7 +67,7 @@ def test_static_rendezvous_from_the_injected_environment(task, index, rank, monk
 @pytest.mark.parametrize(("task", "index"), [("master", 0), ("worker", 1)])
 def test_elastic_rendezvous_from_the_injected_environment(task, index, monkeypatch):
     job_obj = example_job(min_nodes="2", max_nodes="4", max_restarts="3", nproc_per_node="1", port="23456")
-    env = injected_env(job_obj, task, index)
+    env = injected_env(job_obj, task, index, "PET_")
     args, config = launch(env, monkeypatch)
 
     assert (config.min_nodes, config.max_nodes) == (2, 4)
@@ -92,7 +83,7 @@ def test_gpu_limit_sets_processes_per_node(monkeypatch):
     job_obj = example_job()
     for task in job_obj["spec"]["tasks"]:
         task["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 4
-    _, config = launch(injected_env(job_obj, "worker", 0), monkeypatch)
+    _, config = launch(injected_env(job_obj, "worker", 0, "PET_"), monkeypatch)
     assert config.nproc_per_node == 4
 
 
@@ -110,7 +101,7 @@ def test_example_trains_under_plain_torchrun(tmp_path):
     procs = []
     for task, index in (("master", 0), ("worker", 0), ("worker", 1)):
         env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
-        env.update(injected_env(job_obj, task, index))
+        env.update(injected_env(job_obj, task, index, "PET_"))
         assert env["PET_MASTER_ADDR"] == "torchrun-demo-master-0.torchrun-demo"
         env["PET_MASTER_ADDR"] = "127.0.0.1"
         env["OMP_NUM_THREADS"] = "1"

@@ -10,11 +10,8 @@ without it.
 
 from __future__ import annotations
 
-import copy
-import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,36 +22,20 @@ import yaml
 
 pytest.importorskip("xgboost.collective")
 
-from volcano_job_webhook.plugins import Chain, Job
-from volcano_job_webhook.plugins.podgen import make_pod
+from tests.envtest import free_port
+from tests.wiring import injected_env, set_plugin_arg
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLE = EXAMPLES / "jobs" / "xgboost-job.yaml"
 SCRIPT = EXAMPLES / "xgboost" / "train.py"
-ANNOTATION = "volcano-job-webhook/plugins"
 RESULT = re.compile(r"^worker (\d+)/(\d+) task (\d+): rmse ([\d.]+) -> ([\d.]+), model (\w+)$", re.MULTILINE)
 
 
 def example_job(port: int, workers: int) -> dict[str, Any]:
     obj = yaml.safe_load(EXAMPLE.read_text())
     obj["spec"]["tasks"][1]["replicas"] = workers
-    plugins = json.loads(obj["metadata"]["annotations"][ANNOTATION])
-    plugins["xgboost"] = [a for a in plugins["xgboost"] if not a.startswith("--port")] + [f"--port={port}"]
-    obj["metadata"]["annotations"][ANNOTATION] = json.dumps(plugins)
+    set_plugin_arg(obj, "xgboost", "port", port)
     return obj
-
-
-def injected_env(job_obj: dict[str, Any], task: str, index: int) -> dict[str, str]:
-    job = Job.from_object(copy.deepcopy(job_obj))
-    pod = Chain().mutate(job, make_pod(job, task, index)).pod
-    (container,) = pod["spec"]["containers"]
-    return {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("DMLC_")}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # 3: the example as it is. 11: task ids 0..11, past one digit, where the tracker's string order of
@@ -66,7 +47,7 @@ def test_example_pods_train_one_model(tmp_path, workers):
     pods = [(t["name"], i) for t in job_obj["spec"]["tasks"] for i in range(t["replicas"])]
     procs = []
     for task, index in pods:
-        injected = injected_env(job_obj, task, index)
+        injected = injected_env(job_obj, task, index, "DMLC_")
         assert injected["DMLC_TRACKER_URI"] == "xgboost-demo-master-0.xgboost-demo"
         assert injected["DMLC_TRACKER_PORT"] == str(port)
         env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
