@@ -9,10 +9,9 @@ import gc
 import json
 import socket
 import ssl
-import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES
+from tests.envtest import wait_until
+from tests.servers import in_thread
 from volcano_job_webhook.certs import ensure_certs
 from volcano_job_webhook.certs.tls import HTTPSServer, build_server
 from volcano_job_webhook.plugins import Chain
@@ -49,27 +50,8 @@ def serving(certs: Path, limits: ConnectionLimits = LIMITS) -> Iterator[tuple[HT
     app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain(), max_body_bytes=MAX_BODY)
     guard, options = server_options(limits)
     server = build_server(app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", log_level="warning", **options)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
-        time.sleep(0.01)
-    server.port = server.addresses[0][1]  # type: ignore[attr-defined]
-    try:
+    with in_thread(server):
         yield server, guard
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        assert not thread.is_alive()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll ``condition`` (the server runs in another thread) until it holds, or fail."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def tls(port: int) -> ssl.SSLSocket:
@@ -228,7 +210,7 @@ def test_the_connection_cap_closes_the_longest_waiting_connection(certs):
     limits = replace(LIMITS, max_connections=3, header_timeout=30, idle_timeout=30)
     with serving(certs, limits) as (server, guard):
         idle = [tls(server.port) for _ in range(3)]
-        wait_until(lambda: len(guard) == 3)
+        wait_until(lambda: len(guard) == 3, 5.0, "three connections held", interval=0.01)
         assert mutate_ok(server.port), "a new connection is served: the oldest idle one made room"
         assert read_all(idle[0], timeout=2) == b"", "the oldest was closed"
         assert guard.closed["evicted"] >= 1 and len(guard) <= 3
@@ -250,7 +232,7 @@ def test_the_body_budget_sheds_the_longest_waiting_bodies_and_serves_whole_reque
         assert mutate_ok(server.port), "a whole request is answered while slow ones hold the budget"
         for sock in slow:
             sock.close()
-        wait_until(lambda: guard.buffered == 0)
+        wait_until(lambda: guard.buffered == 0, 5.0, "no body bytes buffered", interval=0.01)
         assert guard.closed["shed"] >= 1
 
 
@@ -274,11 +256,11 @@ def test_slow_connections_leave_nothing_behind(certs):
             sock = tls(server.port)
             sock.sendall(post("/mutate", b" " * 5000, length=MAX_BODY) if i % 2 else b"POST /mutate HTTP/1.1\r\n")
             socks.append(sock)
-        wait_until(lambda: len(guard.open) == 30 and guard.buffered >= 15 * 5000)
+        wait_until(lambda: len(guard.open) == 30 and guard.buffered >= 15 * 5000, 5.0, "30 open connections holding their bodies", interval=0.01)
         protocols = [weakref.ref(p) for p in list(guard.open)]
         for sock in socks:
             sock.close()
-        wait_until(lambda: not len(guard) and not guard.buffered)
+        wait_until(lambda: not len(guard) and not guard.buffered, 5.0, "every connection and body gone", interval=0.01)
         assert not guard.waiting and not guard.holding
         assert mutate_ok(server.port)
         time.sleep(0.2)
@@ -308,7 +290,7 @@ def test_clients_that_never_say_hello_cannot_hold_the_door(certs):
     limits = replace(LIMITS, max_handshakes=2, handshake_timeout=30)
     with serving(certs, limits) as (server, guard):
         silent = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(2)]
-        wait_until(lambda: len(guard.handshakes) == 2)
+        wait_until(lambda: len(guard.handshakes) == 2, 5.0, "two handshakes under way", interval=0.01)
         assert mutate_ok(server.port)
         assert guard.closed["handshake-dropped"] >= 1
         for sock in silent:

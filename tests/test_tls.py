@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.conftest import EXAMPLES, ROOT
+from tests.servers import in_thread
 from volcano_job_webhook.certs import ensure_certs, generate_ca, generate_serving_cert
 from volcano_job_webhook.certs.tls import CertReloader, HTTPSServer, build_server, make_server_context
 
@@ -62,19 +63,8 @@ def running(certs: Path, app: Any = tiny_app, client_ca: Path | None = None, int
     The default interval is long so only ``reload_now()`` reloads unless a test asks for polling."""
     server = build_server(app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", client_ca_file=client_ca,
                           reload_interval=interval, log_level="warning", lifespan="off" if app is tiny_app else "auto")
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
-        time.sleep(0.01)
-    server.port = server.addresses[0][1]  # type: ignore[attr-defined]
-    try:
+    with in_thread(server):
         yield server
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        assert not thread.is_alive()
 
 
 def trusting(ca: Path, version: ssl.TLSVersion | None = None) -> ssl.SSLContext:
