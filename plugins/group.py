@@ -1,5 +1,5 @@
 """One communication group made of every Pod of a job, for the plugins whose framework numbers its
-members from 0 (``xgboost``, ``paddle``): rank 0 is a named task's Pod 0, the host of the group's
+members from 0 (``xgboost``, ``paddle``, ``jax``): rank 0 is a named task's Pod 0, the host of the group's
 rendezvous service, and the other Pods follow in ``spec.tasks`` order.
 
 Also the check both make on the job's pod templates: a variable the plugin sets must not be set by a
@@ -10,19 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from .base import Plugin
+from .base import Plugin, PodContext
 from .job import Task
+from .pod import Obj, containers, ensure_envs, ensure_port
 
 
-def first_task(plugin: Plugin, flag: str) -> Task:
-    """The task named by ``flag`` (default: the first task), which must have a Pod 0."""
+def first_task(plugin: Plugin, flag: str, no_pod_0: str = "there is no Pod 0 to be rank 0") -> Task:
+    """The task named by ``flag`` (default: the first task), which must have a Pod 0; ``no_pod_0``
+    ends the error when it has none."""
     name = plugin.options[flag]
     task = plugin.job.tasks[0] if not name else plugin.job.task(name)
     if task is None:
         tasks = ", ".join(t.name for t in plugin.job.tasks)
         raise plugin.error(f"--{flag}", f"the job has no task {name!r} (tasks: {tasks})")
     if task.replicas < 1:
-        raise plugin.error(f"--{flag}", f"task {task.name!r} has no replicas, so there is no Pod 0 to be rank 0")
+        raise plugin.error(f"--{flag}", f"task {task.name!r} has no replicas, so {no_pod_0}")
     return task
 
 
@@ -53,3 +55,26 @@ def reject_reserved_env(plugin: Plugin, reserved: Collection[str], why: str) -> 
                         f"spec.tasks[{task.position}].template.spec.containers[{i}].env[{j}]",
                         f"{name} is reserved: {why}; remove it from the template and use the plugin's flags",
                     )
+
+
+def member_index(plugin: Plugin, ctx: PodContext) -> int:
+    """The Pod's index in its task; a warning when it is past the task's replicas, where its rank is
+    also the rank of the next task's first Pod."""
+    index = ctx.index_number(plugin.name)
+    if index >= ctx.task.replicas:
+        ctx.warnings.append(
+            plugin.warning(f"Pod {ctx.pod_name!r} has index {index}, beyond the {ctx.task.replicas} replicas of task {ctx.task.name!r}")
+        )
+    return index
+
+
+def wire_members(plugin: Plugin, ctx: PodContext, entries: list[tuple[str, str | None, Obj | None]],
+                 port: tuple[str, int] | None) -> None:
+    """Set ``entries`` in every regular container of the Pod; with ``port`` (name, number), on the
+    Pods of the rank-0 task, also declare that port, refusing a container whose port name is taken."""
+    for i, container in enumerate(containers(ctx.pod)):
+        if port is not None:
+            problem = ensure_port(container, *port)
+            if problem:
+                raise plugin.error(f"spec.containers[{i}].ports", problem)
+        ensure_envs(container, entries)

@@ -25,8 +25,9 @@ from functools import cached_property
 
 from .base import Plugin, PodContext
 from .flags import Flag, port_flag
+from .group import first_task, member_index, offsets, size, wire_members
 from .job import Task
-from .pod import Obj, containers, ensure_envs, ensure_port
+from .pod import Obj
 
 PORT_NAME = "jax-port"
 
@@ -40,55 +41,25 @@ class JaxPlugin(Plugin):
     )
 
     @cached_property
-    def coordinator(self) -> Task | None:
-        name = self.options["coordinator"]
-        return self.job.tasks[0] if not name else self.job.task(name)
-
-    def check(self) -> list[str]:
-        coordinator = self.coordinator
-        if coordinator is None:
-            tasks = ", ".join(t.name for t in self.job.tasks)
-            raise self.error("--coordinator", f"the job has no task {self.options['coordinator']!r} (tasks: {tasks})")
-        if coordinator.replicas < 1:
-            raise self.error("--coordinator", f"task {coordinator.name!r} has no replicas, so there is no coordinator Pod 0")
-        self.require_port_free([coordinator], PORT_NAME, self.options["port"])
-        return []
+    def coordinator(self) -> Task:
+        return first_task(self, "coordinator", no_pod_0="there is no coordinator Pod 0")
 
     @cached_property
     def offsets(self) -> dict[str, int]:
         """The first process id of each task: the coordinator task first, then ``spec.tasks`` order."""
-        coordinator = self.coordinator
-        ordered = [coordinator] + [t for t in self.job.tasks if t is not coordinator]
-        out, total = {}, 0
-        for task in ordered:
-            if task is None:
-                continue
-            out[task.name] = total
-            total += task.replicas
-        return out
+        return offsets(self.job.tasks, self.coordinator)
 
-    @property
-    def num_processes(self) -> int:
-        return sum(task.replicas for task in self.job.tasks)
+    def check(self) -> list[str]:
+        self.require_port_free([self.coordinator], PORT_NAME, self.options["port"])
+        return []
 
     def mutate(self, ctx: PodContext) -> None:
         coordinator = self.coordinator
-        if coordinator is None:  # check() raised already; keep mypy and direct callers honest
-            raise self.error("--coordinator", f"the job has no task {self.options['coordinator']!r}")
-        index = ctx.index_number(self.name)
-        if index >= ctx.task.replicas:
-            ctx.warnings.append(
-                self.warning(f"Pod {ctx.pod_name!r} has index {index}, beyond the {ctx.task.replicas} replicas of task {ctx.task.name!r}")
-            )
+        index = member_index(self, ctx)
         port = self.options["port"]
         entries: list[tuple[str, str | None, Obj | None]] = [
             ("JAX_COORDINATOR_ADDRESS", f"{self.job.domain_name(coordinator, 0)}:{port}", None),
-            ("JAX_NUM_PROCESSES", str(self.num_processes), None),
+            ("JAX_NUM_PROCESSES", str(size(self.job.tasks)), None),
             ("JAX_PROCESS_ID", str(self.offsets[ctx.task.name] + index), None),
         ]
-        for i, container in enumerate(containers(ctx.pod)):
-            if ctx.task.name == coordinator.name:
-                problem = ensure_port(container, PORT_NAME, port)
-                if problem:
-                    raise self.error(f"spec.containers[{i}].ports", problem)
-            ensure_envs(container, entries)
+        wire_members(self, ctx, entries, (PORT_NAME, port) if ctx.task.name == coordinator.name else None)

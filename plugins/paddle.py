@@ -33,9 +33,9 @@ from functools import cached_property
 
 from .base import Plugin, PodContext
 from .flags import Flag, port_flag
-from .group import first_task, offsets, reject_reserved_env, size
+from .group import first_task, member_index, offsets, reject_reserved_env, size, wire_members
 from .job import Task
-from .pod import Obj, containers, ensure_envs, ensure_port
+from .pod import Obj
 
 PORT_NAME = "paddle-port"
 DEFAULT_PORT = 6768
@@ -72,11 +72,7 @@ class PaddlePlugin(Plugin):
 
     def mutate(self, ctx: PodContext) -> None:
         master = self.master
-        index = ctx.index_number(self.name)
-        if index >= ctx.task.replicas:
-            ctx.warnings.append(
-                self.warning(f"Pod {ctx.pod_name!r} has index {index}, beyond the {ctx.task.replicas} replicas of task {ctx.task.name!r}")
-            )
+        index = member_index(self, ctx)
         port = self.options["port"]
         on_master = ctx.task.name == master.name
         host = LOOPBACK if on_master and index == 0 else self.job.domain_name(master, 0)
@@ -86,9 +82,4 @@ class PaddlePlugin(Plugin):
             ("PADDLE_JOB_ID", self.job.name, None),
             ("PADDLE_RANK", str(self.offsets[ctx.task.name] + index), None),
         ]
-        for i, container in enumerate(containers(ctx.pod)):
-            if on_master:
-                problem = ensure_port(container, PORT_NAME, port)
-                if problem:
-                    raise self.error(f"spec.containers[{i}].ports", problem)
-            ensure_envs(container, entries)
+        wire_members(self, ctx, entries, (PORT_NAME, port) if on_master else None)

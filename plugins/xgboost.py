@@ -30,9 +30,9 @@ from functools import cached_property
 
 from .base import Plugin, PodContext
 from .flags import Flag, port_flag
-from .group import first_task, offsets, reject_reserved_env, size
+from .group import first_task, member_index, offsets, reject_reserved_env, size, wire_members
 from .job import Task
-from .pod import Obj, containers, ensure_envs, ensure_port
+from .pod import Obj
 
 PORT_NAME = "xgboost-port"
 DEFAULT_PORT = 9091
@@ -63,11 +63,7 @@ class XGBoostPlugin(Plugin):
 
     def mutate(self, ctx: PodContext) -> None:
         tracker = self.tracker
-        index = ctx.index_number(self.name)
-        if index >= ctx.task.replicas:
-            ctx.warnings.append(
-                self.warning(f"Pod {ctx.pod_name!r} has index {index}, beyond the {ctx.task.replicas} replicas of task {ctx.task.name!r}")
-            )
+        index = member_index(self, ctx)
         port = self.options["port"]
         entries: list[tuple[str, str | None, Obj | None]] = [
             ("DMLC_TRACKER_URI", self.job.domain_name(tracker, 0), None),
@@ -75,9 +71,4 @@ class XGBoostPlugin(Plugin):
             ("DMLC_NUM_WORKER", str(size(self.job.tasks)), None),
             ("DMLC_TASK_ID", str(self.offsets[ctx.task.name] + index), None),
         ]
-        for i, container in enumerate(containers(ctx.pod)):
-            if ctx.task.name == tracker.name:
-                problem = ensure_port(container, PORT_NAME, port)
-                if problem:
-                    raise self.error(f"spec.containers[{i}].ports", problem)
-            ensure_envs(container, entries)
+        wire_members(self, ctx, entries, (PORT_NAME, port) if ctx.task.name == tracker.name else None)
