@@ -19,7 +19,7 @@ import orjson
 from .base import Existing, Mount, Plugin, PodContext, Settings
 from .budget import STORE_LIMIT, STORE_LIMIT_TEXT
 from .errors import PluginError
-from .flags import shown
+from .flags import go_prefix, shown
 from .job import Job, Task
 from .keys import PLUGINS_ANNOTATION
 from .pod import Obj, task_name
@@ -34,6 +34,10 @@ class ChainConfig:
     allowed: frozenset[str] | None = None
     defaults: Mapping[str, Sequence[str]] = field(default_factory=dict)
     settings: Settings = field(default_factory=Settings)
+    # The plugins Volcano's own job controller runs when a job names them in spec.plugins (its
+    # built-ins, on a cluster where it runs): their Pod wiring and side objects are Volcano's, and
+    # they are never our reason to refuse a Pod (docs/install.md#who-runs-what). Empty: we run all.
+    volcano_plugins: frozenset[str] = frozenset()
 
 
 def copy_json(value: Obj) -> Obj:
@@ -94,14 +98,26 @@ class PreparedJob:
     warnings: tuple[str, ...]
     injected_init: frozenset[str]
     settings: Settings
+    # See Lineup.
+    volcano: frozenset[str] = frozenset()
+    failed: frozenset[str] = frozenset()
     names: tuple[str, ...] = field(init=False)
+    ours: tuple[Plugin, ...] = field(init=False)
+    applied: tuple[Plugin, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", tuple(p.name for p in self.plugins))
+        object.__setattr__(self, "applied", tuple(p for p in self.plugins if p.name not in self.failed))
+        object.__setattr__(self, "ours", tuple(p for p in self.applied if p.name not in self.volcano))
 
-    def mutate(self, pod: Obj) -> Mutation:
-        """Run every plugin on a copy of ``pod``; raises :class:`PluginError` when it cannot be wired."""
+    def mutate(self, pod: Obj, *, volcano_wired: bool = False) -> Mutation:
+        """Run the plugins on a copy of ``pod``; raises :class:`PluginError` when it cannot be wired.
+
+        ``volcano_wired``: the Pod comes from Volcano's controller, which has wired it with the
+        plugins it runs (:attr:`volcano`); only ours run. Otherwise every plugin runs, as the Pod
+        would be once both have (the offline commands)."""
         job = self.job
+        plugins = self.ours if volcano_wired else self.applied
         name = task_name(pod)
         task = job.task(name)
         if task is None:
@@ -123,21 +139,21 @@ class PreparedJob:
             injected_init=injected,
             input_bytes=size,
         )
-        for plugin in self.plugins:
+        for plugin in plugins:
             plugin.mutate(ctx)
         wired = json_size(ctx.pod)
         if wired > STORE_LIMIT and wired > size:
-            raise self._too_large(pod, task, wired)
-        return Mutation(ctx.pod, list(self.names), list(dict.fromkeys(ctx.warnings)))
+            raise self._too_large(pod, task, wired, plugins)
+        return Mutation(ctx.pod, [p.name for p in plugins], list(dict.fromkeys(ctx.warnings)))
 
-    def _too_large(self, pod: Obj, task: Task, wired: int) -> PluginError:
+    def _too_large(self, pod: Obj, task: Task, wired: int, plugins: Sequence[Plugin]) -> PluginError:
         """The error for a Pod the chain made too large to store, naming the plugin that crossed the
         limit. Every value a plugin adds is bounded already (budget), so replaying the chain to
         find it costs no more than the first run."""
         copied, size = _sized_copy(pod)
         ctx = PodContext(self.job, copied, task, self.settings, [], self.injected_init, size)
         culprit, added, before = "", 0, size
-        for plugin in self.plugins:
+        for plugin in plugins:
             plugin.mutate(ctx)
             after = json_size(ctx.pod)
             if after > STORE_LIMIT and after > before and not culprit:
@@ -153,9 +169,12 @@ class PreparedJob:
         )
 
 
-def _check_mounts(job: Job, plugins: Sequence[Plugin]) -> None:
+def _check_mounts(job: Job, plugins: Sequence[Plugin], lenient: frozenset[str] = frozenset()) -> list[str]:
     """Two plugins that mount different volumes at one path make every Pod invalid ("must be unique").
-    The error goes to the plugin whose argument chose the path (ssh's ``--ssh-key-file-path``, ...)."""
+    The error goes to the plugin whose argument chose the path (ssh's ``--ssh-key-file-path``, ...);
+    between two plugins Volcano's controller runs (``lenient``) it is only a warning, and between one
+    of those and one of ours it goes to ours. Returns the warnings."""
+    warnings: list[str] = []
     claimed: dict[str, tuple[Plugin, Mount]] = {}
     for plugin in plugins:
         for mount in plugin.mounts():
@@ -163,15 +182,35 @@ def _check_mounts(job: Job, plugins: Sequence[Plugin]) -> None:
             if taken.volume == mount.volume:
                 continue
             blamed, other, mine, theirs = plugin, first, mount, taken
-            if not mount.field.startswith("-") and taken.field.startswith("-"):
+            if (first.name not in lenient and plugin.name in lenient) or (
+                    (first.name in lenient) == (plugin.name in lenient)
+                    and not mount.field.startswith("-") and taken.field.startswith("-")):
                 blamed, other, mine, theirs = first, plugin, taken, mount
-            raise PluginError(
+            error = PluginError(
                 job.key,
                 blamed.name,
                 mine.field,
                 f"mounts volume {mine.volume!r} at {mine.path!r}, where plugin {other.name} mounts volume "
                 f"{theirs.volume!r}; the API server requires a container's mount paths to be unique",
             )
+            if blamed.name not in lenient:
+                raise error
+            warnings.append(f"{error} (run by Volcano's controller, which does not check this)")
+    return warnings
+
+
+@dataclass(frozen=True)
+class Lineup:
+    """A job's plugins built, in chain order, and who runs them."""
+
+    plugins: tuple[Plugin, ...]
+    # Run by Volcano's own controller: it wires their part of each Pod before the Pod reaches us,
+    # and makes their side objects.
+    volcano: frozenset[str]
+    # Of those, the ones we would refuse (bad arguments past Go's parse, a failed check): never
+    # applied by us, whatever the caller asks.
+    failed: frozenset[str]
+    warnings: tuple[str, ...]
 
 
 class Chain:
@@ -181,9 +220,27 @@ class Chain:
         self.registry = registry or default_registry()
         self.config = config or ChainConfig()
 
+    def volcano_runs(self, job: Job) -> frozenset[str]:
+        """The plugins of ``job`` that Volcano's own job controller runs: those named in
+        ``spec.plugins`` that it is configured to run (``ChainConfig.volcano_plugins``) or that its
+        ``status.controlledResources`` shows it ran. Their Pod wiring and side objects are Volcano's
+        (docs/install.md#who-runs-what)."""
+        runs = self.config.volcano_plugins
+        return frozenset(name for name in job.plugins if name in runs or name in job.controlled)
+
     def plugin_args(self, job: Job) -> dict[str, list[str]]:
-        """The job's effective plugin map, dependencies added, unordered."""
-        merged: dict[str, Any] = {**self.config.defaults, **job.plugins, **_annotation_plugins(job)}
+        """The job's effective plugin map, dependencies added, unordered. A plugin Volcano's
+        controller runs has the arguments of ``spec.plugins``, which is what it runs with."""
+        return self._plugin_args(job, self.volcano_runs(job))[0]
+
+    def _plugin_args(self, job: Job, volcano: frozenset[str]) -> tuple[dict[str, list[str]], list[str]]:
+        """The plugin map, and the plugins the annotation names again with other arguments than
+        the ``spec.plugins`` Volcano's controller runs them with."""
+        annotated = _annotation_plugins(job)
+        merged: dict[str, Any] = {**self.config.defaults, **job.plugins, **annotated}
+        overridden = [name for name in annotated if name in volcano and annotated[name] != job.plugins[name]]
+        for name in volcano:
+            merged[name] = job.plugins[name]
         for name in list(merged):
             cls = self.registry.get(name)
             for dependency in cls.requires if cls else ():
@@ -192,45 +249,94 @@ class Chain:
             if args is None:
                 merged[name] = []
             elif isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+                if name in volcano:  # Volcano's CRD allows only string lists; nothing for us to run
+                    merged[name] = []
+                    continue
                 raise PluginError(job.key, name, "arguments", f"must be a list of strings, got {shown(args)}")
-        return merged
+        return merged, overridden
 
     def _rank(self, name: str) -> tuple[int, str]:
         order = self.config.order
         return (order.index(name), "") if name in order else (len(order), name)
 
     def plugins(self, job: Job) -> list[Plugin]:
-        """The job's plugins, built (arguments parsed) and in chain order. Raises
-        :class:`PluginError` for an unknown or disallowed plugin or a bad argument."""
-        out = []
-        merged = self.plugin_args(job)
+        """The job's plugins, built (arguments parsed) and in chain order, judged strictly, those
+        Volcano's controller runs included. Raises :class:`PluginError` for an unknown or disallowed
+        plugin or a bad argument."""
+        return list(self.lineup(job, strict=True).plugins)
+
+    def lineup(self, job: Job, *, strict: bool) -> Lineup:
+        """The job's plugins built and checked, in chain order, with who runs each.
+
+        ``strict`` judges every plugin (``/validate`` of a new Job). Otherwise a plugin Volcano's
+        controller runs is never our reason to refuse: it is built as Volcano's controller builds
+        it (Go's ``flag`` keeps the flags before a bad one), and what we would refuse of it becomes
+        a warning (docs/install.md#who-runs-what). Raises :class:`PluginError` for the plugins we run."""
+        volcano = self.volcano_runs(job)
+        merged, overridden = self._plugin_args(job, volcano)
+        warnings: list[str] = []
+        for name in overridden:
+            problem = PluginError(
+                job.key, name, f"metadata.annotations[{PLUGINS_ANNOTATION}]",
+                f"names plugin {name} again with other arguments; Volcano's controller runs it with those of "
+                "spec.plugins, which are the ones that count: name it in one place",
+            )
+            if strict:
+                raise problem
+            warnings.append(str(problem))
+        built: list[Plugin] = []
+        failed: set[str] = set()
         for name, args in sorted(merged.items(), key=lambda item: self._rank(item[0])):
             cls = self.registry.get(name)
+            lenient = name in volcano and not strict
             if cls is None:
+                if name in volcano:
+                    warnings.append(f"job {job.key}: plugin {name} is run by Volcano's controller; this webhook does not know it")
+                    continue
                 known = ", ".join(self.registry.names())
                 raise PluginError(job.key, name, "plugin", f"unknown plugin {name!r} (known: {known})")
-            if self.config.allowed is not None and name not in self.config.allowed:
+            if self.config.allowed is not None and name not in self.config.allowed and name not in volcano:
                 raise PluginError(job.key, name, "plugin", f"plugin {name!r} is not allowed by this server")
-            plugin = cls(job, list(args), self.config.settings)
+            if not lenient:
+                plugin = cls(job, list(args), self.config.settings)
+                plugin.peers = merged
+                warnings.extend(plugin.check())
+                built.append(plugin)
+                continue
+            kept, error = go_prefix(cls.flags, list(args))
+            if error is not None:
+                warnings.append(
+                    f"{PluginError(job.key, name, error.flag or 'arguments', error.reason)}; Volcano's controller "
+                    f"only logs this and runs the plugin with the {len(kept)} argument(s) before it"
+                )
+            try:
+                plugin = cls(job, kept, self.config.settings)
+            except PluginError as exc:  # a plugin's own constructor may refuse more than its flags
+                warnings.append(f"{exc} (run by Volcano's controller, which does not check this)")
+                continue
             plugin.peers = merged
-            out.append(plugin)
-        return out
+            try:
+                warnings.extend(plugin.check())
+            except PluginError as exc:
+                warnings.append(f"{exc} (run by Volcano's controller, which does not check this)")
+                failed.add(name)
+            built.append(plugin)
+        warnings.extend(_check_mounts(job, built, volcano if not strict else frozenset()))
+        return Lineup(tuple(built), volcano, frozenset(failed), tuple(dict.fromkeys(warnings)))
 
     def check(self, job: Job) -> list[str]:
-        """Validate the job's plugin configuration without a Pod (``/validate``); returns warnings."""
-        plugins = self.plugins(job)
-        warnings = [w for p in plugins for w in p.check()]
-        _check_mounts(job, plugins)
-        return list(dict.fromkeys(warnings))
+        """Validate the job's plugin configuration without a Pod (``/validate``), every plugin
+        strictly, those Volcano's controller runs included; returns warnings."""
+        return list(self.lineup(job, strict=True).warnings)
 
     def prepare(self, job: Job) -> PreparedJob:
         """The job's plugins built and checked once, ready to wire any number of its Pods. Raises
-        :class:`PluginError` as :meth:`check` does."""
-        plugins = self.plugins(job)
-        warnings = [w for p in plugins for w in p.check()]
-        _check_mounts(job, plugins)
+        :class:`PluginError` for the plugins we run (see :meth:`lineup`)."""
+        lineup = self.lineup(job, strict=False)
+        plugins = lineup.plugins
         injected = frozenset().union(*(p.injected_init_containers() for p in plugins))
-        return PreparedJob(job, tuple(plugins), tuple(dict.fromkeys(warnings)), injected, self.config.settings)
+        return PreparedJob(job, plugins, lineup.warnings, injected, self.config.settings,
+                           volcano=lineup.volcano, failed=lineup.failed)
 
     def mutate(self, job: Job, pod: Obj) -> Mutation:
         """Run every plugin on a copy of ``pod``. Raises :class:`PluginError` when the job or the Pod
@@ -239,10 +345,12 @@ class Chain:
         return self.prepare(job).mutate(pod)
 
     def resources(self, job: Job, existing: Existing | None = None) -> list[Obj]:
-        """Every side object the job's plugins want, in chain order. ``existing`` (the job's live
-        managed objects by kind and name) lets plugins keep state such as SSH keys."""
+        """The side objects the plugins we run want, in chain order; those of the plugins Volcano's
+        controller runs are Volcano's to make. ``existing`` (the job's live managed objects by kind
+        and name) lets plugins keep state such as SSH keys."""
+        lineup = self.lineup(job, strict=False)
         out: list[Obj] = []
-        for plugin in self.plugins(job):
-            plugin.check()
-            out.extend(plugin.resources(existing))
+        for plugin in lineup.plugins:
+            if plugin.name not in lineup.volcano:
+                out.extend(plugin.resources(existing))
         return out

@@ -109,6 +109,25 @@ def parse_flags(flags: Sequence[Flag], args: Sequence[str]) -> dict[str, Any]:
     Returns every flag's value by its canonical name, defaults included. Raises :class:`FlagError`
     naming the offending flag for anything Go's ``flag`` would reject or silently drop.
     """
+    values, _, error = _parse(flags, args)
+    if error is not None:
+        raise error
+    return values
+
+
+def go_prefix(flags: Sequence[Flag], args: Sequence[str]) -> tuple[list[str], FlagError | None]:
+    """What Go's ``flag.Parse`` keeps of ``args`` when it fails: the flags before the first error,
+    and that error (None when everything parses).
+
+    Volcano's controller logs a parse error and runs the plugin with what was set before it
+    (docs/volcano-behaviour.md#arguments); parsing the prefix strictly gives the same values for
+    everything Go accepts."""
+    _, consumed, error = _parse(flags, args)
+    return list(args[:consumed]), error
+
+
+def _parse(flags: Sequence[Flag], args: Sequence[str]) -> tuple[dict[str, Any], int, FlagError | None]:
+    """The values parsed, how many tokens the flags parsed so far took, and the first error."""
     by_name: dict[str, Flag] = {}
     for flag in flags:
         by_name[flag.name] = flag
@@ -117,39 +136,43 @@ def parse_flags(flags: Sequence[Flag], args: Sequence[str]) -> dict[str, Any]:
     values: dict[str, Any] = {flag.name: flag.default for flag in flags}
     tokens = list(args)
     i = 0
+
+    def fail(flag: str, reason: str) -> tuple[dict[str, Any], int, FlagError]:
+        return values, consumed, FlagError(flag, reason)
+
     while i < len(tokens):
+        consumed = i
         token = tokens[i]
         i += 1
         if not isinstance(token, str):
-            raise FlagError("", f"argument {shown(token)} is not a string")
+            return fail("", f"argument {shown(token)} is not a string")
         if len(token) < 2 or token[0] != "-":
-            raise FlagError(
+            return fail(
                 f"argument {shown(token)}", "unexpected argument: each list element must be one flag such as --name=value"
             )
         dashes = 2 if token[1] == "-" else 1
         if token == "--":
             if i < len(tokens):
-                raise FlagError("--", f"{len(tokens) - i} argument(s) after '--' would be ignored")
+                return fail("--", f"{len(tokens) - i} argument(s) after '--' would be ignored")
             break
         name, eq, value = token[dashes:].partition("=")
         if not name or name[0] in "-=":
-            raise FlagError(f"argument {shown(token)}", "bad flag syntax")
+            return fail(f"argument {shown(token)}", "bad flag syntax")
         found = by_name.get(name)
         if found is None:
             known = ", ".join(f"--{f.name}" for f in flags) or "none"
-            raise FlagError(f"--{shown(name)[1:-1]}", f"flag provided but not defined (known flags: {known})")
+            return fail(f"--{shown(name)[1:-1]}", f"flag provided but not defined (known flags: {known})")
         flag = found
         if not eq:
             if flag.kind == "bool":
                 values[flag.name] = True
                 continue
             if i >= len(tokens):
-                raise FlagError(f"--{name}", "flag needs an argument")
+                return fail(f"--{name}", "flag needs an argument")
             value = tokens[i]
             i += 1
         try:
             values[flag.name] = _convert(flag, value)
         except ValueError as exc:
-            raise FlagError(f"--{name}", f"invalid value {shown(value)}: {_reason(exc, value)}") from None
-    return values
-
+            return fail(f"--{name}", f"invalid value {shown(value)}: {_reason(exc, value)}")
+    return values, len(tokens), None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import PluginError
-from .keys import JOB_API_VERSION, JOB_KIND, MANAGED_BY, MANAGED_BY_LABEL
+from .keys import CONTROLLED_PREFIX, FINISHED_PHASES, JOB_API_VERSION, JOB_KIND, MANAGED_BY, MANAGED_BY_LABEL
 from .names import dns1123_label
 
 
@@ -52,6 +52,11 @@ class Job:
     plugins: Mapping[str, list[str]]
     annotations: Mapping[str, str]
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    # status.state.phase ("" before Volcano's controller has written one).
+    phase: str = ""
+    # The plugins Volcano's controller has run on the job, from status.controlledResources
+    # ("plugin-<name>": "<name>"): proof that their objects are Volcano's.
+    controlled: frozenset[str] = frozenset()
 
     @classmethod
     def from_object(cls, obj: Any) -> Job:
@@ -108,6 +113,11 @@ class Job:
         annotations = meta.get("annotations") or {}
         if not isinstance(annotations, Mapping):
             raise PluginError(key, "", "metadata.annotations", "must be a map")
+        status = obj.get("status")
+        status = status if isinstance(status, Mapping) else {}
+        state = status.get("state")
+        phase = state.get("phase") if isinstance(state, Mapping) else None
+        controlled = status.get("controlledResources")
         return cls(
             name=name,
             namespace=namespace,
@@ -116,11 +126,21 @@ class Job:
             plugins=dict(plugins),
             annotations=dict(annotations),
             raw=obj,
+            phase=phase if isinstance(phase, str) else "",
+            controlled=frozenset(
+                key[len(CONTROLLED_PREFIX):] for key in (controlled if isinstance(controlled, Mapping) else {})
+                if isinstance(key, str) and key.startswith(CONTROLLED_PREFIX)
+            ),
         )
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def finished(self) -> bool:
+        """In a phase Volcano never leaves: no Pod of the job will be created again."""
+        return self.phase in FINISHED_PHASES
 
     def task(self, name: str) -> Task | None:
         """The task called ``name``, or None (Volcano's ``GetTaskIndexUnderJob`` == -1)."""

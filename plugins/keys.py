@@ -12,6 +12,13 @@ JOB_PLURAL = "jobs"
 JOB_KIND = "Job"
 JOB_API_VERSION = f"{JOB_GROUP}/{JOB_VERSION}"
 
+# What Volcano's controller records in a Job's status: each plugin it ran as "plugin-<name>" in
+# status.controlledResources, and the phases a job never leaves (Aborted can be resumed).
+CONTROLLED_PREFIX = "plugin-"
+FINISHED_PHASES = frozenset({"Completed", "Failed", "Terminated"})
+# The plugins Volcano's own job controller has (its plugins/factory.go).
+VOLCANO_PLUGINS = ("ssh", "env", "svc", "tensorflow", "mpi", "pytorch", "hcclrank", "ray")
+
 # Labels and annotations Volcano's controller puts on a job's Pods.
 JOB_NAME_KEY = "volcano.sh/job-name"
 JOB_NAMESPACE_KEY = "volcano.sh/job-namespace"

@@ -14,6 +14,7 @@ from .env import EnvPlugin
 from .hcclrank import HcclRankPlugin
 from .hostfile import HostfilePlugin
 from .jax import JaxPlugin
+from .keys import VOLCANO_PLUGINS
 from .mpi import MPIPlugin
 from .paddle import PaddlePlugin
 from .pytorch import PytorchPlugin
@@ -28,7 +29,7 @@ from .xgboost import XGBoostPlugin
 ENTRY_POINT_GROUP = "volcano_webhook.plugins"
 # Volcano's registration order (factory.go), the one fixed order its source shows (docs/volcano-behaviour.md#plugin-order).
 # This project's own built-ins (torchrun, hostfile, jax, xgboost, paddle, waitfor) are not in it: they run after, by name.
-BUILTIN_ORDER = ("ssh", "env", "svc", "tensorflow", "mpi", "pytorch", "hcclrank", "ray")
+BUILTIN_ORDER = VOLCANO_PLUGINS
 BUILTINS: Mapping[str, type[Plugin]] = {
     cls.name: cls
     for cls in (
