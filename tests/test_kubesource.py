@@ -4,7 +4,9 @@ from the cache while the API server is away."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -91,15 +93,18 @@ async def test_answers_from_cache_while_the_api_server_is_away(setup):
     assert ready.status_code == 200 and ready.json()["apiServer"] == "unreachable"
     answer = (await c.post("/mutate", json=review)).json()["response"]
     assert answer["allowed"] and "patch" in answer
-    # An unknown job cannot be fetched now: allowed, unchanged, with a warning.
+    # An unknown job cannot be fetched now.
     other = copy.deepcopy(review)
     other["request"]["object"]["metadata"]["labels"]["volcano.sh/job-name"] = "elsewhere"
     missing = (await c.post("/mutate", json=other)).json()["response"]
-    assert missing["allowed"] and "patch" not in missing
-    assert missing["warnings"][0].startswith("volcano-job-webhook: could not look up job default/elsewhere")
+    # Never let through unwired: an error, so the failure policy applies and Volcano's controller
+    # creates the Pod again.
+    assert not missing["allowed"] and missing["status"]["code"] == 500
+    assert missing["status"]["message"].startswith("volcano-job-webhook: could not look up job default/elsewhere (")
     server.restart()
     await wait_for(lambda: source.informer.connected, timeout=30)
     assert (await c.get("/readyz")).json()["apiServer"] == "reachable"
+    assert "patch" in (await c.post("/mutate", json=review)).json()["response"]
 
 
 def create(server: FakeApiServer, plugin: str, namespace: str = "default") -> dict:
@@ -123,7 +128,7 @@ async def serving(source: KubeJobSource) -> AsyncIterator[httpx.AsyncClient]:
 
 async def test_only_watched_namespaces_are_served(tmp_path):
     with FakeApiServer() as server:
-        create(server, "pytorch", "team-a")
+        mine = create(server, "pytorch", "team-a")
         stored = create(server, "pytorch", "team-b")
         source = KubeJobSource(server.api_client(), ["team-a"])
         async with serving(source) as c:
@@ -134,30 +139,67 @@ async def test_only_watched_namespaces_are_served(tmp_path):
             assert answer["warnings"] == ["volcano-job-webhook: namespace team-b is not watched by this webhook (--namespace): "
                                           "Pod of job pytorch-demo not wired"]
             assert job_gets(server) == [], "nothing is asked about a namespace we do not watch"
-            pod["metadata"]["namespace"] = "team-a"
-            wired = (await c.post("/mutate", json=admission_review(pod, uid="a"))).json()["response"]
-            assert "patch" in wired
+            wired = (await c.post("/mutate", json=admission_review(make_pod(Job.from_object(mine), "worker", 0), uid="a")))
+            assert "patch" in wired.json()["response"]
 
 
-async def test_misses_are_cached_and_concurrent_lookups_share_one_get():
+def without_owner(review: dict) -> dict:
+    review["request"]["object"]["metadata"].pop("ownerReferences", None)
+    return review
+
+
+async def test_misses_are_cached_briefly_only_for_pods_without_an_owner_and_concurrent_lookups_share_one_get():
     with FakeApiServer() as server:
         create(server, "pytorch")
-        source = KubeJobSource(server.api_client(), lookup_ttl=30)
+        source = KubeJobSource(server.api_client(), not_found_ttl=30)
         async with serving(source) as c:
             template = review_for(server, "pytorch-demo", "worker", 0)
-            reviews = []
+            owned, ownerless = [], []
             for i in range(50):  # 50 Pods naming 5 jobs that do not exist
                 review = copy.deepcopy(template)
                 review["request"]["uid"] = f"u{i}"
                 review["request"]["object"]["metadata"]["labels"]["volcano.sh/job-name"] = f"missing-{i % 5}"
-                reviews.append(review)
+                owned.append(review)
+                ownerless.append(without_owner(copy.deepcopy(review)))
+            for reviews in (ownerless, owned):
+                server.clear_requests()
+                answers = [a.json()["response"] for a in await asyncio.gather(*(c.post("/mutate", json=r) for r in reviews))]
+                assert all(a["allowed"] and "patch" not in a for a in answers)
+                assert len(job_gets(server)) == 5, "one GET per job, however many Pods ask at once"
             server.clear_requests()
-            answers = await asyncio.gather(*(c.post("/mutate", json=r) for r in reviews))
-            assert all(a.json()["response"]["allowed"] for a in answers)
-            assert len(job_gets(server)) == 5 and source.live_gets == 5
+            await asyncio.gather(*(c.post("/mutate", json=r) for r in ownerless))
+            assert job_gets(server) == [], "a miss is remembered for Pods that name no owner"
+            await asyncio.gather(*(c.post("/mutate", json=r) for r in owned))
+            assert len(job_gets(server)) == 5, "a Pod's owner exists, or did a moment ago: its Job is always asked for"
+
+
+async def test_a_pod_of_a_job_created_again_under_the_same_name_is_wired_from_the_new_job():
+    """The informer still holds the old Job (its watch is stopped here, as a watch can lag): the
+    Pod's owner uid is not the held Job's, so the API server is asked, and the new Job wires it."""
+    with FakeApiServer() as server:
+        old = create(server, "pytorch")
+        source = KubeJobSource(server.api_client())
+        async with serving(source) as c:
+            source.informer.stop()
+            jobs = client.CustomObjectsApi(server.api_client())
+            jobs.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", "pytorch-demo")
+            renewed = job("pytorch")
+            renewed["spec"]["plugins"]["pytorch"] = ["--port=31000"]
+            new = jobs.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", renewed)
+            assert source.informer.get("default", "pytorch-demo")["metadata"]["uid"] == old["metadata"]["uid"]
             server.clear_requests()
-            await asyncio.gather(*(c.post("/mutate", json=r) for r in reviews))
-            assert job_gets(server) == [], "misses are remembered for lookup_ttl"
+            pod = make_pod(Job.from_object(new), "worker", 0)
+            answer = (await c.post("/mutate", json=admission_review(pod, uid="new"))).json()["response"]
+            assert len(job_gets(server)) == 1
+            patch = json.loads(base64.b64decode(answer["patch"]))
+            assert {"name": "MASTER_PORT", "value": "31000"} in next(op["value"] for op in patch if op["path"].endswith("/env"))
+            # A Pod whose owner is neither (a Job of that name deleted before we ever saw it) is not
+            # wired from the Job that has the name now.
+            stale = make_pod(Job.from_object(old), "worker", 1)
+            stale["metadata"]["ownerReferences"][0]["uid"] = "00000000-0000-4000-8000-00000000dead"
+            gone = (await c.post("/mutate", json=admission_review(stale, uid="old"))).json()["response"]
+            assert gone["allowed"] and "patch" not in gone
+            assert "is not the Pod's owner" in gone["warnings"][0]
 
 
 async def test_a_fetched_job_is_forgotten_after_the_ttl_and_never_enters_the_informer():

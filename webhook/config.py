@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from volcano_job_webhook.plugins import BUILTIN_ORDER, ChainConfig, Settings
 from volcano_job_webhook.plugins.base import DEFAULT_HOSTS_ENV_LIMIT
+from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
 
 CONFIG_ENV = "VOLCANO_WEBHOOK_CONFIG"
 _config_file: ContextVar[str | None] = ContextVar("config_file", default=None)
@@ -50,6 +51,15 @@ class WebhookSettings(BaseSettings):
     hosts_env_limit: int | None = Field(
         DEFAULT_HOSTS_ENV_LIMIT, ge=1, description="longest VC_<TASK>_HOSTS value injected; null for no limit"
     )
+    volcano_controller_plugins: list[str] | None = Field(
+        None,
+        description="plugins Volcano's own job controller runs when spec.plugins names them (their Pod wiring and "
+        "objects are Volcano's); default: its eight on a cluster (job_source=kube, reconcile), none for job files; "
+        "[] where it does not run them (docs/install.md#who-runs-what)",
+    )
+    enforcement: Literal["deny", "audit"] = Field(
+        "deny", description="audit: what would be denied is allowed with a warning (rolling out onto running jobs)"
+    )
 
     max_body_bytes: int = Field(3 * 1024 * 1024, ge=1024, description="largest AdmissionReview accepted")
     # What one client can hold (webhook/server/connections.py); docs/install.md, "Limits".
@@ -66,7 +76,10 @@ class WebhookSettings(BaseSettings):
     receive_buffer_bytes: int = Field(16 * 1024, ge=4096, description="SO_RCVBUF of client connections (the kernel doubles it)")
     max_job_file_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="a larger file in jobs_dir is skipped, with a warning")
     job_lookup_ttl_seconds: float = Field(
-        5.0, ge=0, description="job_source=kube: how long a live GET's answer (found or not) is reused"
+        5.0, ge=0, description="job_source=kube: how long a Job a live GET found is reused"
+    )
+    job_not_found_ttl_seconds: float = Field(
+        1.0, ge=0, description="job_source=kube: how long a live GET's 'no such Job' is reused for Pods with no owner"
     )
     log_level: str = Field("info", description="debug, info, warning or error")
 
@@ -98,12 +111,22 @@ class WebhookSettings(BaseSettings):
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
         return tuple(sources)
 
-    def chain_config(self) -> ChainConfig:
+    def volcano_plugins(self, on_cluster: bool) -> frozenset[str]:
+        """The plugins Volcano's controller runs: as set, else its eight wherever it may run."""
+        if self.volcano_controller_plugins is not None:
+            return frozenset(self.volcano_controller_plugins)
+        return frozenset(VOLCANO_PLUGINS) if on_cluster else frozenset()
+
+    def chain_config(self, on_cluster: bool | None = None) -> ChainConfig:
+        """The chain's configuration. ``on_cluster``: Volcano's controller may run beside us (by
+        default when Jobs come from the cluster)."""
+        on_cluster = self.job_source == "kube" if on_cluster is None else on_cluster
         return ChainConfig(
             order=tuple(self.plugin_order),
             allowed=frozenset(self.allowed_plugins) if self.allowed_plugins is not None else None,
             defaults=dict(self.default_plugins),
             settings=Settings(hosts_env_limit=self.hosts_env_limit),
+            volcano_plugins=self.volcano_plugins(on_cluster),
         )
 
 

@@ -45,6 +45,7 @@ from .kinds import (
     cached_form,
     managed,
     owner_job,
+    owner_uid,
 )
 from .limits import oversize
 from .metrics import ReconcilerMetrics
@@ -55,6 +56,13 @@ log = logging.getLogger(__name__)
 # A reconcile that finds the cache behind the API server (an object exists that the cache does not
 # hold yet) starts over with the fresh object, at most this many times.
 ATTEMPTS = 3
+
+
+READS = frozenset({"get", "list"})
+
+
+class NotLeading(RuntimeError):
+    """A write not sent: this replica stopped leading (or is stopping)."""
 
 
 class _CacheBehind(Exception):
@@ -101,8 +109,7 @@ class Reconciler:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
-        # Warnings already recorded on a job, by (job, reason, object): the job's resourceVersion
-        # then. The same warning is recorded again only once the job has changed.
+        # Warnings already recorded on a job, by (job, reason, object): the job's uid and the message.
         self._reported: dict[tuple[JobKey, str, str], str] = {}
         self._reported_lock = threading.Lock()
         self.metrics.queue_depth.set_function(lambda: len(self.queue))
@@ -212,6 +219,8 @@ class Reconciler:
                 self.reconcile(cast("JobKey", key))
                 self.queue.forget(key)
                 self.metrics.reconciles.labels("success").inc()
+            except NotLeading:
+                self.queue.add(key)  # the next leader (this replica again, or another) does it
             except Exception as exc:
                 delay = self.queue.add_rate_limited(key)
                 self.metrics.reconciles.labels("error").inc()
@@ -224,6 +233,10 @@ class Reconciler:
             self.metrics.api_errors.labels(str(getattr(exc, "status", None) or type(exc).__name__)).inc()
 
         def attempt() -> Any:
+            # Asked before every attempt, retries included: a replica that lost the Lease while
+            # backing off must not write after its renew deadline.
+            if verb not in READS and not self._may_write():
+                raise NotLeading(f"{verb} of a {kind}: no longer the leader")
             self.metrics.api_requests.labels(verb, kind).inc()
             return fn()
 
@@ -251,26 +264,41 @@ class Reconciler:
     def _reconcile(self, key: JobKey) -> None:
         namespace, name = key
         job = self.jobs.get(namespace, name)
+        uid = (job.get("metadata") or {}).get("uid") if job is not None else None
         existing = self._existing(key)
+        # Objects of an earlier Job of the same name (deleted, then made again): never adopted —
+        # they hold its SSH key, and a second controller reference would be refused.
+        mine = {ident: obj for ident, obj in existing.items() if owner_uid(obj) == uid}
+        others = {ident: obj for ident, obj in existing.items() if ident not in mine}
+        for (kind, obj_name), obj in others.items():
+            if self._may_write() and self._delete(kind, namespace, obj_name, obj["metadata"].get("uid")):
+                log.info("deleted %s %s/%s: its job %s is gone", kind, namespace, obj_name, name)
         wanted: set[tuple[str, str]] = set()
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             self._forget(key)
         else:
-            with self._deleted_lock:
-                seen = {**self._deleted.get(key, {}), **existing}
             try:
-                desired = self.chain.resources(Job.from_object(job), seen)
+                view = Job.from_object(job)
+                # A finished job starts no Pod again: its objects go, as Volcano's own do.
+                desired = [] if view.finished else self.chain.resources(view, self._seen(key, uid, mine))
             except PluginError as exc:
                 # A job we cannot read is left as it is: deleting its objects could break running Pods.
                 log.warning("job %s/%s: not reconciled: %s", namespace, name, exc)
                 self.metrics.reconciles.labels("invalid-job").inc()
                 self._warn(job, "InvalidPlugins", "", str(exc))
                 return
-            wanted = self._make(job, desired, existing)
-        for (kind, obj_name), obj in existing.items():
+            wanted = self._make(job, desired, mine)
+        for (kind, obj_name), obj in mine.items():
             if ((kind, obj_name) not in wanted and self._may_write()
                     and self._delete(kind, namespace, obj_name, obj["metadata"].get("uid"))):
                 log.info("deleted %s %s/%s: job %s no longer needs it", kind, namespace, obj_name, name)
+
+    def _seen(self, key: JobKey, uid: str | None, live: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+        """What the plugins see of the job's objects: the live ones, and the last state of those
+        deleted under it (a deleted SSH Secret comes back with the keys its running Pods hold)."""
+        with self._deleted_lock:
+            deleted = {ident: obj for ident, obj in self._deleted.get(key, {}).items() if owner_uid(obj) == uid}
+        return {**deleted, **live}
 
     def _make(self, job: dict[str, Any], desired: list[dict[str, Any]],
               existing: dict[tuple[str, str], dict[str, Any]]) -> set[tuple[str, str]]:
@@ -373,11 +401,13 @@ class Reconciler:
         """A Warning Event on the Job, so ``kubectl describe job`` says why; once per change of the job."""
         meta = job.get("metadata") or {}
         report = (object_key(job), reason, subject)
-        version = str(meta.get("resourceVersion"))
+        # Once per Job (by uid) and message: a job's status changes many times while its Pods
+        # start, and none of that makes the warning news.
+        said = f"{meta.get('uid')}\0{message}"
         with self._reported_lock:
-            if self._reported.get(report) == version:
+            if self._reported.get(report) == said:
                 return
-            self._reported[report] = version
+            self._reported[report] = said
         if not self.is_leader():
             return
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -36,13 +36,27 @@ def managed(obj: dict[str, Any]) -> bool:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
 
 
-def owner_job(obj: dict[str, Any]) -> JobKey | None:
-    """The Volcano Job that controls ``obj``, by (namespace, name)."""
-    meta = obj.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or []:
+def _job_reference(obj: dict[str, Any]) -> dict[str, Any] | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("kind") == JOB_KIND and str(ref.get("apiVersion", "")).startswith(f"{JOB_GROUP}/"):
-            return (meta.get("namespace") or "default", str(ref.get("name")))
+            return dict(ref)
     return None
+
+
+def owner_job(obj: dict[str, Any]) -> JobKey | None:
+    """The Volcano Job that controls ``obj``, by (namespace, name): whose reconcile an event on it
+    queues. Which Job that is, of all that ever had the name, says :func:`owner_uid`."""
+    ref = _job_reference(obj)
+    if ref is None:
+        return None
+    return ((obj.get("metadata") or {}).get("namespace") or "default", str(ref.get("name")))
+
+
+def owner_uid(obj: dict[str, Any]) -> str | None:
+    """The uid of the Volcano Job that controls ``obj``: a Job deleted and made again under the same
+    name is another Job, whose objects these are not."""
+    ref = _job_reference(obj)
+    return None if ref is None else ref.get("uid")
 
 
 def cached_form(obj: dict[str, Any]) -> dict[str, Any]:

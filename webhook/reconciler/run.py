@@ -59,7 +59,7 @@ def run(
 
     reconciler = Reconciler(
         api,
-        Chain(default_registry(), settings.chain_config()),
+        Chain(default_registry(), settings.chain_config(on_cluster=True)),
         namespaces=settings.namespaces,
         resync_seconds=resync_seconds,
         workers=workers,

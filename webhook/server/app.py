@@ -179,15 +179,17 @@ class WebhookServer:
 
 
 def create_app(
-    source: JobSource, chain: Chain | None = None, *, max_body_bytes: int = 3 * 1024 * 1024, fast_path: bool = True
+    source: JobSource, chain: Chain | None = None, *, max_body_bytes: int = 3 * 1024 * 1024, fast_path: bool = True,
+    audit: bool = False,
 ) -> WebhookServer:
     """The webhook over ``source``; it starts and stops ``source`` with its lifespan.
-    ``fast_path=False`` leaves the admission endpoints to FastAPI's routing (same answers, slower)."""
+    ``fast_path=False`` leaves the admission endpoints to FastAPI's routing (same answers, slower);
+    ``audit`` allows, with a warning, what would be denied."""
     chain = chain or Chain()
     jobs = JobCache(chain)
     metrics = WebhookMetrics(cached_jobs=lambda: len(source))
-    mutate = AdmissionEndpoint("mutate", PodMutator(source, jobs, metrics), metrics, max_body_bytes)
-    validate = AdmissionEndpoint("validate", JobValidator(chain), metrics, max_body_bytes)
+    mutate = AdmissionEndpoint("mutate", PodMutator(source, jobs, metrics, audit=audit), metrics, max_body_bytes)
+    validate = AdmissionEndpoint("validate", JobValidator(chain, audit=audit), metrics, max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from volcano_job_webhook.limits import MAX_DEPTH, nested_deeper_than
 from volcano_job_webhook.plugins import Chain, Job, PluginError, PreparedJob
-from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_KIND, JOB_NAME_KEY
+from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_KIND, JOB_NAME_KEY, PLUGINS_ANNOTATION
 
 from .jobs import JobSource, NamespaceNotWatched
 from .metrics import WebhookMetrics
@@ -83,14 +83,36 @@ def _object_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
-class PodMutator:
-    """Wires a Pod of a Volcano job. Anything that is not the CREATE of a labelled Pod passes unchanged;
-    a Pod whose job cannot be found passes unchanged with a warning (never blocked for it)."""
+def owner_uid(pod: Mapping[str, Any]) -> str | None:
+    """The uid of the Volcano Job that controls ``pod`` (Volcano's controller sets the reference),
+    or None for a Pod without one."""
+    refs = _object_meta(pod).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if (isinstance(ref, Mapping) and ref.get("kind") == JOB_KIND and ref.get("controller")
+                and str(ref.get("apiVersion", "")).startswith(f"{JOB_GROUP}/") and isinstance(ref.get("uid"), str)):
+            return str(ref["uid"])
+    return None
 
-    def __init__(self, source: JobSource, jobs: JobCache, metrics: WebhookMetrics) -> None:
+
+def _uid(job: Mapping[str, Any]) -> str | None:
+    uid = _object_meta(job).get("uid")
+    return uid if isinstance(uid, str) else None
+
+
+class PodMutator:
+    """Wires a Pod of a Volcano job with the plugins we run (Volcano's controller has wired it with
+    its own before it reaches us). Anything that is not the CREATE of a labelled Pod passes unchanged.
+
+    Never silent: a lookup that fails is an error (the API server's ``failurePolicy`` applies and
+    Volcano's controller retries the Pod); a Pod whose job does not exist passes unwired with a
+    warning, a log line and a count; a Pod we cannot wire is denied, or passes with a warning when
+    ``audit`` is on (docs/install.md#rolling-out-on-a-cluster-with-running-jobs)."""
+
+    def __init__(self, source: JobSource, jobs: JobCache, metrics: WebhookMetrics, *, audit: bool = False) -> None:
         self.source = source
         self.jobs = jobs
         self.metrics = metrics
+        self.audit = audit
 
     async def __call__(self, req: AdmissionRequest) -> AdmissionResponse:
         if req.kind.kind != "Pod" or req.kind.group or req.operation != "CREATE" or req.sub_resource:
@@ -114,8 +136,9 @@ class PodMutator:
         context = {"uid": req.uid, "namespace": namespace, "pod": meta.get("name") or req.name, "job": job_name}
 
         lookups = self.metrics.lookups
+        owner = owner_uid(pod)
         try:
-            raw_job = await self.source.get(namespace, job_name)
+            raw_job = await self.source.get(namespace, job_name, owner)
         except NamespaceNotWatched:
             lookups.labels("not_watched").inc()
             log.warning("namespace not watched; Pod passes unchanged", extra=context)
@@ -123,23 +146,29 @@ class PodMutator:
                 "no-job", [f"volcano-job-webhook: namespace {namespace} is not watched by this webhook (--namespace): "
                            f"Pod of job {job_name} not wired"]
             )
-        except Exception as exc:  # the API server may be away; the Pod must not be blocked for it
+        except Exception as exc:
+            # Not a reason to let the Pod through unwired: the failure policy decides, and Volcano's
+            # controller creates the Pod again.
             lookups.labels("error").inc()
             log.warning("job lookup failed: %s", exc, extra=context)
-            return AdmissionResponse.allow(
-                "no-job", [f"volcano-job-webhook: could not look up job {namespace}/{job_name}: Pod not wired"]
-            )
-        if raw_job is None:
-            lookups.labels("not_found").inc()
-            log.warning("job not found; Pod passes unchanged", extra=context)
-            return AdmissionResponse.allow(
-                "no-job", [f"volcano-job-webhook: job {namespace}/{job_name} not found: Pod not wired by its plugins"]
-            )
+            return AdmissionResponse.errored(
+                f"volcano-job-webhook: could not look up job {namespace}/{job_name} ({_describe(exc)}); the Pod is not "
+                "admitted unwired: create it again")
+        if raw_job is None or (owner is not None and _uid(raw_job) not in (None, owner)):
+            gone = raw_job is not None
+            lookups.labels("owner_gone" if gone else "not_found").inc()
+            why = (f"job {namespace}/{job_name} is not the Pod's owner (uid {owner}): it was deleted" if gone
+                   else f"job {namespace}/{job_name} not found")
+            log.warning("%s; Pod passes unchanged", why, extra=context)
+            return AdmissionResponse.allow("no-job", [f"volcano-job-webhook: {why}: Pod not wired by its plugins"])
         lookups.labels("found").inc()
 
         try:
-            result = self.jobs.prepared(raw_job).mutate(dict(pod))
+            result = self.jobs.prepared(raw_job).mutate(dict(pod), volcano_wired=True)
         except PluginError as exc:
+            if self.audit:
+                log.warning("Pod would be denied (audit): %s", exc, extra={**context, "result": "audit"})
+                return AdmissionResponse.allow("audit", [f"volcano-job-webhook (audit): would deny: {exc}"])
             log.info("Pod denied: %s", exc, extra={**context, "result": "denied"})
             return AdmissionResponse.deny(str(exc))
         patch = make_patch(pod, result.pod)
@@ -152,30 +181,73 @@ class PodMutator:
         return AdmissionResponse(allowed=True, patch=patch, warnings=result.warnings, result="patched")
 
 
+def _describe(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    if status:
+        return f"HTTP {status}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
+
+
 def _too_deep() -> AdmissionResponse:
     return AdmissionResponse.deny(f"request.object: nested more than {MAX_DEPTH} levels deep", code=400, result="bad-request")
 
 
-class JobValidator:
-    """Denies a Volcano Job whose plugins would fail, with the message its Pods would get."""
+# What of a Job the plugins read: an UPDATE that changes none of it is not judged again.
+def _plugin_inputs(obj: Mapping[str, Any]) -> tuple[Any, ...]:
+    meta = _object_meta(obj)
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    annotations = meta.get("annotations")
+    return (meta.get("name"), spec.get("plugins"), spec.get("tasks"),
+            annotations.get(PLUGINS_ANNOTATION) if isinstance(annotations, Mapping) else None)
 
-    def __init__(self, chain: Chain) -> None:
+
+class JobValidator:
+    """Denies a Volcano Job whose plugins would fail, with the message its Pods would get.
+
+    A CREATE is judged whole. An UPDATE is judged only when it changes what the plugins read (the
+    tasks, ``spec.plugins``, our annotation), and refused only for a problem the old Job did not
+    have: a running job Volcano tolerates is never locked against ``kubectl label``. A Job being
+    deleted passes. With ``audit`` on, a denial becomes a warning."""
+
+    def __init__(self, chain: Chain, *, audit: bool = False) -> None:
         self.chain = chain
+        self.audit = audit
 
     async def __call__(self, req: AdmissionRequest) -> AdmissionResponse:
         if req.kind.group != JOB_GROUP or req.kind.kind != JOB_KIND or req.operation not in ("CREATE", "UPDATE"):
             return AdmissionResponse.allow("ignored")
         if not isinstance(req.object, Mapping):
             return AdmissionResponse.deny("request.object: missing or not a Volcano Job", code=400, result="bad-request")
-        if nested_deeper_than(req.object):
+        if nested_deeper_than(req.object) or nested_deeper_than(req.old_object):
             return _too_deep()
-        obj = dict(req.object)
-        meta = _object_meta(obj)
-        if req.namespace and not meta.get("namespace"):
-            # A namespaced CREATE may leave the namespace to the request.
-            obj["metadata"] = {**meta, "namespace": req.namespace}
+        if _object_meta(req.object).get("deletionTimestamp"):
+            return AdmissionResponse.allow("ignored")
+        old = req.old_object if req.operation == "UPDATE" and isinstance(req.old_object, Mapping) else None
+        if old is not None and _plugin_inputs(old) == _plugin_inputs(req.object):
+            return AdmissionResponse.allow("unchanged")
         try:
-            warnings = self.chain.check(Job.from_object(obj))
+            warnings = self._check(req.object, req.namespace)
         except PluginError as exc:
+            if old is not None and self._same_problem(old, req.namespace, exc):
+                return AdmissionResponse.allow("allowed", [f"volcano-job-webhook: {exc} (already so before this update)"])
+            if self.audit:
+                return AdmissionResponse.allow("audit", [f"volcano-job-webhook (audit): would deny: {exc}"])
             return AdmissionResponse.deny(str(exc))
         return AdmissionResponse.allow("allowed", warnings)
+
+    def _check(self, job: Mapping[str, Any], namespace: str) -> list[str]:
+        obj = dict(job)
+        meta = _object_meta(obj)
+        if namespace and not meta.get("namespace"):
+            # A namespaced CREATE may leave the namespace to the request.
+            obj["metadata"] = {**meta, "namespace": namespace}
+        return self.chain.check(Job.from_object(obj))
+
+    def _same_problem(self, old: Mapping[str, Any], namespace: str, problem: PluginError) -> bool:
+        try:
+            self._check(old, namespace)
+        except PluginError as before:
+            return str(before) == str(problem)
+        return False

@@ -45,6 +45,8 @@ class AdmissionRequest:
     name: str
     object: Any
     dry_run: bool
+    # The object before an UPDATE (None for CREATE).
+    old_object: Any = None
 
 
 @dataclass
@@ -65,6 +67,12 @@ class AdmissionResponse:
 
     @classmethod
     def deny(cls, message: str, code: int = 403, result: str = "denied") -> AdmissionResponse:
+        return cls(allowed=False, message=message, code=code, result=result)
+
+    @classmethod
+    def errored(cls, message: str, code: int = 500, result: str = "error") -> AdmissionResponse:
+        """Not decided: the API server treats it as a failed call (``failurePolicy``), and Volcano's
+        controller retries the Pod's creation."""
         return cls(allowed=False, message=message, code=code, result=result)
 
 
@@ -111,6 +119,7 @@ def parse_review(body: Any) -> AdmissionRequest:
         name=_str(request.get("name"), "request.name"),
         object=request.get("object"),
         dry_run=bool(dry_run),
+        old_object=request.get("oldObject"),
     )
 
 
@@ -127,8 +136,10 @@ def review_response(request: AdmissionRequest, response: AdmissionResponse) -> d
     return {"apiVersion": request.api_version, "kind": "AdmissionReview", "response": out}
 
 
-def admission_review(obj: dict[str, Any], *, api_version: str = API_VERSIONS[0], uid: str, operation: str = "CREATE") -> dict[str, Any]:
-    """The AdmissionReview the API server sends for ``obj`` (a Pod or a Volcano Job)."""
+def admission_review(obj: dict[str, Any], *, api_version: str = API_VERSIONS[0], uid: str, operation: str = "CREATE",
+                     old: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The AdmissionReview the API server sends for ``obj`` (a Pod or a Volcano Job); ``old`` is
+    the object before an UPDATE."""
     meta = obj.get("metadata") or {}
     api_group, _, version = str(obj.get("apiVersion") or "v1").rpartition("/")
     kind = str(obj.get("kind") or "Pod")
@@ -148,8 +159,8 @@ def admission_review(obj: dict[str, Any], *, api_version: str = API_VERSIONS[0],
             "operation": operation,
             "userInfo": {"username": "system:serviceaccount:volcano-system:volcano-controllers"},
             "object": obj,
-            "oldObject": None,
+            "oldObject": old,
             "dryRun": False,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions" if operation == "UPDATE" else "CreateOptions"},
         },
     }

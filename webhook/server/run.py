@@ -47,7 +47,8 @@ def make_source(settings: WebhookSettings) -> JobSource:
 
         from .jobs.kube import KubeJobSource
 
-        return KubeJobSource(api_client(settings.kubeconfig), settings.namespaces, lookup_ttl=settings.job_lookup_ttl_seconds)
+        return KubeJobSource(api_client(settings.kubeconfig), settings.namespaces, lookup_ttl=settings.job_lookup_ttl_seconds,
+                             not_found_ttl=settings.job_not_found_ttl_seconds)
     return DirectoryJobSource(jobs_dir(settings), max_file_bytes=settings.max_job_file_bytes)
 
 
@@ -94,7 +95,8 @@ def run(settings: WebhookSettings) -> None:
     paths = ensure_certs(settings.certs_dir, settings.service_name, settings.service_namespace)
     log.info("serving certificate %s; CA bundle for the webhook registration: %s", paths.cert, paths.ca_cert)
     print(f"CA bundle: {paths.ca_cert}", flush=True)
-    app = create_app(source, Chain(default_registry(), settings.chain_config()), max_body_bytes=settings.max_body_bytes)
+    app = create_app(source, Chain(default_registry(), settings.chain_config()), max_body_bytes=settings.max_body_bytes,
+                     audit=settings.enforcement == "audit")
     guard, options = server_options(connection_limits(settings))
     app.metrics.registry.register(GuardCollector(guard))
     # What start-up made lives as long as the process: out of the collector's way, so the full

@@ -44,7 +44,9 @@ class JobSource(Protocol):
     def status(self) -> dict[str, Any]:
         """Details for ``/readyz``."""
 
-    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(self, namespace: str, name: str, uid: str | None = None) -> dict[str, Any] | None:
         """The Job object, or None when there is no such Job; raises :class:`NamespaceNotWatched`
-        for a namespace the source does not serve."""
+        for a namespace the source does not serve. ``uid`` is the one the caller expects (a Pod's
+        owner): a held Job of another uid is a predecessor of the same name, so a source that can
+        asks again rather than answer with it."""
 

@@ -83,7 +83,8 @@ class DirectoryJobSource:
     def status(self) -> dict[str, Any]:
         return {"source": "files", "directory": str(self.directory)}
 
-    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(self, namespace: str, name: str, uid: str | None = None) -> dict[str, Any] | None:
+        # Files are matched by name alone: a file stands for the job of that name, whatever its uid.
         look, small = self._schedule()
         job = self._jobs.get((namespace, name))
         # Wait for a look under way when the job is not there, or when it only re-reads small files

@@ -23,19 +23,25 @@ class KubeJobSource:
 
     Only the namespaces the informer watches are served: a lookup elsewhere raises
     :class:`NamespaceNotWatched` without asking the API server (the webhook's RBAC may not even
-    allow it, and nothing would ever tell us the Job changed or went away). A live GET's answer,
-    found or not found, is reused for ``lookup_ttl`` seconds and then forgotten — it is never put in
-    the informer's cache, where a Job deleted while the GET was in flight could stay for good — and
-    lookups of the same Job while a GET is under way wait for that one GET. At most ``max_fetched``
-    answers are held (the oldest go first): Pods naming made-up jobs cannot grow the cache.
+    allow it, and nothing would ever tell us the Job changed or went away).
+
+    Identity is the uid: a lookup that names the uid it expects (a Pod's owner) and finds a held Job
+    of another uid — a Job deleted and created again under the same name, the watch not yet caught
+    up — asks the API server. A live GET's answer is never put in the informer's cache (a Job deleted
+    while the GET was in flight could stay there for good); a Job it found is reused for
+    ``lookup_ttl`` seconds, a 404 only for lookups that name no uid and only for ``not_found_ttl``
+    (a Pod's owner exists, or existed a moment ago: its Job is always asked for). Lookups of the
+    same Job while a GET is under way wait for that one GET. At most ``max_fetched`` answers are held
+    (the oldest go first): Pods naming made-up jobs cannot grow the cache.
     """
 
     def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), get_timeout: float = 2.0,
-                 *, lookup_ttl: float = 5.0, max_fetched: int = 10_000) -> None:
+                 *, lookup_ttl: float = 5.0, not_found_ttl: float = 1.0, max_fetched: int = 10_000) -> None:
         self.informer = JobInformer(api, namespaces)
         self.custom = client.CustomObjectsApi(api)
         self.get_timeout = get_timeout
         self.lookup_ttl = lookup_ttl
+        self.not_found_ttl = not_found_ttl
         self.max_fetched = max_fetched
         self.watched = frozenset(ns for ns in self.informer.namespaces if ns)  # empty: every namespace
         self._fetched: OrderedDict[JobKey, tuple[float, dict[str, Any] | None]] = OrderedDict()
@@ -59,18 +65,22 @@ class KubeJobSource:
         # Still ready while the API server is away (the cache keeps answering), but say so.
         return {"source": "kube", "apiServer": "reachable" if self.informer.connected else "unreachable"}
 
-    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(self, namespace: str, name: str, uid: str | None = None) -> dict[str, Any] | None:
         if self.watched and namespace not in self.watched:
             raise NamespaceNotWatched(namespace)
         cached = self.informer.get(namespace, name)
-        if cached is not None:
+        if cached is not None and (uid is None or _uid(cached) == uid):
             return cached
         key = (namespace, name)
         fetched = self._fetched.get(key)
         if fetched is not None:
-            if time.monotonic() < fetched[0]:
-                return fetched[1]
-            del self._fetched[key]
+            expires, job = fetched
+            if time.monotonic() >= expires:
+                del self._fetched[key]
+            elif job is not None and (uid is None or _uid(job) == uid):
+                return job
+            elif job is None and uid is None:
+                return None
         task = self._inflight.get(key)
         if task is None:
             # A task of its own, so a requester that goes away does not cancel the others' GET.
@@ -101,9 +111,15 @@ class KubeJobSource:
         return job
 
     def _remember(self, key: JobKey, job: dict[str, Any] | None) -> None:
-        if self.lookup_ttl <= 0:
+        ttl = self.lookup_ttl if job is not None else self.not_found_ttl
+        if ttl <= 0:
+            self._fetched.pop(key, None)
             return
-        self._fetched[key] = (time.monotonic() + self.lookup_ttl, job)
+        self._fetched[key] = (time.monotonic() + ttl, job)
         self._fetched.move_to_end(key)
         while len(self._fetched) > self.max_fetched:
             self._fetched.popitem(last=False)
+
+
+def _uid(job: dict[str, Any]) -> str | None:
+    return (job.get("metadata") or {}).get("uid")
