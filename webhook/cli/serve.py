@@ -20,6 +20,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--jobs-dir", type=Path, help="Job files for --job-source=files (default: the example jobs shipped with the package)")
     parser.add_argument("--kubeconfig", type=Path, help="kubeconfig for --job-source=kube (default in-cluster)")
     parser.add_argument("--namespace", action="append", help="watch only this namespace (repeatable)")
+    parser.add_argument("--enforcement", choices=("deny", "audit"),
+                        help="audit: allow, with a warning, what would be denied (default deny)")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     parser.set_defaults(run=run)
 
@@ -38,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         namespaces=args.namespace or None,
         log_level=args.log_level,
         client_ca_file=args.client_ca_file,
+        enforcement=args.enforcement,
     )
     run_server(settings)
     return 0
