@@ -1,11 +1,16 @@
-"""Differential test against Volcano's own plugin code (vcref, ``VOLCANO_REF``; skipped without it).
+"""Differential test against Volcano's own plugin code: live (vcref, ``VOLCANO_REF``; skipped
+without it) and from Volcano's recorded answers (``../shared/volcano-reference/``, every run).
 
-Generated jobs (``tests/volcano_reference.py``: 1-4 tasks, 1-5 replicas, any subset of the eight
+Live: generated jobs (``tests/volcano_reference.py``: 1-4 tasks, 1-5 replicas, any subset of the eight
 plugins with valid flags in every Go spelling, templates with and without env, ports, mounts and
 init containers), plus one job per documented difference, go through vcref in one process and
 through our chain; Pods and side objects must match field by field, up to the normalisations and
 documented differences listed in that module. ``VCREF_SEED`` and ``VCREF_JOBS`` change the batch;
 ``bench/volcano_reference.py`` is the long run.
+
+Recorded: the 4,000 jobs of ``RECORDED_FILE``, each with the answer Volcano's same code gave, go
+through our chain in batches of 100 and are compared by the same :func:`volcano_reference.compare`
+(``VOLCANO_REFERENCE_DATA`` names another copy; skipped when the file is missing).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import glob
 import json
 import os
 from collections import Counter
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +34,9 @@ from volcano_job_webhook.plugins import ray as ray_module
 from volcano_job_webhook.plugins import svc as svc_module
 
 VCREF = vr.vcref_path()
-if not VCREF or not os.access(VCREF, os.X_OK):
-    pytest.skip(f"{vr.VOLCANO_REF_ENV} is not set to Volcano's reference binary (vcref)", allow_module_level=True)
+HAVE_VCREF = VCREF is not None and os.access(VCREF, os.X_OK)
+NO_VCREF = f"{vr.VOLCANO_REF_ENV} is not set to Volcano's reference binary (vcref)"
+needs_vcref = pytest.mark.skipif(not HAVE_VCREF, reason=NO_VCREF)
 
 SEED = int(os.environ.get("VCREF_SEED", "20260820"))
 JOBS = int(os.environ.get("VCREF_JOBS", "300"))
@@ -37,7 +45,8 @@ SPEC_FIXTURES = Path(__file__).parent / "fixtures" / "plugins" / "spec"
 
 @pytest.fixture(scope="module")
 def reference() -> vr.Reference:
-    assert VCREF is not None
+    if not HAVE_VCREF or VCREF is None:
+        pytest.skip(NO_VCREF)
     jobs = vr.generate_jobs(SEED, JOBS) + list(vr.documented_examples().values())
     return vr.run_reference(jobs, VCREF)
 
@@ -47,13 +56,8 @@ def report(reference: vr.Reference) -> vr.Report:
     return vr.compare(reference)
 
 
-def _listing(mismatches: list[vr.Mismatch], limit: int = 25) -> str:
-    kinds = Counter(m.kind for m in mismatches)
-    return f"{len(mismatches)} mismatches {dict(kinds)}:\n" + "\n".join(str(m) for m in mismatches[:limit])
-
-
 def test_generated_jobs_match_volcano(report: vr.Report) -> None:
-    assert not report.mismatches, _listing(report.mismatches)
+    assert not report.mismatches, vr.summary(report.mismatches)
 
 
 def test_the_batch_covers_what_it_claims(reference: vr.Reference, report: vr.Report) -> None:
@@ -74,7 +78,7 @@ def test_each_documented_example_shows_its_difference(reference: vr.Reference) -
     for key, job in examples.items():
         rewrites, ref = results[json.dumps(job, sort_keys=True)]
         single = vr.compare_job(job, ref, vr.run_ours(job), rewrites)
-        assert not single.mismatches, _listing(single.mismatches)
+        assert not single.mismatches, vr.summary(single.mismatches)
         assert set(single.documented) == {key}, (key, single.documented)
 
 
@@ -96,7 +100,7 @@ def _ray_port_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ray_module.RayPlugin, "ports", lambda self: [("gcs", self.options["port"]), ("dash", self.options["dashboardPort"]), ("client-server", self.options["clientPort"])])
 
 
-@pytest.mark.parametrize(
+drifts = pytest.mark.parametrize(
     ("mutate", "kind"),
     [
         (_dash_in_host_file_key, "object ConfigMap"),
@@ -105,10 +109,13 @@ def _ray_port_name(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
     ids=["svc-host-file-key", "pytorch-rank", "ray-port-name"],
 )
+
+
+@drifts
 def test_drift_is_caught(reference: vr.Reference, monkeypatch: pytest.MonkeyPatch, mutate: Any, kind: str) -> None:
     mutate(monkeypatch)
     drifted = vr.compare(reference)
-    assert any(m.kind == kind for m in drifted.mismatches), _listing(drifted.mismatches)
+    assert any(m.kind == kind for m in drifted.mismatches), vr.summary(drifted.mismatches)
 
 
 # The recorded fixture cases whose plugins are all Volcano's, run through Volcano with the same Pod:
@@ -160,6 +167,7 @@ def _volcano_cases() -> list[dict[str, Any]]:
     return cases
 
 
+@needs_vcref
 def test_fixture_cases_against_volcano() -> None:
     assert VCREF is not None
     cases = _volcano_cases()
@@ -187,3 +195,88 @@ def test_fixture_cases_against_volcano() -> None:
         seen.add(name)
     assert set(EXACT) | set(FIXTURES_THAT_DIFFER) <= seen
     assert seen >= DUPLICATE_PORT_CASES
+
+
+# ---------------------------------------------------------------------------------------------
+# Volcano's recorded answers, replayed on every run: the same comparison as above, no vcref needed.
+
+RECORDED = vr.recorded_path()
+BATCH = 100
+BATCHES = -(-vr.RECORDED_JOBS // BATCH)
+needs_recorded = pytest.mark.skipif(
+    not RECORDED.is_file(), reason=f"Volcano's recorded answers are not at {RECORDED} (or set {vr.RECORDED_ENV} to the file or its directory)"
+)
+
+
+@cache
+def _recorded_lines() -> list[bytes]:
+    return vr.read_recorded(RECORDED)
+
+
+def _recorded(start: int, stop: int) -> vr.Reference:
+    return vr.recorded_reference(_recorded_lines()[start:stop])
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One batch of recorded jobs compared: the report, and what the batch held."""
+
+    report: vr.Report
+    plugins: Counter[str]
+    denied: int
+    stale: list[str]
+
+
+@cache
+def _replayed(batch: int) -> Replayed:
+    """A batch through today's chain (once per session: the coverage test reuses what the batch tests did)."""
+    reference = _recorded(batch * BATCH, (batch + 1) * BATCH)
+    return Replayed(
+        report=vr.compare(reference),
+        plugins=Counter(p for job in reference.jobs for p in (job["spec"].get("plugins") or {})),
+        denied=sum(1 for r in reference.results if r.get("error")),
+        stale=vr.stale_inputs(reference),
+    )
+
+
+@needs_recorded
+@pytest.mark.parametrize("batch", range(BATCHES), ids=[f"records-{b * BATCH:04d}-{(b + 1) * BATCH - 1:04d}" for b in range(BATCHES)])
+def test_recorded_jobs_match_volcano(batch: int) -> None:
+    report = _replayed(batch).report
+    assert report.jobs == BATCH, f"{report.jobs} records in this batch, {BATCH} expected"
+    if report.mismatches:
+        pytest.fail(vr.summary(report.mismatches))
+
+
+@needs_recorded
+def test_the_recording_is_whole_and_of_todays_inputs() -> None:
+    """Every record replayed, and each recorded for the input today's rewrites give its job: after a
+    change to a rewrite in DIFFERENCES, Volcano's answer is to another job and must be recorded again."""
+    assert len(_recorded_lines()) == vr.RECORDED_JOBS, (RECORDED, len(_recorded_lines()))
+    stale = [s for b in range(BATCHES) for s in _replayed(b).stale]
+    assert not stale, f"{len(stale)} records of another input:\n" + "\n".join(stale[:10])
+
+
+@needs_recorded
+def test_the_recording_covers_what_it_claims() -> None:
+    """As for the live batch: enough compared, every plugin, some denials, every documented difference met."""
+    total, plugins, denied = vr.Report(), Counter[str](), 0
+    for b in range(BATCHES):
+        replayed = _replayed(b)
+        total.add(replayed.report)
+        plugins.update(replayed.plugins)
+        denied += replayed.denied
+    jobs = vr.RECORDED_JOBS
+    assert total.jobs == jobs
+    assert total.pods >= 4 * jobs and total.objects >= jobs, (total.pods, total.objects)
+    assert all(plugins[p] >= jobs // 10 for p in vr.VOLCANO_PLUGINS), plugins
+    assert set(total.documented) == {d.key for d in vr.DIFFERENCES}, total.documented
+    assert 0 < denied < jobs // 4, denied
+
+
+@needs_recorded
+@drifts
+def test_drift_is_caught_by_the_recording(monkeypatch: pytest.MonkeyPatch, mutate: Any, kind: str) -> None:
+    mutate(monkeypatch)
+    drifted = vr.compare(_recorded(0, 2 * BATCH))
+    assert any(m.kind == kind for m in drifted.mismatches), vr.summary(drifted.mismatches)

@@ -1,28 +1,34 @@
-"""Volcano's own plugin code as the reference for ours: generated jobs, the vcref runner, and the
-comparison, with every documented difference named in one place (``DIFFERENCES``).
+"""Volcano's own plugin code as the reference for ours: generated jobs, Volcano's answers (live from
+the vcref runner, or recorded), and the comparison, with every documented difference named in one
+place (``DIFFERENCES``).
 
 vcref (``/work/shared/volcano-ref/README.md``) runs Volcano's Go plugins, Pod builder and job
-admission on a job. :func:`compare_batch` runs a batch of generated jobs through one vcref process
-(``buildAll``) and through our chain (``Chain().mutate`` on the Pods :func:`make_pod` builds,
-``Chain().resources``), then compares the Pods and side objects field by field after the
-normalisations vcref's README asks for (``NORMALISATIONS``). What is left is either one of the
+admission on a job. :func:`run_reference` runs a batch of generated jobs through one vcref process
+(``buildAll``); :func:`recorded_reference` reads the same kind of batch from Volcano's recorded
+answers (``../shared/volcano-reference/``, :func:`recorded_path`), where no vcref is needed. Either
+way :func:`compare` runs the jobs through our chain (:func:`reference_chain`: ``mutate`` on the Pods
+:func:`make_pod` builds, ``resources``), then compares the Pods and side objects field by field after
+the normalisations vcref's README asks for (``NORMALISATIONS``). What is left is either one of the
 documented differences, counted by name, or a mismatch.
 
-Used by ``tests/test_volcano_reference.py`` (CI size) and ``bench/volcano_reference.py`` (long run).
+Used by ``tests/test_volcano_reference.py`` (CI size, and every recorded job) and
+``bench/volcano_reference.py`` (long run).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import lzma
 import os
 import random
 import re
 import subprocess
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from volcano_job_webhook.plugins import Chain, Job, PluginError
@@ -287,8 +293,13 @@ def _kept_keys() -> dict[str, str]:
     return {k: base64.b64encode(v).decode() for k, v in raw.items()}
 
 
+def reference_chain() -> Chain:
+    """The chain compared with Volcano, live and recorded alike: the one place it is built."""
+    return Chain()
+
+
 def run_ours(job_obj: Obj) -> Ours:
-    chain = Chain()
+    chain = reference_chain()
     try:
         job = Job.from_object(job_obj)
         chain.check(job)
@@ -628,11 +639,12 @@ def _short(value: Any) -> str:
     return text if len(text) <= 160 else text[:150] + "…"
 
 
-def compare_job(job: Obj, ref: Obj, ours: Ours, rewrites: list[str]) -> Report:
-    """Compare one job's vcref result with ours; documented differences are counted, not reported."""
+def compare_job(job: Obj, ref: Obj, ours: Ours, rewrites: list[str], label: str = "") -> Report:
+    """Compare one job's vcref result with ours; documented differences are counted, not reported.
+    ``label`` says where the job came from (a recorded job's seed and index) in its mismatches."""
     report = Report(jobs=1)
     report.documented.update(rewrites)
-    key = f"{job['metadata']['namespace']}/{job['metadata']['name']}"
+    key = f"{job['metadata']['namespace']}/{job['metadata']['name']}" + (f" ({label})" if label else "")
 
     def mismatch(kind: str, where: str, detail: str) -> None:
         report.mismatches.append(Mismatch(kind, key, where, detail))
@@ -641,7 +653,7 @@ def compare_job(job: Obj, ref: Obj, ours: Ours, rewrites: list[str]) -> Report:
         if ours.denied is not None:
             report.both_denied += 1
             return report
-        ours_plugins = Chain().plugin_args(Job.from_object(job))
+        ours_plugins = reference_chain().plugin_args(Job.from_object(job))
         documented = [d.key for d in DIFFERENCES if d.volcano_denies and d.volcano_denies(job, ours_plugins, ref["error"])]
         if documented:
             report.documented.update(documented)
@@ -693,29 +705,102 @@ def compare_job(job: Obj, ref: Obj, ours: Ours, rewrites: list[str]) -> Report:
     return report
 
 
+def summary(mismatches: Sequence[Mismatch], jobs: int = 10) -> str:
+    """The mismatches by kind, then the first differing field of each of the first ``jobs`` jobs."""
+    first: dict[str, Mismatch] = {}
+    per_job: Counter[str] = Counter()
+    for m in mismatches:
+        first.setdefault(m.job, m)
+        per_job[m.job] += 1
+    lines = [f"{len(mismatches)} mismatches in {len(first)} jobs {dict(Counter(m.kind for m in mismatches))}:"]
+    for job, m in list(first.items())[:jobs]:
+        more = per_job[job] - 1
+        lines.append(f"{m}" + (f" (+{more} more in this job)" if more else ""))
+    if len(first) > jobs:
+        lines.append(f"... and {len(first) - jobs} more jobs")
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Reference:
-    """vcref's results for a batch of jobs, with the input rewrites each job got."""
+    """Volcano's results for a batch of jobs: for each, the job, the input rewrites it got, what
+    Volcano's code was given (``{"job": <rewritten job>, "buildAll": true}``) and its answer, and a
+    label naming where the job came from ("" for generated jobs, seed and index for recorded ones)."""
 
     jobs: list[Obj]
     rewrites: list[list[str]]
     results: list[Obj]
+    inputs: list[Obj] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
 
 
 def run_reference(jobs: list[Obj], vcref: str) -> Reference:
     """Every job through vcref, in one process."""
     inputs = [reference_input(job) for job in jobs]
-    results = run_vcref([{"job": j, "buildAll": True} for j, _ in inputs], vcref)
-    return Reference(jobs, [applied for _, applied in inputs], results)
+    documents = [{"job": j, "buildAll": True} for j, _ in inputs]
+    results = run_vcref(documents, vcref)
+    return Reference(jobs, [applied for _, applied in inputs], results, documents)
 
 
 def compare(reference: Reference) -> Report:
-    """Every job of the batch through our chain, compared with vcref's results."""
+    """Every job of the batch through our chain, compared with Volcano's results."""
     report = Report()
-    for job, rewrites, ref in zip(reference.jobs, reference.rewrites, reference.results, strict=True):
-        report.add(compare_job(job, ref, run_ours(job), rewrites))
+    labels = reference.labels or [""] * len(reference.jobs)
+    for job, rewrites, ref, label in zip(reference.jobs, reference.rewrites, reference.results, labels, strict=True):
+        report.add(compare_job(job, ref, run_ours(job), rewrites, label))
     return report
 
 
 def compare_batch(jobs: list[Obj], vcref: str) -> Report:
     return compare(run_reference(jobs, vcref))
+
+
+# ---------------------------------------------------------------------------------------------
+# Volcano's recorded answers (``../shared/volcano-reference/README.md``): one JSON object a line,
+# xz-compressed, with seed, index, job, rewrites, vcref_input and vcref_output. Kept as raw lines
+# and parsed a batch at a time: parsed all at once, the garbage collector's passes over millions
+# of live objects cost several times the parsing.
+
+RECORDED_ENV = "VOLCANO_REFERENCE_DATA"
+RECORDED_FILE = "volcano-reference-ed72c7c.jsonl.xz"
+RECORDED_JOBS = 4000
+
+
+def recorded_path() -> Path:
+    """The recorded answers: ``$VOLCANO_REFERENCE_DATA`` (the file, or a directory holding
+    ``RECORDED_FILE``), else ``shared/volcano-reference/`` beside the repository."""
+    override = os.environ.get(RECORDED_ENV)
+    if not override:
+        return Path(__file__).resolve().parents[1].parent / "shared" / "volcano-reference" / RECORDED_FILE
+    path = Path(override)
+    return path / RECORDED_FILE if path.is_dir() else path
+
+
+def read_recorded(path: Path) -> list[bytes]:
+    """The records of the file, one JSON document each, unparsed."""
+    with lzma.open(path) as f:
+        return [line for line in f.read().splitlines() if line.strip()]
+
+
+def recorded_reference(lines: Sequence[bytes]) -> Reference:
+    """Recorded records as a batch :func:`compare` takes, each labelled with its seed and index."""
+    records = [json.loads(line) for line in lines]
+    return Reference(
+        jobs=[r["job"] for r in records],
+        rewrites=[r["rewrites"] for r in records],
+        results=[r["vcref_output"] for r in records],
+        inputs=[r["vcref_input"] for r in records],
+        labels=[f"seed {r['seed']} index {r['index']}" for r in records],
+    )
+
+
+def stale_inputs(reference: Reference) -> list[str]:
+    """Jobs whose recorded input is not what :func:`reference_input` gives today (a rewrite in
+    ``DIFFERENCES`` added or changed since the recording): Volcano's answer there is to another job."""
+    stale = []
+    labels = reference.labels or [""] * len(reference.jobs)
+    for job, rewrites, given, label in zip(reference.jobs, reference.rewrites, reference.inputs, labels, strict=True):
+        today, applied = reference_input(job)
+        if applied != rewrites or given != {"job": today, "buildAll": True}:
+            stale.append(f"{label or job['metadata']['name']}: recorded rewrites {rewrites}, today {applied}")
+    return stale
