@@ -26,7 +26,17 @@ from .pod import Obj, containers, mount_conflict, port_conflict, task_index
 
 DEFAULT_HOSTS_ENV_LIMIT = 100_000
 # Live side objects the reconciler found for a job, by (kind, name); only ones this project manages.
+# The reconciler does not hold long values of their ``data`` (host files, SSH keys): such a value
+# is a :class:`Digest` in its place. A plugin that keeps a live value returns it as it is.
 Existing = Mapping[tuple[str, str], Obj]
+
+
+class Digest(str):
+    """Stands in ``existing`` for a long ``data`` value the reconciler does not keep in memory:
+    equal to the digest of the same value, never to the value. Returned as it is in a plugin's
+    object, it means "keep what is there"; the reconciler puts the value back before it writes."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 from functools import cached_property
+from typing import cast
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from .base import Existing, Mount, Plugin, PodContext
+from .base import Digest, Existing, Mount, Plugin, PodContext
 from .budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
 from .flags import Flag, port_flag
 from .pod import Obj, ensure_mount, ensure_volume
@@ -147,29 +148,40 @@ class SSHPlugin(Plugin):
                 lines += [f"Host {host}", f"  HostName {host}.{subdomain}", f"  Port {port}"]
         return "\n".join(lines) + "\n"
 
-    def key_data(self, existing: Existing | None = None) -> dict[str, bytes]:
-        """``id_rsa``, ``id_rsa.pub`` and ``authorized_keys``: the user's keys; else the keys of the
-        job's existing Secret, kept for the job's life (docs/volcano-behaviour.md#ssh-the-secret); else fresh ones."""
+    def key_data(self, existing: Existing | None = None) -> dict[str, str]:
+        """``id_rsa``, ``id_rsa.pub`` and ``authorized_keys``, base64: the user's keys; else the keys
+        of the job's existing Secret, kept for the job's life (docs/volcano-behaviour.md#ssh-the-secret),
+        as they are (a :class:`Digest` stays one); else fresh ones."""
         private, public = self.options["ssh-private-key"], self.options["ssh-public-key"]
         if private:
-            return {"id_rsa": private.encode(), "id_rsa.pub": public.encode(), "authorized_keys": public.encode()}
+            return _b64({"id_rsa": private.encode(), "id_rsa.pub": public.encode(), "authorized_keys": public.encode()})
         current = (existing or {}).get(("Secret", secret_name(self.job.name)))
         data = (current or {}).get("data") or {}
-        if all(data.get(key) for key in KEY_FILES[:3]):
-            try:
-                return {key: base64.b64decode(data[key], validate=True) for key in KEY_FILES[:3]}
-            except ValueError:
-                pass  # unreadable: replace with a fresh pair rather than keep a broken Secret
+        kept = {key: data.get(key) for key in KEY_FILES[:3]}
+        if all(isinstance(value, str) and value and (isinstance(value, Digest) or _readable(value)) for value in kept.values()):
+            return cast("dict[str, str]", kept)
+        # Absent or unreadable: a fresh pair rather than keep a broken Secret.
         pair = generate_key_pair()
-        return {"id_rsa": pair.private_pem, "id_rsa.pub": pair.public_openssh, "authorized_keys": pair.public_openssh}
+        return _b64({"id_rsa": pair.private_pem, "id_rsa.pub": pair.public_openssh, "authorized_keys": pair.public_openssh})
 
     def resources(self, existing: Existing | None = None) -> list[Obj]:
-        data = {**self.key_data(existing), "config": self.ssh_config().encode()}
         return [
             {
                 "apiVersion": "v1",
                 "kind": "Secret",
                 "metadata": self.job.object_meta(secret_name(self.job.name)),
-                "data": {key: base64.b64encode(value).decode() for key, value in data.items()},
+                "data": {**self.key_data(existing), "config": base64.b64encode(self.ssh_config().encode()).decode()},
             }
         ]
+
+
+def _b64(data: dict[str, bytes]) -> dict[str, str]:
+    return {key: base64.b64encode(value).decode() for key, value in data.items()}
+
+
+def _readable(value: str) -> bool:
+    try:
+        base64.b64decode(value, validate=True)
+    except ValueError:
+        return False
+    return True

@@ -5,7 +5,6 @@ on the cases that decide who does what."""
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import time

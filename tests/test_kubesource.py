@@ -186,7 +186,7 @@ async def test_a_pod_of_a_job_created_again_under_the_same_name_is_wired_from_th
             renewed = job("pytorch")
             renewed["spec"]["plugins"]["pytorch"] = ["--port=31000"]
             new = jobs.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", renewed)
-            assert source.informer.get("default", "pytorch-demo")["metadata"]["uid"] == old["metadata"]["uid"]
+            assert source.informer.get("default", "pytorch-demo").uid == old["metadata"]["uid"]
             server.clear_requests()
             pod = make_pod(Job.from_object(new), "worker", 0)
             answer = (await c.post("/mutate", json=admission_review(pod, uid="new"))).json()["response"]

@@ -4,8 +4,13 @@ An :class:`Informer` lists its kind (in pages), then watches from the list's ``r
 bookmarks on, so a quiet watch still advances; a watch that ends is resumed from the last version
 seen, and a ``410 Gone`` (history compacted) starts over with a fresh list whose difference from
 the cache is reported as events, so no deletion is missed while disconnected. Errors back off
-exponentially with jitter. Objects are plain dicts without ``managedFields`` (``transform`` may keep
-what it needs of them), optionally indexed (``index``: e.g. by owning job).
+exponentially with jitter. The cache holds what ``transform`` makes of each object — a record
+(:mod:`.records`) with a ``key`` (namespace, name) and a ``version`` (resourceVersion), as few
+Python objects as it can be — optionally indexed (``index``: e.g. by owning job).
+
+Lists go page by page (``limit``/``continue``) straight into the cache: a page is transformed and
+applied before the next is asked for, so neither the first list nor a re-list after ``410 Gone``
+holds the kind twice.
 
 Writers that got an object back from the API server put it in the cache at once (:meth:`Informer.store`);
 a cached object is only ever replaced by a newer one, so the watch event of one's own write, when it
@@ -20,8 +25,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Any, Generic, Protocol, TypeVar
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -34,12 +39,23 @@ from volcano_job_webhook.plugins.keys import (
 )
 
 from .backoff import Backoff
+from .records import JobRecord, resource_version
 from .rest import Resource, Rest, Stream
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-EventHandler = Callable[[str, Obj], None]
+
+
+class Record(Protocol):
+    """What a cache holds of an object: its ``(namespace, name)`` and its resourceVersion."""
+
+    key: JobKey
+    version: int
+
+
+R = TypeVar("R", bound=Record)
+EventHandler = Callable[[str, Any], None]
 JOB = Resource(JOB_KIND, JOB_API_VERSION, JOB_PLURAL)
 PAGE = 500
 
@@ -47,11 +63,6 @@ PAGE = 500
 def object_key(obj: Obj) -> JobKey:
     meta = obj.get("metadata") or {}
     return (meta.get("namespace") or "default", meta.get("name") or "")
-
-
-def resource_version(obj: Obj) -> int:
-    text = (obj.get("metadata") or {}).get("resourceVersion") or "0"
-    return int(text) if text.isdigit() else 0
 
 
 def without_managed_fields(obj: Obj) -> Obj:
@@ -63,12 +74,14 @@ class _Gone(Exception):
     """The watch's resourceVersion is older than the history the API server keeps."""
 
 
-class Informer:
+class Informer(Generic[R]):
     """List-then-watch of one kind in all namespaces or the ones given, one thread each.
 
-    ``on_event(type, obj)`` is called from the informer's threads with ``ADDED``, ``MODIFIED`` or
+    ``on_event(type, record)`` is called from the informer's threads with ``ADDED``, ``MODIFIED`` or
     ``DELETED`` for every change, including those found by a re-list; not for an object the cache
-    already holds at that version.
+    already holds at that version. A deletion the watch saw is reported with the object as it was
+    deleted (a plain dict, ``managedFields`` removed) when ``deleted_objects`` is set, for a handler
+    that needs more than the record kept.
     """
 
     def __init__(
@@ -77,10 +90,11 @@ class Informer:
         resource: Resource,
         namespaces: Iterable[str] = (),
         *,
+        transform: Callable[[Obj], R],
         label_selector: str | None = None,
         on_event: EventHandler | None = None,
-        index: Callable[[Obj], Hashable | None] | None = None,
-        transform: Callable[[Obj], Obj] = without_managed_fields,
+        index: Callable[[R], Hashable | None] | None = None,
+        deleted_objects: bool = False,
         watch_timeout: int = 300,
     ) -> None:
         self.rest = Rest(api)
@@ -90,9 +104,10 @@ class Informer:
         self.on_event = on_event
         self.index_of = index
         self.transform = transform
+        self.deleted_objects = deleted_objects
         self.watch_timeout = watch_timeout
-        self._items: dict[JobKey, Obj] = {}
-        self._index: dict[Hashable, dict[JobKey, Obj]] = {}
+        self._items: dict[JobKey, R] = {}
+        self._index: dict[Hashable, dict[JobKey, R]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._synced: set[str] = set()
@@ -108,14 +123,14 @@ class Informer:
     def synced(self) -> bool:
         return len(self._synced) == len(self.namespaces)
 
-    def get(self, namespace: str, name: str) -> Obj | None:
+    def get(self, namespace: str, name: str) -> R | None:
         return self._items.get((namespace, name))
 
-    def items(self) -> list[Obj]:
+    def items(self) -> list[R]:
         with self._lock:
             return list(self._items.values())
 
-    def by_index(self, key: Hashable) -> list[Obj]:
+    def by_index(self, key: Hashable) -> list[R]:
         with self._lock:
             return list((self._index.get(key) or {}).values())
 
@@ -131,64 +146,77 @@ class Informer:
     def store(self, obj: Obj) -> bool:
         """Put an object fetched or written outside the watch in the cache, unless the cache holds
         the same or a newer version. True when it changed the cache."""
-        obj = self.transform(obj)
+        record = self.transform(obj)
         with self._lock:
-            return self._put(obj)
+            return self._put(record)
 
-    def _put(self, obj: Obj) -> bool:
-        key = object_key(obj)
+    def _put(self, record: R) -> bool:
+        key = record.key
         current = self._items.get(key)
-        if current is not None and resource_version(current) >= resource_version(obj):
+        if current is not None and current.version >= record.version:
             return False
         if current is not None:
             self._unindex(key, current)
-        self._items[key] = obj
+        self._items[key] = record
         if self.index_of is not None:
-            index = self.index_of(obj)
+            index = self.index_of(record)
             if index is not None:
-                self._index.setdefault(index, {})[key] = obj
+                self._index.setdefault(index, {})[key] = record
         return True
 
-    def _drop(self, key: JobKey, rv: int | None = None) -> Obj | None:
+    def _drop(self, key: JobKey, rv: int | None = None) -> R | None:
         current = self._items.get(key)
-        if current is None or (rv is not None and resource_version(current) > rv):
+        if current is None or (rv is not None and current.version > rv):
             return None
         del self._items[key]
         self._unindex(key, current)
         return current
 
-    def _unindex(self, key: JobKey, obj: Obj) -> None:
+    def _unindex(self, key: JobKey, record: R) -> None:
         if self.index_of is None:
             return
-        index = self.index_of(obj)
+        index = self.index_of(record)
         bucket = self._index.get(index) if index is not None else None
         if bucket is not None:
             bucket.pop(key, None)
             if not bucket:
                 del self._index[index]
 
-    def _replace(self, namespace: str, items: list[Obj], listed_rv: int) -> list[tuple[str, Obj]]:
-        """Swap in a fresh list for one namespace (or all); return the events it implies. Objects
-        newer than the list (stored from a write meanwhile) stay: the watch will report them."""
-        fresh = {object_key(obj): obj for obj in items}
-        events: list[tuple[str, Obj]] = []
+    def _relist(self, namespace: str) -> int:
+        """List one namespace (or all) page by page into the cache, reporting what changed; then
+        drop what the list no longer has. Objects newer than the list (stored from a write
+        meanwhile) stay: the watch will report them. Returns the list's resourceVersion."""
+        seen: set[JobKey] = set()
+        listed_rv = 0
+        for page, rv in self._pages(namespace):
+            listed_rv = listed_rv or rv
+            events: list[tuple[str, R]] = []
+            with self._lock:
+                for record in page:
+                    existed = record.key in self._items
+                    seen.add(record.key)
+                    if self._put(record):
+                        events.append(("MODIFIED" if existed else "ADDED", record))
+            for kind, record in events:
+                self._emit(kind, record)
+        gone: list[R] = []
         with self._lock:
-            for key, old in list(self._items.items()):
-                if (not namespace or key[0] == namespace) and key not in fresh and self._drop(key, listed_rv) is not None:
-                    events.append(("DELETED", old))
-            for key, obj in fresh.items():
-                existed = key in self._items
-                if self._put(obj):
-                    events.append(("MODIFIED" if existed else "ADDED", obj))
-        return events
+            for key in [k for k in self._items if (not namespace or k[0] == namespace) and k not in seen]:
+                dropped = self._drop(key, listed_rv)
+                if dropped is not None:
+                    gone.append(dropped)
+        for record in gone:
+            self._emit("DELETED", record)
+        return listed_rv
 
-    def _emit(self, kind: str, obj: Obj) -> None:
+    def _emit(self, kind: str, record: Any) -> None:
         if self.on_event is None:
             return
         try:
-            self.on_event(kind, obj)
+            self.on_event(kind, record)
         except Exception:
-            log.exception("%s event handler failed for %s/%s", self.resource.kind, *object_key(obj))
+            key = record.key if hasattr(record, "key") else object_key(record)
+            log.exception("%s event handler failed for %s/%s", self.resource.kind, *key)
 
     # Lifecycle -----------------------------------------------------------------------------------
 
@@ -221,17 +249,23 @@ class Informer:
     def _query(self) -> list[tuple[str, str]]:
         return [("labelSelector", self.label_selector)] if self.label_selector else []
 
-    def _list(self, namespace: str) -> tuple[list[Obj], str]:
-        items: list[Obj] = []
+    def _pages(self, namespace: str) -> Iterator[tuple[list[R], int]]:
+        """The list, a page of records at a time, with the list's resourceVersion."""
         token = ""
         while True:
             query = [*self._query(), ("limit", str(PAGE))] + ([("continue", token)] if token else [])
             page = self.rest.call("GET", self.resource.path(namespace or None), query=query, timeout=60)
-            items.extend(self.transform(obj) for obj in page.get("items") or [])
             meta = page.get("metadata") or {}
+            rv = meta.get("resourceVersion") or ""
+            items = page.get("items") or []
+            del page  # the page's dicts go as soon as they are records
+            records = []
+            while items:
+                records.append(self.transform(items.pop()))
+            yield records, int(rv) if rv.isdigit() else 0
             token = meta.get("continue") or ""
             if not token:
-                return items, meta.get("resourceVersion") or ""
+                return
 
     def _run(self, namespace: str) -> None:
         backoff = Backoff()
@@ -240,13 +274,11 @@ class Informer:
         while not self._stop.is_set():
             try:
                 if not rv:
-                    items, rv = self._list(namespace)
+                    rv = str(self._relist(namespace))
                     self.relists += 1
-                    for kind, obj in self._replace(namespace, items, int(rv) if rv.isdigit() else 0):
-                        self._emit(kind, obj)
                     self._synced.add(namespace)
                     self.connected = True
-                    log.info("listed %d %s", len(items), what)
+                    log.info("listed %s (%d cached)", what, len(self._items))
                 rv = self._watch(namespace, rv)
                 backoff.reset()
             except _Gone:
@@ -290,30 +322,27 @@ class Informer:
                     # The event of our own write finds the cache at that version already: skip it
                     # before any work on the object.
                     current = self._items.get(object_key(obj))
-                    if current is not None and resource_version(current) >= resource_version(obj):
+                    if current is not None and current.version >= resource_version(obj):
                         continue
-                    obj = self.transform(obj)
+                    record = self.transform(obj)
                     with self._lock:
-                        changed = self._put(obj)
+                        changed = self._put(record)
                     if changed:
-                        self._emit(kind, obj)
+                        self._emit(kind, record)
                 elif kind == "DELETED":
                     with self._lock:
                         gone = self._drop(object_key(obj), resource_version(obj))
                     if gone is not None:
-                        self._emit(kind, self.transform(obj))
+                        self._emit(kind, without_managed_fields(obj) if self.deleted_objects else gone)
         finally:
             with self._lock:
                 self._streams.discard(stream)
         return rv
 
 
-class JobInformer(Informer):
-    """The cache of Volcano Jobs, in all namespaces or the ones given."""
+class JobInformer(Informer[JobRecord]):
+    """The cache of Volcano Jobs, in all namespaces or the ones given, as :class:`JobRecord`."""
 
     def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), on_event: EventHandler | None = None,
                  watch_timeout: int = 300) -> None:
-        super().__init__(api, JOB, namespaces, on_event=on_event, watch_timeout=watch_timeout)
-
-    def jobs(self) -> list[Obj]:
-        return self.items()
+        super().__init__(api, JOB, namespaces, transform=JobRecord, on_event=on_event, watch_timeout=watch_timeout)

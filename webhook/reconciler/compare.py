@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# Cached objects keep the paths our manager owns under this key (see kinds.cached_form).
+# Cached objects keep the paths our manager owns under this key (see kinds.OwnedRecord).
 OWNED_FIELDS = "__ownedFields"
 ASSOCIATIVE_LISTS: dict[tuple[str, ...], str] = {("metadata", "ownerReferences"): "uid"}
 # Maps and structs the API treats as one value (``+mapType=atomic``, ``+structType=atomic``): a key

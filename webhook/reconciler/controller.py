@@ -31,10 +31,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.backoff import with_retries
-from volcano_job_webhook.kube.informer import Informer, JobInformer, object_key
+from volcano_job_webhook.kube.informer import Informer, JobInformer
+from volcano_job_webhook.kube.records import JobRecord, digest, digested, has_digests
 from volcano_job_webhook.kube.rest import Rest, widen_pool
 from volcano_job_webhook.plugins import Chain, Job, PluginError
-from volcano_job_webhook.plugins.keys import JobKey
+from volcano_job_webhook.plugins.base import Digest
+from volcano_job_webhook.plugins.keys import JOB_API_VERSION, JobKey
 
 from .compare import Changes, changes
 from .kinds import (
@@ -42,7 +44,7 @@ from .kinds import (
     FIELD_MANAGER,
     MANAGED_SELECTOR,
     OWNED,
-    cached_form,
+    OwnedRecord,
     managed,
     owner_job,
     owner_uid,
@@ -94,14 +96,14 @@ class Reconciler:
         self.rest = Rest(api)
         self.queue = WorkQueue()
         self.jobs = JobInformer(api, self.namespaces, on_event=self._on_job)
-        self.owned: dict[str, Informer] = {
-            kind: Informer(api, resource, self.namespaces, label_selector=MANAGED_SELECTOR,
-                           on_event=self._owned_handler(kind), index=owner_job, transform=cached_form)
+        self.owned: dict[str, Informer[OwnedRecord]] = {
+            kind: Informer(api, resource, self.namespaces, transform=OwnedRecord, label_selector=MANAGED_SELECTOR,
+                           on_event=self._owned_handler(kind), index=_owner, deleted_objects=kind == "Secret")
             for kind, resource in OWNED.items()
         }
-        # The last state of owned objects deleted under a job that is still there, by job: what the
+        # The last state of Secrets deleted under a job that is still there, by job: what the
         # plugins see of them when they are made again, so that a deleted SSH Secret comes back
-        # with the keys the job's running Pods hold.
+        # with the keys the job's running Pods hold. Dropped once made again or no longer wanted.
         self._deleted: dict[JobKey, dict[tuple[str, str], dict[str, Any]]] = {}
         self._deleted_lock = threading.Lock()
         # Writes of one reconcile go out together (a new job's objects in one round trip).
@@ -117,7 +119,7 @@ class Reconciler:
     # Lifecycle -----------------------------------------------------------------------------------
 
     @property
-    def informers(self) -> list[Informer]:
+    def informers(self) -> list[Informer[Any]]:
         return [self.jobs, *self.owned.values()]
 
     @property
@@ -157,27 +159,30 @@ class Reconciler:
 
     # Feeding the queue ---------------------------------------------------------------------------
 
-    def _on_job(self, kind: str, job: dict[str, Any]) -> None:
-        self.queue.add(object_key(job))
+    def _on_job(self, kind: str, job: JobRecord) -> None:
+        self.queue.add(job.key)
 
-    def _owned_handler(self, kind: str) -> Callable[[str, dict[str, Any]], None]:
-        def on_event(event: str, obj: dict[str, Any]) -> None:
-            owner = owner_job(obj)
+    def _owned_handler(self, kind: str) -> Callable[[str, Any], None]:
+        def on_event(event: str, obj: OwnedRecord | dict[str, Any]) -> None:
+            # A deletion the watch saw comes as the object it was (Secrets: see deleted_objects).
+            owner = obj.owner if isinstance(obj, OwnedRecord) else owner_job(obj)
             if owner is None:
                 return
-            ident = (kind, obj["metadata"]["name"])
+            ident = (kind, obj.key[1] if isinstance(obj, OwnedRecord) else obj["metadata"]["name"])
             with self._deleted_lock:
-                if event == "DELETED":
+                if event == "DELETED" and isinstance(obj, dict):
                     self._deleted.setdefault(owner, {})[ident] = obj
-                elif ident in self._deleted.get(owner, {}):
+                elif event != "DELETED" and ident in self._deleted.get(owner, {}):
                     del self._deleted[owner][ident]
+                    if not self._deleted[owner]:
+                        del self._deleted[owner]
             self.queue.add(owner)
         return on_event
 
     def resync(self) -> int:
         """Queue, at low priority, every known job and the owner of every cached object (jobs deleted
         while nobody watched leave such orphans). From the caches: no API call. Returns the count."""
-        keys: set[JobKey] = {object_key(job) for job in self.jobs.items()}
+        keys: set[JobKey] = {job.key for job in self.jobs.items()}
         for informer in self.owned.values():
             keys.update(cast("list[JobKey]", informer.index_keys()))
         for key in keys:
@@ -258,40 +263,54 @@ class Reconciler:
                 continue
         raise RuntimeError(f"job {key[0]}/{key[1]}: the cache stayed behind the API server")
 
-    def _existing(self, key: JobKey) -> dict[tuple[str, str], dict[str, Any]]:
-        return {(kind, obj["metadata"]["name"]): obj for kind, informer in self.owned.items() for obj in informer.by_index(key)}
+    def _records(self, key: JobKey) -> dict[tuple[str, str], OwnedRecord]:
+        return {(kind, record.key[1]): record for kind, informer in self.owned.items() for record in informer.by_index(key)}
 
     def _reconcile(self, key: JobKey) -> None:
         namespace, name = key
         job = self.jobs.get(namespace, name)
-        uid = (job.get("metadata") or {}).get("uid") if job is not None else None
-        existing = self._existing(key)
+        uid = job.uid if job is not None else None
+        records = self._records(key)
+        # Nothing changed since a reconcile found everything in order (a steady resync): the answer
+        # would be the same, so it is not worked out again.
+        fingerprint = _fingerprint(records)
+        if job is not None and job.reconciled == fingerprint:
+            return
         # Objects of an earlier Job of the same name (deleted, then made again): never adopted —
         # they hold its SSH key, and a second controller reference would be refused.
-        mine = {ident: obj for ident, obj in existing.items() if owner_uid(obj) == uid}
-        others = {ident: obj for ident, obj in existing.items() if ident not in mine}
-        for (kind, obj_name), obj in others.items():
-            if self._may_write() and self._delete(kind, namespace, obj_name, obj["metadata"].get("uid")):
+        others = {ident: r for ident, r in records.items() if r.owner_uid != uid}
+        for (kind, obj_name), record in others.items():
+            if self._may_write() and self._delete(kind, namespace, obj_name, record.uid):
                 log.info("deleted %s %s/%s: its job %s is gone", kind, namespace, obj_name, name)
+        mine = {ident: r.object() for ident, r in records.items() if ident not in others}
         wanted: set[tuple[str, str]] = set()
-        if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
+        if job is None or job.deleting:
             self._forget(key)
         else:
             try:
-                view = Job.from_object(job)
                 # A finished job starts no Pod again: its objects go, as Volcano's own do.
-                desired = [] if view.finished else self.chain.resources(view, self._seen(key, uid, mine))
+                desired = [] if job.finished else self.chain.resources(Job.from_object(job.object()), self._seen(key, uid, mine))
             except PluginError as exc:
                 # A job we cannot read is left as it is: deleting its objects could break running Pods.
                 log.warning("job %s/%s: not reconciled: %s", namespace, name, exc)
                 self.metrics.reconciles.labels("invalid-job").inc()
                 self._warn(job, "InvalidPlugins", "", str(exc))
+                self._settled(job, key)
                 return
             wanted = self._make(job, desired, mine)
+            self._keep_deleted(key, wanted)
         for (kind, obj_name), obj in mine.items():
             if ((kind, obj_name) not in wanted and self._may_write()
                     and self._delete(kind, namespace, obj_name, obj["metadata"].get("uid"))):
                 log.info("deleted %s %s/%s: job %s no longer needs it", kind, namespace, obj_name, name)
+        if job is not None:
+            self._settled(job, key)
+
+    def _settled(self, job: JobRecord, key: JobKey) -> None:
+        """Remember that the job's objects, as the caches hold them now, are as they should be —
+        unless a write was left out for want of leadership."""
+        if self._may_write():
+            job.reconciled = _fingerprint(self._records(key))
 
     def _seen(self, key: JobKey, uid: str | None, live: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
         """What the plugins see of the job's objects: the live ones, and the last state of those
@@ -300,9 +319,20 @@ class Reconciler:
             deleted = {ident: obj for ident, obj in self._deleted.get(key, {}).items() if owner_uid(obj) == uid}
         return {**deleted, **live}
 
-    def _make(self, job: dict[str, Any], desired: list[dict[str, Any]],
+    def _keep_deleted(self, key: JobKey, wanted: set[tuple[str, str]]) -> None:
+        with self._deleted_lock:
+            held = self._deleted.get(key)
+            if held is None:
+                return
+            for ident in [i for i in held if i not in wanted]:
+                del held[ident]
+            if not held:
+                del self._deleted[key]
+
+    def _make(self, job: JobRecord, desired: list[dict[str, Any]],
               existing: dict[tuple[str, str], dict[str, Any]]) -> set[tuple[str, str]]:
-        """Write what differs of ``desired``; return the (kind, name) of every object the job wants."""
+        """Write what differs of ``desired``; return the (kind, name) of every object the job wants.
+        Compared as cached: long data values as digests on both sides."""
         wanted = set()
         writes: list[tuple[dict[str, Any], dict[str, Any] | None, Changes | None]] = []
         for obj in desired:
@@ -312,12 +342,12 @@ class Reconciler:
             if too_big is not None:
                 # Never sent: the API server would refuse it on every retry. The job's other objects
                 # are still made; the job is looked at again when it changes.
-                log.warning("job %s/%s: %s", *object_key(job), too_big.message())
+                log.warning("job %s/%s: %s", *job.key, too_big.message())
                 self.metrics.reconciles.labels("too-large").inc()
                 self._warn(job, "ObjectTooLarge", ident[1], too_big.message())
                 continue
             current = existing.get(ident)
-            todo = None if current is None else changes(current, obj)
+            todo = None if current is None else changes(current, digested(obj))
             if current is None or todo:
                 writes.append((obj, current, todo))
         self._write_all(job, writes)
@@ -329,7 +359,7 @@ class Reconciler:
             self.metrics.writes.labels(kind, "delete").inc()
         return deleted
 
-    def _write_all(self, job: dict[str, Any], writes: list[tuple[dict[str, Any], dict[str, Any] | None, Changes | None]]) -> None:
+    def _write_all(self, job: JobRecord, writes: list[tuple[dict[str, Any], dict[str, Any] | None, Changes | None]]) -> None:
         """The job's writes, at once: they are independent, and a new job's objects then take one
         round trip to the API server rather than one each."""
         if len(writes) <= 1:
@@ -345,7 +375,40 @@ class Reconciler:
             if error is not None:
                 raise error
 
-    def _ensure(self, job: dict[str, Any], desired: dict[str, Any], current: dict[str, Any] | None, todo: Changes | None) -> None:
+    def _hydrated(self, job: JobRecord, desired: dict[str, Any]) -> dict[str, Any]:
+        """``desired`` with every :class:`Digest` a plugin kept (an SSH key: "keep what is there")
+        replaced by the live value it stands for, read from the API server — the one value the
+        cache does not hold. Starts the reconcile over when the live object is not what was kept."""
+        if not has_digests(desired):
+            return desired
+        kind, meta = desired["kind"], desired["metadata"]
+        live = self._api("get", kind, lambda: self.rest.get(OWNED[kind], meta["namespace"], meta["name"]))
+        out = dict(desired)
+        for field in ("data", "binaryData"):
+            values = desired.get(field)
+            if not isinstance(values, dict):
+                continue
+            found = (live or {}).get(field) or {}
+            filled = {}
+            for key, value in values.items():
+                if isinstance(value, Digest):
+                    if not isinstance(found.get(key), str) or digest(found[key]) != value:
+                        self._drop_deleted(job.key, (kind, meta["name"]))
+                        if live is not None:
+                            self.owned[kind].store(live)
+                        raise _CacheBehind()
+                    value = found[key]
+                filled[key] = value
+            out[field] = filled
+        return out
+
+    def _drop_deleted(self, key: JobKey, ident: tuple[str, str]) -> None:
+        with self._deleted_lock:
+            held = self._deleted.get(key)
+            if held is not None:
+                held.pop(ident, None)
+
+    def _ensure(self, job: JobRecord, desired: dict[str, Any], current: dict[str, Any] | None, todo: Changes | None) -> None:
         kind, meta = desired["kind"], desired["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         resource, cache = OWNED[kind], self.owned[kind]
@@ -354,6 +417,10 @@ class Reconciler:
             # holds only labelled objects). A POST makes it only if no object of that name exists.
             if not self._may_write():
                 return
+            if has_digests(desired):
+                # Kept from a deleted object whose value the cache never held: made anew instead.
+                self._drop_deleted(job.key, (kind, name))
+                raise _CacheBehind()
             try:
                 stored = self._api("create", kind, lambda: self.rest.create(resource, namespace, desired, FIELD_MANAGER))
             except ApiException as exc:
@@ -380,10 +447,12 @@ class Reconciler:
             stored = self._api("patch", kind, lambda: self.rest.merge_patch(resource, namespace, name, patch, FIELD_MANAGER))
             cache.store(stored)
             log.info("removed %s from %s %s/%s", ", ".join(".".join(p) for p in todo.remove), kind, namespace, name)
-            if not changes(cache.get(namespace, name) or stored, desired).apply:
+            held = cache.get(namespace, name)
+            if not changes(held.object() if held is not None else digested(stored), digested(desired)).apply:
                 self.metrics.writes.labels(kind, "update").inc()
                 return
-        stored = self._api("apply", kind, lambda: self.rest.apply(resource, desired, FIELD_MANAGER))
+        body = self._hydrated(job, desired)
+        stored = self._api("apply", kind, lambda: self.rest.apply(resource, body, FIELD_MANAGER))
         cache.store(stored)
         self.metrics.writes.labels(kind, "update").inc()
         log.info("updated %s %s/%s", kind, namespace, name)
@@ -397,13 +466,13 @@ class Reconciler:
             for report in [r for r in self._reported if r[0] == key]:
                 del self._reported[report]
 
-    def _warn(self, job: dict[str, Any], reason: str, subject: str, message: str) -> None:
-        """A Warning Event on the Job, so ``kubectl describe job`` says why; once per change of the job."""
-        meta = job.get("metadata") or {}
-        report = (object_key(job), reason, subject)
+    def _warn(self, job: JobRecord, reason: str, subject: str, message: str) -> None:
+        """A Warning Event on the Job, so ``kubectl describe job`` says why; once per Job and message."""
+        namespace, name = job.key
+        report = (job.key, reason, subject)
         # Once per Job (by uid) and message: a job's status changes many times while its Pods
         # start, and none of that makes the warning news.
-        said = f"{meta.get('uid')}\0{message}"
+        said = f"{job.uid}\0{message}"
         with self._reported_lock:
             if self._reported.get(report) == said:
                 return
@@ -411,13 +480,11 @@ class Reconciler:
         if not self.is_leader():
             return
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        namespace = meta.get("namespace") or "default"
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
-            "involvedObject": {"apiVersion": job.get("apiVersion", "batch.volcano.sh/v1alpha1"), "kind": "Job",
-                               "name": meta.get("name"), "namespace": namespace, "uid": meta.get("uid"),
-                               "resourceVersion": meta.get("resourceVersion")},
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": JOB_API_VERSION, "kind": "Job", "name": name, "namespace": namespace,
+                               "uid": job.uid, "resourceVersion": str(job.version)},
             "reason": reason, "message": message[:1024], "type": "Warning",
             "source": {"component": "volcano-job-webhook-reconciler"},
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
@@ -426,7 +493,16 @@ class Reconciler:
             self.metrics.api_requests.labels("create", "Event").inc()
             self.rest.create(EVENT, namespace, body)
         except Exception as exc:
-            log.info("could not record event %s on job %s/%s: %s", reason, namespace, meta.get("name"), _describe(exc))
+            log.info("could not record event %s on job %s/%s: %s", reason, namespace, name, _describe(exc))
+
+
+def _owner(record: OwnedRecord) -> JobKey | None:
+    return record.owner
+
+
+def _fingerprint(records: dict[tuple[str, str], OwnedRecord]) -> int:
+    """The job's objects as the caches hold them, in one number: which there are, at which version."""
+    return hash(tuple(sorted((ident, record.version) for ident, record in records.items())))
 
 
 def _describe(exc: BaseException) -> str:

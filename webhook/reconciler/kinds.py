@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from volcano_job_webhook.kube.informer import without_managed_fields
+from volcano_job_webhook.kube.records import digested, intern_key, pack, resource_version, undigested, unpack
 from volcano_job_webhook.kube.rest import Resource
 from volcano_job_webhook.plugins.keys import (
     JOB_GROUP,
@@ -45,24 +46,50 @@ def _job_reference(obj: dict[str, Any]) -> dict[str, Any] | None:
 
 def owner_job(obj: dict[str, Any]) -> JobKey | None:
     """The Volcano Job that controls ``obj``, by (namespace, name): whose reconcile an event on it
-    queues. Which Job that is, of all that ever had the name, says :func:`owner_uid`."""
+    queues. Which Job that is, of all that ever had the name, says its ``owner_uid``: a Job
+    deleted and made again under the same name is another Job, whose objects these are not."""
     ref = _job_reference(obj)
     if ref is None:
         return None
-    return ((obj.get("metadata") or {}).get("namespace") or "default", str(ref.get("name")))
+    return (sys.intern((obj.get("metadata") or {}).get("namespace") or "default"), sys.intern(str(ref.get("name"))))
 
 
 def owner_uid(obj: dict[str, Any]) -> str | None:
-    """The uid of the Volcano Job that controls ``obj``: a Job deleted and made again under the same
-    name is another Job, whose objects these are not."""
+    """The uid of the Volcano Job that controls ``obj``."""
     ref = _job_reference(obj)
     return None if ref is None else ref.get("uid")
 
 
-def cached_form(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the reconciler keeps of an owned object: all of it but ``managedFields``, of which only
-    the paths our field manager set are kept (under ``OWNED_FIELDS``), to tell what of ours the
-    desired object no longer has."""
-    fields = (obj.get("metadata") or {}).get("managedFields") or []
-    obj[OWNED_FIELDS] = owned_paths(fields, FIELD_MANAGER)
-    return without_managed_fields(obj)
+# What of an owned object the comparison reads: its identity, labels, annotations and owner
+# references, and its content. Not its status, timestamps or managedFields (of which only the
+# paths our manager owns are kept, see compare.owned_paths).
+_METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "ownerReferences")
+_CONTENT = ("data", "binaryData", "type", "spec", "immutable")
+
+
+class OwnedRecord:
+    """A cached object of ours: identity, owner, the paths our field manager owns, and the rest
+    packed — long data values (host files, SSH keys) as digests, never the values."""
+
+    __slots__ = ("_blob", "key", "owned", "owner", "owner_uid", "uid", "version")
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        self.key = intern_key(obj)
+        self.version = resource_version(obj)
+        self.uid: str | None = meta.get("uid")
+        self.owner = owner_job(obj)
+        self.owner_uid = owner_uid(obj)
+        self.owned = owned_paths(meta.get("managedFields") or [], FIELD_MANAGER)
+        body = {k: obj[k] for k in ("apiVersion", "kind", *_CONTENT) if k in obj}
+        body["metadata"] = {k: meta[k] for k in _METADATA if k in meta}
+        self._blob = pack(digested(body))
+
+    def object(self) -> dict[str, Any]:
+        """The object as the comparison reads it (:data:`OWNED_FIELDS` set, long values digests)."""
+        obj: dict[str, Any] = undigested(unpack(self._blob))
+        obj[OWNED_FIELDS] = self.owned
+        return obj
+
+    def __repr__(self) -> str:
+        return f"OwnedRecord({self.key[0]}/{self.key[1]}, version={self.version}, owner={self.owner}, owner_uid={self.owner_uid})"

@@ -12,6 +12,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.informer import JobInformer
+from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_PLURAL, JOB_VERSION, JobKey
 
 from . import NamespaceNotWatched
@@ -36,7 +37,8 @@ class KubeJobSource:
     """
 
     def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), get_timeout: float = 2.0,
-                 *, lookup_ttl: float = 5.0, not_found_ttl: float = 1.0, max_fetched: int = 10_000) -> None:
+                 *, lookup_ttl: float = 5.0, not_found_ttl: float = 1.0, max_fetched: int = 10_000,
+                 max_decoded: int = 256) -> None:
         self.informer = JobInformer(api, namespaces)
         self.custom = client.CustomObjectsApi(api)
         self.get_timeout = get_timeout
@@ -46,6 +48,8 @@ class KubeJobSource:
         self.watched = frozenset(ns for ns in self.informer.namespaces if ns)  # empty: every namespace
         self._fetched: OrderedDict[JobKey, tuple[float, dict[str, Any] | None]] = OrderedDict()
         self._inflight: dict[JobKey, asyncio.Future[dict[str, Any] | None]] = {}
+        self.max_decoded = max_decoded
+        self._decoded_jobs: OrderedDict[JobKey, tuple[JobRecord, dict[str, Any]]] = OrderedDict()
         self.live_gets = 0
 
     def start(self) -> None:
@@ -68,9 +72,11 @@ class KubeJobSource:
     async def get(self, namespace: str, name: str, uid: str | None = None) -> dict[str, Any] | None:
         if self.watched and namespace not in self.watched:
             raise NamespaceNotWatched(namespace)
-        cached = self.informer.get(namespace, name)
-        if cached is not None and (uid is None or _uid(cached) == uid):
-            return cached
+        record = self.informer.get(namespace, name)
+        if record is not None and (uid is None or record.uid == uid) and not record.finished:
+            return self._decoded(record)
+        # Not held, a finished Job (kept as its identity only: its Pods are all made), or another
+        # Job of the same name: the API server is asked.
         key = (namespace, name)
         fetched = self._fetched.get(key)
         if fetched is not None:
@@ -88,6 +94,19 @@ class KubeJobSource:
             self._inflight[key] = task
             task.add_done_callback(lambda done: self._finished(key, done))
         return await asyncio.shield(task)
+
+    def _decoded(self, record: JobRecord) -> dict[str, Any]:
+        """The record as a dict, decoded once per version while its Pods come in (the most recently
+        used few are kept)."""
+        held = self._decoded_jobs.get(record.key)
+        if held is not None and held[0] is record:
+            self._decoded_jobs.move_to_end(record.key)
+            return held[1]
+        job = record.object()
+        self._decoded_jobs[record.key] = (record, job)
+        if len(self._decoded_jobs) > self.max_decoded:
+            self._decoded_jobs.popitem(last=False)
+        return job
 
     def _finished(self, key: JobKey, task: asyncio.Task[dict[str, Any] | None]) -> None:
         self._inflight.pop(key, None)

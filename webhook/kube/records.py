@@ -1,0 +1,160 @@
+"""What the caches keep of an object: a record of a few Python objects, the rest packed in bytes and
+decoded on demand — client-go's ``SetTransform`` and controller-runtime's ``DefaultTransform`` in our
+terms.
+
+A cluster holds tens of thousands of Volcano Jobs, most finished. As a Python dict a 3 KB Job is
+tens of thousands of bytes and hundreds of objects the garbage collector walks; as a record it is
+one object, its identity, and the fields the plugins read packed as compressed JSON — about a
+kilobyte. A finished Job keeps its identity and phase only: no Pod of it is created again.
+
+What a record of a Job keeps (the promise to plugins, docs/plugins.md#the-job-a-plugin-is-given):
+``metadata`` (name, namespace, uid, resourceVersion, labels, annotations, deletionTimestamp),
+``spec.plugins``, ``spec.tasks[]`` (name, replicas, template), and ``status`` (state.phase,
+controlledResources, version, retryCount). Nothing else of a cached Job reaches a plugin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from volcano_job_webhook.plugins.base import Digest
+from volcano_job_webhook.plugins.keys import FINISHED_PHASES, JobKey
+
+Obj = dict[str, Any]
+
+# Values of a ConfigMap's or Secret's data longer than this are kept as a digest (host files, keys).
+DIGEST_OVER = 64
+_DIGEST_PREFIX = "\x00digest:"
+_DATA_MAPS = ("data", "binaryData", "stringData")
+
+JOB_METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp")
+JOB_TASK = ("name", "replicas", "template")
+JOB_STATUS = ("version", "retryCount", "controlledResources")
+
+
+def resource_version(obj: Mapping[str, Any]) -> int:
+    text = (obj.get("metadata") or {}).get("resourceVersion") or "0"
+    return int(text) if isinstance(text, str) and text.isdigit() else 0
+
+
+def intern_key(obj: Mapping[str, Any]) -> JobKey:
+    """``(namespace, name)``, the strings interned: one copy of each name however many caches and
+    indexes hold it."""
+    meta = obj.get("metadata") or {}
+    return (sys.intern(str(meta.get("namespace") or "default")), sys.intern(str(meta.get("name") or "")))
+
+
+def pack(obj: Any) -> bytes:
+    return zlib.compress(orjson.dumps(obj), 6)
+
+
+def unpack(blob: bytes) -> Any:
+    return orjson.loads(zlib.decompress(blob))
+
+
+def digest(value: str) -> Digest:
+    return Digest(_DIGEST_PREFIX + hashlib.blake2b(value.encode(), digest_size=16).hexdigest())
+
+
+def digested(obj: Obj) -> Obj:
+    """``obj`` with every long value of its data maps replaced by its :class:`Digest` (a shallow
+    copy where anything changes): what the reconciler compares, and what it keeps."""
+    out = obj
+    for field in _DATA_MAPS:
+        data = obj.get(field)
+        if not isinstance(data, Mapping):
+            continue
+        if any(isinstance(v, str) and len(v) > DIGEST_OVER and not isinstance(v, Digest) for v in data.values()):
+            if out is obj:
+                out = dict(obj)
+            out[field] = {k: digest(v) if isinstance(v, str) and len(v) > DIGEST_OVER and not isinstance(v, Digest) else v
+                          for k, v in data.items()}
+    return out
+
+
+def undigested(obj: Obj) -> Obj:
+    """Digests read back from packed JSON (where they are plain strings) as :class:`Digest`."""
+    for field in _DATA_MAPS:
+        data = obj.get(field)
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if isinstance(value, str) and value.startswith(_DIGEST_PREFIX):
+                    data[key] = Digest(value)
+    return obj
+
+
+def has_digests(obj: Mapping[str, Any]) -> bool:
+    return any(isinstance(v, Digest) for field in _DATA_MAPS for v in (obj.get(field) or {}).values())
+
+
+def _pick(source: Any, keys: tuple[str, ...]) -> Obj:
+    return {k: source[k] for k in keys if k in source} if isinstance(source, Mapping) else {}
+
+
+def _job_body(obj: Mapping[str, Any]) -> Obj:
+    """The Job as a plugin may read it (see the module docstring)."""
+    spec: Mapping[str, Any] = obj["spec"] if isinstance(obj.get("spec"), Mapping) else {}
+    status: Mapping[str, Any] = obj["status"] if isinstance(obj.get("status"), Mapping) else {}
+    tasks = spec.get("tasks")
+    body: Obj = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": _pick(obj.get("metadata"), JOB_METADATA),
+        "spec": {
+            **({"plugins": spec["plugins"]} if "plugins" in spec else {}),
+            "tasks": [_pick(t, JOB_TASK) if isinstance(t, Mapping) else t for t in tasks] if isinstance(tasks, list) else tasks,
+        },
+    }
+    state = status.get("state")
+    kept = _pick(status, JOB_STATUS)
+    if isinstance(state, Mapping) and "phase" in state:
+        kept["state"] = {"phase": state["phase"]}
+    if kept:
+        body["status"] = kept
+    return body
+
+
+class JobRecord:
+    """A cached Volcano Job: identity, phase, and (unless finished) the fields plugins read, packed."""
+
+    __slots__ = ("_blob", "deleting", "key", "phase", "reconciled", "uid", "version")
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        state = (obj.get("status") or {}).get("state") if isinstance(obj.get("status"), Mapping) else None
+        phase = state.get("phase") if isinstance(state, Mapping) else None
+        self.key = intern_key(obj)
+        self.version = resource_version(obj)
+        self.uid: str | None = meta.get("uid")
+        self.phase = sys.intern(phase) if isinstance(phase, str) else ""
+        self.deleting = bool(meta.get("deletionTimestamp"))
+        # The reconciler's memo: the fingerprint of the job's objects when it last found them in
+        # order at this version of the Job (a new version is a new record, so it starts over).
+        self.reconciled: int | None = None
+        # A finished Job starts no Pod again: nothing of it but its identity is needed.
+        self._blob = None if self.finished else pack(_job_body(obj))
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINISHED_PHASES
+
+    def object(self) -> Obj:
+        """The Job as plugins read it (identity and status only, for a finished Job)."""
+        if self._blob is not None:
+            return unpack(self._blob)
+        meta: Obj = {"name": self.key[1], "namespace": self.key[0], "uid": self.uid, "resourceVersion": str(self.version)}
+        return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta,
+                "status": {"state": {"phase": self.phase}}}
+
+    def __repr__(self) -> str:
+        return f"JobRecord({self.key[0]}/{self.key[1]}, uid={self.uid}, version={self.version}, phase={self.phase!r})"
+
+
+def job_record(obj: Obj) -> JobRecord:
+    return JobRecord(obj)
