@@ -25,6 +25,7 @@ import logging
 import random
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -58,6 +59,7 @@ R = TypeVar("R", bound=Record)
 EventHandler = Callable[[str, Any], None]
 JOB = Resource(JOB_KIND, JOB_API_VERSION, JOB_PLURAL)
 PAGE = 500
+TOMBSTONES = 10_000
 
 
 def object_key(obj: Obj) -> JobKey:
@@ -108,6 +110,9 @@ class Informer(Generic[R]):
         self.watch_timeout = watch_timeout
         self._items: dict[JobKey, R] = {}
         self._index: dict[Hashable, dict[JobKey, R]] = {}
+        # The version at which the watch or a list last saw each recently deleted object go, so a
+        # write's answer that comes later cannot bring it back into the cache.
+        self._deleted: OrderedDict[JobKey, int] = OrderedDict()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._synced: set[str] = set()
@@ -145,9 +150,12 @@ class Informer(Generic[R]):
 
     def store(self, obj: Obj) -> bool:
         """Put an object fetched or written outside the watch in the cache, unless the cache holds
-        the same or a newer version. True when it changed the cache."""
+        the same or a newer version, or saw it deleted since. True when it changed the cache."""
         record = self.transform(obj)
         with self._lock:
+            deleted = self._deleted.get(record.key)
+            if deleted is not None and deleted >= record.version:
+                return False  # a write's answer that arrives after the watch saw the object go
             return self._put(record)
 
     def _put(self, record: R) -> bool:
@@ -164,12 +172,16 @@ class Informer(Generic[R]):
                 self._index.setdefault(index, {})[key] = record
         return True
 
-    def _drop(self, key: JobKey, rv: int | None = None) -> R | None:
+    def _drop(self, key: JobKey, rv: int) -> R | None:
         current = self._items.get(key)
-        if current is None or (rv is not None and current.version > rv):
+        if current is None or current.version > rv:
             return None
         del self._items[key]
         self._unindex(key, current)
+        self._deleted[key] = rv
+        self._deleted.move_to_end(key)
+        if len(self._deleted) > TOMBSTONES:
+            self._deleted.popitem(last=False)
         return current
 
     def _unindex(self, key: JobKey, record: R) -> None:

@@ -32,7 +32,7 @@ from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.backoff import with_retries
 from volcano_job_webhook.kube.informer import Informer, JobInformer
-from volcano_job_webhook.kube.records import JobRecord, digest, digested, has_digests
+from volcano_job_webhook.kube.records import JobRecord, digest, digested, has_digests, resource_version
 from volcano_job_webhook.kube.rest import Rest, widen_pool
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.base import Digest
@@ -273,14 +273,15 @@ class Reconciler:
         records = self._records(key)
         # Nothing changed since a reconcile found everything in order (a steady resync): the answer
         # would be the same, so it is not worked out again.
-        fingerprint = _fingerprint(records)
-        if job is not None and job.reconciled == fingerprint:
+        seen = {ident: r.version for ident, r in records.items()}
+        if job is not None and job.reconciled == _fingerprint(seen):
             return
         # Objects of an earlier Job of the same name (deleted, then made again): never adopted —
         # they hold its SSH key, and a second controller reference would be refused.
         others = {ident: r for ident, r in records.items() if r.owner_uid != uid}
         for (kind, obj_name), record in others.items():
             if self._may_write() and self._delete(kind, namespace, obj_name, record.uid):
+                seen.pop((kind, obj_name))
                 log.info("deleted %s %s/%s: its job %s is gone", kind, namespace, obj_name, name)
         mine = {ident: r.object() for ident, r in records.items() if ident not in others}
         wanted: set[tuple[str, str]] = set()
@@ -289,30 +290,32 @@ class Reconciler:
         else:
             try:
                 # A finished job starts no Pod again: its objects go, as Volcano's own do.
-                desired = [] if job.finished else self.chain.resources(Job.from_object(job.object()), self._seen(key, uid, mine))
+                desired = [] if job.finished else self.chain.resources(Job.from_object(job.object()), self._existing(key, uid, mine))
             except PluginError as exc:
                 # A job we cannot read is left as it is: deleting its objects could break running Pods.
                 log.warning("job %s/%s: not reconciled: %s", namespace, name, exc)
                 self.metrics.reconciles.labels("invalid-job").inc()
                 self._warn(job, "InvalidPlugins", "", str(exc))
-                self._settled(job, key)
+                self._settled(job, seen)
                 return
-            wanted = self._make(job, desired, mine)
+            wanted = self._make(job, desired, mine, seen)
             self._keep_deleted(key, wanted)
         for (kind, obj_name), obj in mine.items():
             if ((kind, obj_name) not in wanted and self._may_write()
                     and self._delete(kind, namespace, obj_name, obj["metadata"].get("uid"))):
+                seen.pop((kind, obj_name), None)
                 log.info("deleted %s %s/%s: job %s no longer needs it", kind, namespace, obj_name, name)
         if job is not None:
-            self._settled(job, key)
+            self._settled(job, seen)
 
-    def _settled(self, job: JobRecord, key: JobKey) -> None:
-        """Remember that the job's objects, as the caches hold them now, are as they should be —
-        unless a write was left out for want of leadership."""
+    def _settled(self, job: JobRecord, versions: dict[tuple[str, str], int]) -> None:
+        """Remember the job's objects as this reconcile left them (what it found, with what it wrote
+        and without what it deleted) — unless a write was left out for want of leadership. A change
+        made meanwhile by someone else is not in it, so it is looked at."""
         if self._may_write():
-            job.reconciled = _fingerprint(self._records(key))
+            job.reconciled = _fingerprint(versions)
 
-    def _seen(self, key: JobKey, uid: str | None, live: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    def _existing(self, key: JobKey, uid: str | None, live: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
         """What the plugins see of the job's objects: the live ones, and the last state of those
         deleted under it (a deleted SSH Secret comes back with the keys its running Pods hold)."""
         with self._deleted_lock:
@@ -330,9 +333,10 @@ class Reconciler:
                 del self._deleted[key]
 
     def _make(self, job: JobRecord, desired: list[dict[str, Any]],
-              existing: dict[tuple[str, str], dict[str, Any]]) -> set[tuple[str, str]]:
-        """Write what differs of ``desired``; return the (kind, name) of every object the job wants.
-        Compared as cached: long data values as digests on both sides."""
+              existing: dict[tuple[str, str], dict[str, Any]], versions: dict[tuple[str, str], int]) -> set[tuple[str, str]]:
+        """Write what differs of ``desired``; return the (kind, name) of every object the job wants,
+        and put the version of each object written in ``versions``. Compared as cached: long data
+        values as digests on both sides."""
         wanted = set()
         writes: list[tuple[dict[str, Any], dict[str, Any] | None, Changes | None]] = []
         for obj in desired:
@@ -350,7 +354,7 @@ class Reconciler:
             todo = None if current is None else changes(current, digested(obj))
             if current is None or todo:
                 writes.append((obj, current, todo))
-        self._write_all(job, writes)
+        versions.update(self._write_all(job, writes))
         return wanted
 
     def _delete(self, kind: str, namespace: str, name: str, uid: str | None) -> bool:
@@ -359,13 +363,11 @@ class Reconciler:
             self.metrics.writes.labels(kind, "delete").inc()
         return deleted
 
-    def _write_all(self, job: JobRecord, writes: list[tuple[dict[str, Any], dict[str, Any] | None, Changes | None]]) -> None:
+    def _write_all(self, job: JobRecord, writes: list[tuple[dict[str, Any], dict[str, Any] | None, Changes | None]]) -> dict[tuple[str, str], int]:
         """The job's writes, at once: they are independent, and a new job's objects then take one
-        round trip to the API server rather than one each."""
+        round trip to the API server rather than one each. Returns the versions written."""
         if len(writes) <= 1:
-            for desired, current, todo in writes:
-                self._ensure(job, desired, current, todo)
-            return
+            return dict(w for desired, current, todo in writes if (w := self._ensure(job, desired, current, todo)))
         futures = [self._writers.submit(self._ensure, job, desired, current, todo) for desired, current, todo in writes]
         errors = [f.exception() for f in futures]
         for error in errors:
@@ -374,6 +376,7 @@ class Reconciler:
         for error in errors:
             if error is not None:
                 raise error
+        return dict(w for f in futures if (w := f.result()))
 
     def _hydrated(self, job: JobRecord, desired: dict[str, Any]) -> dict[str, Any]:
         """``desired`` with every :class:`Digest` a plugin kept (an SSH key: "keep what is there")
@@ -408,7 +411,9 @@ class Reconciler:
             if held is not None:
                 held.pop(ident, None)
 
-    def _ensure(self, job: JobRecord, desired: dict[str, Any], current: dict[str, Any] | None, todo: Changes | None) -> None:
+    def _ensure(self, job: JobRecord, desired: dict[str, Any], current: dict[str, Any] | None,
+                todo: Changes | None) -> tuple[tuple[str, str], int] | None:
+        """Create or update one object; returns its (kind, name) and the version written, if any."""
         kind, meta = desired["kind"], desired["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         resource, cache = OWNED[kind], self.owned[kind]
@@ -416,7 +421,7 @@ class Reconciler:
             # Not in our cache: absent, made a moment ago, or there without our label (the cache
             # holds only labelled objects). A POST makes it only if no object of that name exists.
             if not self._may_write():
-                return
+                return None
             if has_digests(desired):
                 # Kept from a deleted object whose value the cache never held: made anew instead.
                 self._drop_deleted(job.key, (kind, name))
@@ -432,30 +437,30 @@ class Reconciler:
                 if not managed(live):
                     log.info("%s %s/%s exists and is not managed by us; left alone", kind, namespace, name)
                     self._warn(job, "ResourceNotManaged", name, f"{kind} {name} exists without the label {MANAGED_SELECTOR}; left as it is")
-                    return
+                    return None
                 # Ours, and the cache is behind: start over with it (an SSH Secret keeps its keys).
                 cache.store(live)
                 raise _CacheBehind() from None
             cache.store(stored)
             self.metrics.writes.labels(kind, "create").inc()
             log.info("created %s %s/%s", kind, namespace, name)
-            return
+            return (kind, name), resource_version(stored)
         if not todo or not self._may_write():
-            return
+            return None
         if todo.remove:
             patch = todo.removal_patch()
             stored = self._api("patch", kind, lambda: self.rest.merge_patch(resource, namespace, name, patch, FIELD_MANAGER))
             cache.store(stored)
             log.info("removed %s from %s %s/%s", ", ".join(".".join(p) for p in todo.remove), kind, namespace, name)
-            held = cache.get(namespace, name)
-            if not changes(held.object() if held is not None else digested(stored), digested(desired)).apply:
+            if not changes(OwnedRecord(stored).object(), digested(desired)).apply:
                 self.metrics.writes.labels(kind, "update").inc()
-                return
+                return (kind, name), resource_version(stored)
         body = self._hydrated(job, desired)
         stored = self._api("apply", kind, lambda: self.rest.apply(resource, body, FIELD_MANAGER))
         cache.store(stored)
         self.metrics.writes.labels(kind, "update").inc()
         log.info("updated %s %s/%s", kind, namespace, name)
+        return (kind, name), resource_version(stored)
 
     # Events on the Job ---------------------------------------------------------------------------
 
@@ -500,9 +505,9 @@ def _owner(record: OwnedRecord) -> JobKey | None:
     return record.owner
 
 
-def _fingerprint(records: dict[tuple[str, str], OwnedRecord]) -> int:
-    """The job's objects as the caches hold them, in one number: which there are, at which version."""
-    return hash(tuple(sorted((ident, record.version) for ident, record in records.items())))
+def _fingerprint(versions: dict[tuple[str, str], int]) -> int:
+    """A job's objects in one number: which there are, at which version."""
+    return hash(tuple(sorted(versions.items())))
 
 
 def _describe(exc: BaseException) -> str:

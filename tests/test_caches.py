@@ -1,0 +1,199 @@
+"""What the caches hold (webhook/kube/records.py, reconciler/kinds.py): a Job as its identity and
+the fields plugins read, packed; a finished Job as its identity; an owned object without its long
+data values — and the reconciler still repairing drift, keeping SSH keys and sending nothing on a
+steady resync (against the API double; the real server's run is in tests/test_reconciler.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.apiserver import FakeApiServer
+from volcano_job_webhook.kube.records import JobRecord, digest
+from volcano_job_webhook.plugins import Chain, Job
+from volcano_job_webhook.plugins.base import Digest
+from volcano_job_webhook.reconciler import Reconciler
+from volcano_job_webhook.reconciler.kinds import OwnedRecord
+
+
+def training_job(name: str = "train", phase: str | None = None) -> dict[str, Any]:
+    """A Job shaped like a real training job (the shape of bench/scale.py's)."""
+    container = {
+        "name": "main", "image": "registry.example.com/team/trainer:2026.11",
+        "command": ["python", "-m", "trainer", "--config", "/etc/trainer/config.yaml"],
+        "env": [{"name": f"SETTING_{i}", "value": f"value-{i}"} for i in range(12)],
+        "resources": {"limits": {"cpu": "8", "memory": "32Gi"}, "requests": {"cpu": "4", "memory": "16Gi"}},
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "config", "mountPath": "/etc/trainer"}],
+        "ports": [{"name": "metrics", "containerPort": 9090}],
+    }
+    template = {"metadata": {"labels": {"team": "vision"}}, "spec": {
+        "containers": [container], "restartPolicy": "OnFailure",
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}}, {"name": "config", "configMap": {"name": "trainer"}}]}}
+    obj: dict[str, Any] = {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "default", "uid": "6a1e0c55-0000-4000-8000-000000000001", "resourceVersion": "42",
+                     "annotations": {"volcano-job-webhook/plugins": json.dumps({"hostfile": []})},
+                     "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}]},
+        "spec": {"minAvailable": 3, "schedulerName": "volcano", "queue": "default", "maxRetry": 3,
+                 "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+                 "plugins": {"env": [], "svc": [], "pytorch": ["--master=master", "--worker=worker", "--port=23456"]},
+                 "tasks": [{"name": "master", "replicas": 1, "minAvailable": 1, "template": template,
+                            "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}]},
+                           {"name": "worker", "replicas": 2, "template": template}]},
+        "status": {"state": {"phase": phase or "Running", "lastTransitionTime": "2026-11-24T00:00:00Z"},
+                   "controlledResources": {"plugin-svc": "svc"}, "version": 1, "retryCount": 0,
+                   "conditions": [{"status": "Running", "lastTransitionTime": "2026-11-24T00:00:00Z"}] * 5,
+                   "running": 3, "minAvailable": 3},
+    }
+    return obj
+
+
+def test_a_job_record_keeps_what_plugins_read_and_nothing_else():
+    obj = training_job()
+    record = JobRecord(obj)
+    kept = record.object()
+    assert kept["metadata"] == {k: obj["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion", "annotations")}
+    assert kept["spec"] == {"plugins": obj["spec"]["plugins"],
+                            "tasks": [{k: t[k] for k in ("name", "replicas", "template")} for t in obj["spec"]["tasks"]]}
+    assert kept["status"] == {"state": {"phase": "Running"}, "controlledResources": {"plugin-svc": "svc"}, "version": 1, "retryCount": 0}
+    # Plugins see the same job through the record as through the object.
+    chain = Chain()
+    assert chain.resources(Job.from_object(kept)) == chain.resources(Job.from_object(obj))
+    assert len(json.dumps(obj)) > 3000 and record.packed_size < 1200, record.packed_size
+
+
+def test_a_finished_job_is_kept_as_its_identity():
+    record = JobRecord(training_job(phase="Completed"))
+    assert record.finished and record.packed_size == 0
+    assert record.object()["metadata"]["uid"] == "6a1e0c55-0000-4000-8000-000000000001"
+    assert record.object()["status"]["state"]["phase"] == "Completed" and "spec" not in record.object()
+
+
+def test_an_owned_record_holds_no_key_and_no_host_file():
+    key = "-----BEGIN RSA PRIVATE KEY-----\n" + "A" * 1600 + "\n-----END RSA PRIVATE KEY-----\n"
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+              "metadata": {"name": "j-ssh", "namespace": "default", "uid": "u", "resourceVersion": "7",
+                           "labels": {"app.kubernetes.io/managed-by": "volcano-job-webhook"},
+                           "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "j", "uid": "ju", "controller": True}]},
+              "data": {"id_rsa": base64.b64encode(key.encode()).decode(), "config": base64.b64encode(b"Port 22").decode()}}
+    record = OwnedRecord(secret)
+    assert b"QUFBQUFB" not in zlib.decompress(record._blob), "the key itself is not kept"
+    assert record.owner == ("default", "j") and record.owner_uid == "ju"
+    data = record.object()["data"]
+    assert isinstance(data["id_rsa"], Digest) and data["id_rsa"] == digest(secret["data"]["id_rsa"])
+    assert data["config"] == secret["data"]["config"] and not isinstance(data["config"], Digest), "short values stay"
+
+
+# The reconciler on records, against the API double ---------------------------------------------
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as s:
+        yield s
+
+
+@pytest.fixture
+def reconciler(server: FakeApiServer) -> Iterator[Reconciler]:
+    r = Reconciler(server.api_client(), Chain(), resync_seconds=3600)
+    r.start()
+    yield r
+    r.stop()
+
+
+def mpi_job(name: str) -> dict[str, Any]:
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"plugins": {"mpi": [], "svc": [], "ssh": []}, "tasks": [
+                {"name": t, "replicas": n, "template": {"spec": {"containers": [{"name": "main", "image": "mpi"}]}}}
+                for t, n in (("master", 1), ("worker", 4))]}}
+
+
+def live(server: FakeApiServer, resource: str, name: str) -> dict[str, Any] | None:
+    found = [o for o in server.objects(resource) if o["metadata"]["name"] == name]
+    return found[0] if found else None
+
+
+def settled(reconciler: Reconciler) -> bool:
+    return not reconciler.queue.busy
+
+
+def test_a_steady_resync_sends_nothing(server: FakeApiServer, reconciler: Reconciler):
+    for i in range(10):
+        client.CustomObjectsApi(server.api_client()).create_namespaced_custom_object(
+            "batch.volcano.sh", "v1alpha1", "default", "jobs", mpi_job(f"mpi-{i}"))
+    wait_for(lambda: len(server.objects("secrets")) == 10 and len(server.objects("networkpolicies.networking.k8s.io")) == 10,
+             what="every job's objects")
+    wait_for(lambda: settled(reconciler), what="the queue drained")
+    time.sleep(0.3)
+    server.clear_requests()
+    assert reconciler.resync() == 10
+    wait_for(lambda: settled(reconciler), what="the resync done")
+    assert server.requests == [], "no call at all: nothing changed"
+
+
+def test_drift_is_repaired_and_a_secret_keeps_its_keys(server: FakeApiServer, reconciler: Reconciler):
+    core = client.CoreV1Api(server.api_client())
+    client.CustomObjectsApi(server.api_client()).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", mpi_job("drift"))
+    wait_for(lambda: live(server, "secrets", "drift-ssh") and live(server, "configmaps", "drift-svc"), what="the objects")
+    keys = dict(live(server, "secrets", "drift-ssh")["data"])
+    hosts = dict(live(server, "configmaps", "drift-svc")["data"])
+    # A host file edited by hand (a long value: the cache holds only its digest).
+    core.patch_namespaced_config_map("drift-svc", "default", {"data": {"worker.host": "intruder\n"}})
+    wait_for(lambda: live(server, "configmaps", "drift-svc")["data"] == hosts, what="the host file repaired")
+    # The Secret's ssh config edited: the Secret is written back with the keys it had, which the
+    # reconciler reads from the API server (it holds only their digests).
+    server.clear_requests()
+    core.patch_namespaced_secret("drift-ssh", "default", {"data": {"config": base64.b64encode(b"Host *\n").decode()}})
+    wait_for(lambda: live(server, "secrets", "drift-ssh")["data"] == keys, what=f"the Secret repaired: {keys} {live(server, 'secrets', 'drift-ssh')}")
+    assert [q.verb for q in server.requests if q.resource == "secrets" and q.verb != "watch"][1:] == ["get", "patch"]
+    # Deleted: it comes back with the same keys (the running Pods hold them).
+    core.delete_namespaced_secret("drift-ssh", "default")
+    wait_for(lambda: (live(server, "secrets", "drift-ssh") or {}).get("data") == keys, what=f"the Secret back, same keys {keys} {live(server, 'secrets', 'drift-ssh')}")
+
+
+def test_a_relist_after_410_reports_what_was_missed(server: FakeApiServer, reconciler: Reconciler):
+    jobs = client.CustomObjectsApi(server.api_client())
+    for name in ("a", "b"):
+        jobs.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", mpi_job(name))
+    wait_for(lambda: len(server.objects("secrets")) == 2, what="both jobs' objects")
+    server.expire_history()
+    jobs.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", "a")
+    server.close_watches()
+    wait_for(lambda: [o["metadata"]["name"] for o in server.objects("secrets")] == ["b-ssh"], what="a's objects gone")
+    assert reconciler.jobs.get("default", "a") is None and reconciler.jobs.get("default", "b") is not None
+    assert reconciler.jobs.relists >= 2
+
+
+def test_a_write_answer_arriving_after_the_deletion_does_not_bring_the_object_back(server: FakeApiServer):
+    from volcano_job_webhook.kube.informer import Informer
+    from volcano_job_webhook.reconciler.kinds import OWNED
+
+    core = client.CoreV1Api(server.api_client())
+    informer = Informer(server.api_client(), OWNED["ConfigMap"], transform=OwnedRecord)
+    informer.start()
+    try:
+        wait_for(lambda: informer.synced, what="synced")
+        written = server.api_client().sanitize_for_serialization(
+            core.create_namespaced_config_map("default", {"metadata": {"name": "cm"}, "data": {"a": "1"}}))
+        wait_for(lambda: informer.get("default", "cm") is not None, what="the ConfigMap cached")
+        core.delete_namespaced_config_map("cm", "default")
+        wait_for(lambda: informer.get("default", "cm") is None, what="the deletion seen")
+        assert informer.store(written) is False and informer.get("default", "cm") is None
+    finally:
+        informer.stop()
