@@ -9,12 +9,15 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import kubernetes_validate
 import pytest
 from cryptography import x509
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from kubernetes_validate.utils import latest_version, major_minor
 
 from tests.apiserver import FakeApiServer
+from tests.manifests_util import CERTGEN_SERVICE_ACCOUNT, Grant, build_variant, rbac_grants
 from volcano_job_webhook.certs.cluster import CertsError, patch_webhooks, read_webhooks, sync
 from volcano_job_webhook.certs.issue import (
     CertBundle,
@@ -400,3 +403,50 @@ def test_the_command_takes_the_renewal_windows(cluster, tmp_path, capsys):
     assert refused.value.code == 2 and "expected a percentage" in capsys.readouterr().err
     assert main([*argv, "--ca-secret", "other/ca"]) == 2
     assert main([*argv, "--ca-secret", TLS]) == 2
+
+
+# What the certs Job may do ------------------------------------------------------------------------
+
+
+def allowed(grants: list[Grant], record: Any) -> bool:
+    """RBAC's rule: some grant names the verb, group and resource, covers the namespace (a
+    ClusterRole's grant covers all), and either names no object or names this one (a create has no
+    name, so only a grant without resourceNames allows it)."""
+    return any(
+        g.verb == record.verb and g.api_group == record.group and g.resource == record.resource
+        and (g.namespace is None or g.namespace == record.namespace)
+        and (not g.resource_names or record.name in g.resource_names)
+        for g in grants
+    )
+
+
+def test_every_call_of_the_certs_job_is_granted_by_name_and_every_grant_is_used(cluster):
+    """Install, renewal, a whole CA rotation and an old-layout migration, as the self-managed
+    variant's certgen ServiceAccount: each request must be allowed by its Role and ClusterRole as
+    written (resourceNames included), and each rule must be needed by some request."""
+    grants = rbac_grants(build_variant("self-managed"), CERTGEN_SERVICE_ACCOUNT)
+    requests = []
+    for day in (0, 7, 20, 21, 22, 23):
+        run_sync(cluster, day)
+        requests += cluster.requests
+    client.CoreV1Api(cluster.api_client()).delete_namespaced_secret(CA, NS)
+    client.CoreV1Api(cluster.api_client()).delete_namespaced_secret(TLS, NS)
+    client.CoreV1Api(cluster.api_client()).create_namespaced_secret(NS, old_layout_secret(T0)[0])
+    run_sync(cluster, 24)
+    requests += cluster.requests
+    assert [(r.verb, r.resource, r.name) for r in requests if not allowed(grants, r)] == []
+    unused = [g for g in grants if not any(allowed([g], r) for r in requests)]
+    assert unused == []
+    # The control: a request the Role does not name is refused by this check.
+    assert not allowed(grants, type("R", (), {"verb": "get", "group": "", "resource": "secrets", "namespace": NS, "name": "other"})())
+
+
+@pytest.mark.parametrize("version", ["1.30", major_minor(latest_version())])
+def test_the_secrets_written_validate_against_the_kubernetes_schema(cluster, version):
+    run_sync(cluster, 20)  # a CA Secret with every key
+    for name in (TLS, CA):
+        secret = cluster.get_object("secrets", name, NS)
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "Secret", **secret}, version, strict=True)
+    bad = {"apiVersion": "v1", "kind": "Secret", **cluster.get_object("secrets", TLS, NS), "typo": 1}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, version, strict=True)

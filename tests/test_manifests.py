@@ -58,6 +58,7 @@ from tests.manifests_util import (
 K8S_VERSIONS = ["1.30", major_minor(latest_version())]
 IMAGE = "ghcr.io/volcano-job-webhook/volcano-job-webhook:0.1.0"
 CERTS_SECRET = "volcano-job-webhook-tls"
+CA_SECRET = "volcano-job-webhook-ca"
 CERTS_DIR = "/etc/webhook/certs"
 UID = 65532
 ALL_VARIANTS = [*VARIANTS, "default"]
@@ -67,7 +68,7 @@ RECONCILER_ARGS = [
     "reconcile", "--health-port=8081", "--leader-elect",
     "--lease-name=volcano-job-webhook-reconciler", "--lease-namespace=volcano-job-webhook",
 ]
-CERTGEN_ARGS = ["certs", "--secret", f"{NAMESPACE}/{CERTS_SECRET}", "--patch-webhook", "volcano-job-webhook"]
+CERTGEN_ARGS = ["certs", "--secret", f"{NAMESPACE}/{CERTS_SECRET}", "--ca-secret", CA_SECRET, "--patch-webhook", "volcano-job-webhook"]
 
 # The API calls the code makes (the product's contract); RBAC must grant exactly these.
 # The reconciler's caches list and watch; it creates (POST), reads what a create found, patches
@@ -103,6 +104,8 @@ def pod_specs(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, An
     for obj in objects:
         if obj["kind"] in ("Deployment", "Job", "DaemonSet", "StatefulSet"):
             yield describe(obj), obj["spec"]["template"]["spec"]
+        elif obj["kind"] == "CronJob":
+            yield describe(obj), obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
 
 
 def containers(pod_spec: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -590,6 +593,13 @@ def test_self_managed_variant_runs_certgen(variants: dict[str, list[dict[str, An
     (certgen,) = pod["containers"]
     assert certgen["args"] == CERTGEN_ARGS
     assert not find(objects, "Certificate") and not find(objects, "Issuer")
+    # The renewal: the same command, daily, one run at a time, with the install Job's Pod.
+    cron = find_one(objects, "CronJob", "volcano-job-webhook-cert-renewal")
+    assert cron["spec"]["jobTemplate"]["spec"]["template"] == job["spec"]["template"]
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    minute, hour, day, month, weekday = cron["spec"]["schedule"].split()
+    assert (day, month, weekday) == ("*", "*", "*") and minute.isdigit() and hour.isdigit(), "once a day"
+    assert cron["spec"]["jobTemplate"]["spec"]["backoffLimit"] >= 3
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         assert "annotations" not in find_one(objects, kind, "volcano-job-webhook")["metadata"]
 
@@ -715,7 +725,7 @@ def test_certgen_service_account_gets_exactly_what_certs_needs(variants: dict[st
     for grant in rbac_grants(variants["self-managed"], CERTGEN_SERVICE_ACCOUNT):
         if grant.resource == "secrets":
             assert grant.namespace == NAMESPACE
-            assert grant.resource_names == ({CERTS_SECRET} if grant.verb != "create" else set())
+            assert grant.resource_names == ({CERTS_SECRET, CA_SECRET} if grant.verb != "create" else set())
         else:
             assert grant.namespace is None and grant.resource_names == {"volcano-job-webhook"}, grant
     assert rbac_permissions(CERTGEN_SERVICE_ACCOUNT, "cert-manager") == set()
