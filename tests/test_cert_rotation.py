@@ -325,6 +325,21 @@ def test_the_switch_waits_for_webhooks_that_missed_the_new_bundle(cluster):
     assert "retired-ca.crt" in data(cluster, CA)
 
 
+def test_losing_both_secrets_keeps_the_old_ca_trusted_until_the_new_certificate_is_out(cluster):
+    run_sync(cluster, 0)
+    old_ca, old_cert = data(cluster, CA)["ca.crt"], data(cluster, TLS)["tls.crt"]
+    for name in (TLS, CA):
+        cluster.delete_object("secrets", name, NS)
+    run_sync(cluster, 1)
+    new_ca, new_cert = data(cluster, CA)["ca.crt"], data(cluster, TLS)["tls.crt"]
+    assert new_ca != old_ca and data(cluster, CA)["retired-ca.crt"] == old_ca
+    # The webhooks were patched before the new certificate was written, and still trust the old one.
+    assert writes(cluster)[1:3] == [("patch", "mutatingwebhookconfigurations", HOOK), ("patch", "validatingwebhookconfigurations", HOOK)]
+    assert all(trusts(b, old_cert) and trusts(b, new_cert) for b in ca_bundles(cluster))
+    run_sync(cluster, 2)
+    assert ca_bundles(cluster) == [new_ca] * 3
+
+
 def test_a_webhook_configuration_changed_since_it_was_read_is_not_overwritten(cluster):
     api = cluster.api_client()
     configs = read_webhooks(api, HOOK)

@@ -34,7 +34,7 @@ from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
 
-from .issue import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertBundle, default_sans, split_pems
+from .issue import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertBundle, default_sans, is_valid, split_pems
 from .rotation import DEFAULT_POLICY, Authority, KeyPair, Outcome, Policy, authority_from_serving, certificates_of, plan
 
 log = logging.getLogger(__name__)
@@ -176,6 +176,14 @@ class SyncResult:
     patched: list[str]
 
 
+def _pems(bundle: str | None) -> list[bytes]:
+    """The certificates of a base64 ``caBundle``; none for an absent or unreadable one."""
+    try:
+        return split_pems(base64.b64decode(bundle)) if bundle else []
+    except ValueError:
+        return []
+
+
 def _published(serving_secret: Any, configs: list[WebhookConfig]) -> set[bytes]:
     """The CA certificates every client already trusts: in the serving Secret's ``ca.crt`` and in
     every webhook's ``caBundle``."""
@@ -216,9 +224,12 @@ def sync(
     authority = authority_of(ca_secret) if ca_secret is not None else Authority()
     if authority.current is None:
         # No CA Secret yet (a first install, or the old layout with the key in the serving Secret),
-        # or one without a signing CA: see what the serving Secret still offers.
+        # or one without a signing CA: see what the serving Secret still offers. The CAs the
+        # webhooks trust now stay trusted (retired) while a new CA's certificate rolls out, so even
+        # losing both Secrets refuses no Pod.
         found = authority_from_serving(serving, at)
-        authority = Authority(current=found.current, next=authority.next, retired=(*authority.retired, *found.retired))
+        trusted = [pem for config in configs for bundle in config.bundles for pem in _pems(bundle) if is_valid(pem, at)]
+        authority = Authority(current=found.current, next=authority.next, retired=(*authority.retired, *found.retired, *trusted))
         if found.current is not None:
             log.info("Secret %s/%s holds the CA key (the old layout): moving it to Secret %s/%s", namespace, name, namespace, ca_name)
     dns, ips = default_sans(service, service_namespace)
