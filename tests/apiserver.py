@@ -23,6 +23,8 @@ What it does as kube-apiserver does:
 * PATCH understands JSON merge patch, JSON patch and a simplified server-side apply (create if
   missing, else merge); a strategic merge patch (what the client sends for a dict) is served as a
   JSON merge patch (lists replaced, not merged by key).  Services and Secrets get the defaults a client can see (type, clusterIP...).
+* Each request is recorded (``requests``) with its verb, resource, namespace, name, status and the
+  client's ``User-Agent``, which tells apart clients of one test that stand for different users.
 * LIST with label selectors (``=``, ``==``, ``!=``, ``in``, ``notin``, exists, ``!``),
   ``limit``/``continue`` paging.  Like the real server, items of built-in kinds carry no
   kind/apiVersion in a list; custom resources do.
@@ -451,6 +453,7 @@ class RequestRecord:
     namespace: str | None = None
     name: str | None = None
     status: int | None = None
+    user_agent: str = ""  # who asked, as the client named itself (``ApiClient.user_agent``)
 
 
 @dataclass
@@ -849,6 +852,7 @@ class FakeApiServer:
             route = err
         if isinstance(route, _Route):
             record = self._describe(record, route)
+        record.user_agent = h.headers.get("User-Agent") or ""
         with self._log_lock:
             self._requests.append(record)
             fault = next((f for f in self._faults if f.matches(method, h.path, record.verb)), None)

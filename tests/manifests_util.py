@@ -1,9 +1,10 @@
 """The install manifests (``manifests/``) as ``kubectl apply -k`` would see them, without kustomize.
 
 No kustomize binary is available to the tests, so :func:`build` does the part of ``kustomize build``
-these manifests use — ``resources`` (files and directories), ``namespace``, ``patches``,
-``patchesStrategicMerge``, ``patchesJson6902`` — and refuses any other kustomization field, so it can
-never silently build something different from kustomize. Strategic-merge patches are applied as a
+these manifests use — ``resources`` (files and directories), ``components`` (``kind: Component``
+directories, applied to everything accumulated so far, as kustomize does), ``namespace``,
+``patches``, ``patchesStrategicMerge``, ``patchesJson6902`` — and refuses any other kustomization
+field, so it can never silently build something different from kustomize. Strategic-merge patches are applied as a
 recursive map merge and may not contain lists (kustomize merges lists by key, which is not modelled).
 
 Also here, for the other tests:
@@ -31,15 +32,18 @@ ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
 BASE = MANIFESTS / "base"
 OVERLAYS = MANIFESTS / "overlays"
+COMPONENTS = MANIFESTS / "components"
 VARIANTS: dict[str, Path] = {
     "cert-manager": OVERLAYS / "cert-manager",
     "self-managed": OVERLAYS / "self-managed",
+    "split": OVERLAYS / "split",
 }
 DEFAULT_VARIANT = "self-managed"  # what manifests/kustomization.yaml installs
 
 NAMESPACE = "volcano-job-webhook"
 SERVICE_ACCOUNT = "volcano-job-webhook"
 CERTGEN_SERVICE_ACCOUNT = "volcano-job-webhook-certgen"
+RECONCILER_SERVICE_ACCOUNT = "volcano-job-webhook-reconciler"  # the split variant's reconciler
 
 # Kinds without a namespace, among those these manifests use or might.
 CLUSTER_SCOPED = frozenset({
@@ -48,8 +52,9 @@ CLUSTER_SCOPED = frozenset({
     "CustomResourceDefinition", "PriorityClass", "StorageClass", "ClusterIssuer", "APIService",
 })
 KUSTOMIZATION_FIELDS = frozenset({
-    "apiVersion", "kind", "namespace", "resources", "patches", "patchesStrategicMerge", "patchesJson6902",
+    "apiVersion", "kind", "namespace", "resources", "components", "patches", "patchesStrategicMerge", "patchesJson6902",
 })
+KINDS = {"Kustomization": "kustomize.config.k8s.io/v1beta1", "Component": "kustomize.config.k8s.io/v1alpha1"}
 TARGET_FIELDS = frozenset({"group", "version", "kind", "name", "namespace", "labelSelector", "annotationSelector"})
 
 
@@ -77,16 +82,18 @@ def read_kustomization(directory: Path) -> dict[str, Any]:
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise KustomizeError(f"{path}: expected one mapping")
     k = docs[0]
-    if k.get("apiVersion") != "kustomize.config.k8s.io/v1beta1" or k.get("kind") != "Kustomization":
-        raise KustomizeError(f"{path}: not a kustomize.config.k8s.io/v1beta1 Kustomization")
+    if KINDS.get(k.get("kind", "")) != k.get("apiVersion"):
+        raise KustomizeError(f"{path}: neither a kustomize.config.k8s.io/v1beta1 Kustomization nor a v1alpha1 Component")
     unknown = set(k) - KUSTOMIZATION_FIELDS
     if unknown:
         raise KustomizeError(f"{path}: fields this model does not build: {sorted(unknown)}")
     return k
 
 
-def kustomization_dirs(root: Path = MANIFESTS) -> list[Path]:
-    return sorted(p.parent for p in root.rglob("kustomization.yaml"))
+def kustomization_dirs(root: Path = MANIFESTS, *, components: bool = True) -> list[Path]:
+    """Every directory with a kustomization.yaml; ``components=False`` leaves out Components."""
+    dirs = sorted(p.parent for p in root.rglob("kustomization.yaml"))
+    return dirs if components else [d for d in dirs if read_kustomization(d)["kind"] != "Component"]
 
 
 def api_group(api_version: str) -> str:
@@ -260,13 +267,18 @@ def apply_patch(patch: Patch, objects: list[dict[str, Any]]) -> list[dict[str, A
 # Building ---------------------------------------------------------------------------------------
 
 
-def build(directory: Path, _seen: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
-    """``kustomize build directory``, for the fields listed in :data:`KUSTOMIZATION_FIELDS`."""
+def build(directory: Path, _seen: tuple[Path, ...] = (), _accumulated: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """``kustomize build directory``, for the fields listed in :data:`KUSTOMIZATION_FIELDS`.
+
+    A Component is built only as part of a Kustomization that lists it (``_accumulated`` is then
+    what that one had gathered: the component adds its resources to it and patches all of it)."""
     directory = directory.resolve()
     if directory in _seen:
         raise KustomizeError(f"{directory}: cycle through {[str(p) for p in _seen]}")
     k = read_kustomization(directory)
-    objects: list[dict[str, Any]] = []
+    if (k["kind"] == "Component") != (_accumulated is not None):
+        raise KustomizeError(f"{directory}: a Component is listed under components, a Kustomization is not")
+    objects: list[dict[str, Any]] = list(_accumulated or [])
     for entry in k.get("resources") or []:
         path = directory / entry
         if path.is_dir():
@@ -275,6 +287,12 @@ def build(directory: Path, _seen: tuple[Path, ...] = ()) -> list[dict[str, Any]]
             objects += load_documents(path)
         else:
             raise KustomizeError(f"{directory}: resource {entry} does not exist")
+    # kustomize applies components after the resources, before this kustomization's own patches.
+    for entry in k.get("components") or []:
+        path = directory / entry
+        if not path.is_dir():
+            raise KustomizeError(f"{directory}: component {entry} does not exist")
+        objects = build(path, (*_seen, directory), objects)
     # kustomize's built-in order: strategic-merge patches and patches, then namespace, then
     # patchesJson6902 files.
     patches = patches_of(directory, k)
@@ -417,8 +435,9 @@ def rbac_permissions(
     service_account: str = SERVICE_ACCOUNT, variant: str = DEFAULT_VARIANT, namespace: str = NAMESPACE
 ) -> set[tuple[str, str, str]]:
     """The (apiGroup, resource, verb) triples granted to ``service_account`` in an install variant,
-    whatever the scope or resourceNames; ``""`` is the core group. For ServiceAccount
-    volcano-job-webhook (the webhook and the reconciler) this is the same in every variant."""
+    whatever the scope or resourceNames; ``""`` is the core group. ServiceAccount volcano-job-webhook
+    is the webhook's and the reconciler's in every variant but ``split``, where it is the webhook's
+    alone and the reconciler has its own."""
     return {(g.api_group, g.resource, g.verb) for g in rbac_grants(build_variant(variant), service_account, namespace)}
 
 

@@ -17,10 +17,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
-from volcano_job_webhook.certs.cluster import patch_webhooks, sync_secret
+from volcano_job_webhook.certs.cluster import sync
 from volcano_job_webhook.certs.files import ensure_certs, load_bundle
 from volcano_job_webhook.certs.issue import (
     CertBundle,
+    RenewBefore,
     bundle_is_good,
     cert_covers,
     default_sans,
@@ -167,16 +168,43 @@ def test_ensure_certs_is_idempotent(tmp_path):
     ensure_certs(tmp_path)
     before = snapshot(tmp_path)
     assert not ensure_certs(tmp_path).created
-    assert not ensure_certs(tmp_path, now=datetime.now(UTC) + timedelta(days=300)).created
+    assert not ensure_certs(tmp_path, now=datetime.now(UTC) + timedelta(days=200)).created  # 165 of 365 days left
     assert snapshot(tmp_path) == before
+
+
+def test_the_default_window_is_the_last_third_of_the_lifetime(tmp_path):
+    ensure_certs(tmp_path)
+    cert = load_bundle(tmp_path).cert
+    start, end = load(cert).not_valid_before_utc, load(cert).not_valid_after_utc
+    third = (end - start) / 3
+    assert not needs_renewal(cert, now=end - third - timedelta(minutes=1))
+    assert needs_renewal(cert, now=end - third)
+    assert needs_renewal(cert, RenewBefore.parse("30d"), now=end - timedelta(days=29))
+    assert not needs_renewal(cert, RenewBefore.parse("30d"), now=end - timedelta(days=31))
+    assert needs_renewal(cert, RenewBefore.parse("10%"), now=end - third) is False  # 10% of 365 days is 36.5 days
+
+
+@pytest.mark.parametrize("text, window", [
+    ("33%", RenewBefore(fraction=0.33)), ("50.5%", RenewBefore(fraction=0.505)), ("30d", RenewBefore(period=timedelta(days=30))),
+    ("720h", RenewBefore(period=timedelta(hours=720))), ("90m", RenewBefore(period=timedelta(minutes=90))),
+])
+def test_renewal_windows_parse(text, window):
+    assert RenewBefore.parse(text) == window
+    assert RenewBefore.parse(str(window)) == window
+
+
+@pytest.mark.parametrize("text", ["0%", "100%", "150%", "-5%", "30", "30s", "1w", "", "d"])
+def test_bad_renewal_windows_are_refused(text):
+    with pytest.raises(ValueError):
+        RenewBefore.parse(text)
 
 
 def test_renewal_keeps_the_ca_and_replaces_the_serving_cert(tmp_path):
     ensure_certs(tmp_path)
     old = load_bundle(tmp_path)
     expiry = load(old.cert).not_valid_after_utc
-    assert not needs_renewal(old.cert, now=expiry - timedelta(days=31))
-    assert needs_renewal(old.cert, now=expiry - timedelta(days=29))
+    assert not needs_renewal(old.cert, timedelta(days=30), now=expiry - timedelta(days=31))
+    assert needs_renewal(old.cert, timedelta(days=30), now=expiry - timedelta(days=29))
     assert needs_renewal(old.cert, timedelta(days=0), now=expiry)
     later = datetime.now(UTC) + timedelta(days=340)
     assert needs_renewal(old.cert, now=later)
@@ -229,8 +257,8 @@ def test_a_ca_expiring_or_with_the_wrong_key_is_replaced(tmp_path):
     second_ca = (tmp_path / "ca.crt").read_bytes()
     assert second_ca != first_ca
     verify_signed_by(load((tmp_path / "tls.crt").read_bytes()), load(second_ca))
-    # A CA within renew_before of expiry is replaced along with the serving certificate.
-    assert ensure_certs(tmp_path, renew_before=timedelta(days=3650)).created
+    # A CA due for renewal is replaced along with the serving certificate.
+    assert ensure_certs(tmp_path, ca_renew_before=timedelta(days=3650)).created
     assert (tmp_path / "ca.crt").read_bytes() != second_ca
 
 
@@ -252,6 +280,32 @@ def test_a_bundle_issued_elsewhere_is_kept_while_valid(tmp_path):
     before = snapshot(tmp_path)
     assert not ensure_certs(tmp_path).created
     assert snapshot(tmp_path) == before
+
+
+def test_a_mounted_bundle_due_for_renewal_or_mid_rotation_is_served_not_rewritten(tmp_path, caplog):
+    """The serving Secret as the certs CronJob leaves it: no ca.key, and during a CA rotation a
+    ca.crt of two CAs with the certificate signed by the second. It is mounted read-only: a webhook
+    that tried to renew it would not start, so it is kept — due or not — while it is valid at all."""
+    old_ca, _ = generate_ca("old")
+    new_ca, new_key = generate_ca("new")
+    cert, key = generate_serving_cert(new_ca, new_key, *default_sans())
+    for name, data in (("ca.crt", old_ca + new_ca), ("tls.crt", cert), ("tls.key", key)):
+        (tmp_path / name).write_bytes(data)
+    tmp_path.chmod(0o555)  # as a Secret volume: any write would fail
+    try:
+        before = snapshot(tmp_path)
+        assert not ensure_certs(tmp_path).created
+        expiry = load(cert).not_valid_after_utc
+        assert not ensure_certs(tmp_path, now=expiry - timedelta(days=1)).created
+        assert snapshot(tmp_path) == before
+        assert "due for renewal" in caplog.text
+        # Expired, it cannot be served: a new bundle is due, and the read-only mount refuses it.
+        if os.geteuid() != 0:  # root writes through mode 0555
+            with pytest.raises(OSError):
+                ensure_certs(tmp_path, now=expiry + timedelta(days=1))
+    finally:
+        tmp_path.chmod(0o755)
+    assert ensure_certs(tmp_path, now=expiry + timedelta(days=1)).created
 
 
 def test_issue_bundle_is_pure_and_keeps_a_good_bundle():
@@ -310,16 +364,23 @@ def cluster():
 
 def test_certs_secret_and_patch_run_twice_create_once_then_change_nothing(cluster, tmp_path, capsys):
     kubeconfig = cluster.kubeconfig(str(tmp_path / "kubeconfig"))
-    argv = ["certs", "--secret", "volcano-job-webhook/volcano-job-webhook-tls", "--patch-webhook", "volcano-job-webhook",
-            "--kubeconfig", kubeconfig]
+    argv = ["certs", "--secret", "volcano-job-webhook/volcano-job-webhook-tls", "--ca-secret", "volcano-job-webhook-ca",
+            "--patch-webhook", "volcano-job-webhook", "--kubeconfig", kubeconfig]
     cluster.clear_requests()
     assert main(argv) == 0
     first = capsys.readouterr().out
     writes_first = [r for r in cluster.requests if r.verb in ("create", "update", "patch")]
+    # The CA's key is stored first, the webhooks trust the CA next, the served certificate comes last.
     assert [(r.verb, r.resource) for r in writes_first] == [
-        ("create", "secrets"), ("patch", "mutatingwebhookconfigurations"), ("patch", "validatingwebhookconfigurations")]
+        ("create", "secrets"), ("patch", "mutatingwebhookconfigurations"), ("patch", "validatingwebhookconfigurations"),
+        ("create", "secrets")]
     secret = cluster.get_object("secrets", "volcano-job-webhook-tls", "volcano-job-webhook")
     assert secret["type"] == "kubernetes.io/tls"
+    assert sorted(secret["data"]) == ["ca.crt", "tls.crt", "tls.key"], "no CA key in the Secret the webhook mounts"
+    ca_secret = cluster.get_object("secrets", "volcano-job-webhook-ca", "volcano-job-webhook")
+    assert sorted(ca_secret["data"]) == ["ca.crt", "ca.key"]
+    assert ca_secret["data"]["ca.crt"] == secret["data"]["ca.crt"]
+    assert "app.kubernetes.io/managed-by" not in ca_secret["metadata"].get("labels", {}), "kept out of the reconciler's Secret cache"
     ca = secret["data"]["ca.crt"]
     for resource in ("mutatingwebhookconfigurations.admissionregistration.k8s.io", "validatingwebhookconfigurations.admissionregistration.k8s.io"):
         assert cluster.get_object(resource, "volcano-job-webhook")["webhooks"][0]["clientConfig"]["caBundle"] == ca
@@ -327,25 +388,32 @@ def test_certs_secret_and_patch_run_twice_create_once_then_change_nothing(cluste
     assert main(argv) == 0
     second = capsys.readouterr().out
     assert [r for r in cluster.requests if r.verb in ("create", "update", "patch")] == []
-    assert "written" in first and "unchanged" in second.splitlines()[0] and second.splitlines()[1].endswith("unchanged")
+    assert "written" in first
+    assert second.splitlines() == ["Secret volcano-job-webhook/volcano-job-webhook-tls: unchanged",
+                                   "Secret volcano-job-webhook/volcano-job-webhook-ca: unchanged",
+                                   "caBundle of volcano-job-webhook: unchanged"]
     assert cluster.get_object("secrets", "volcano-job-webhook-tls", "volcano-job-webhook")["data"] == secret["data"]
 
 
 def test_certs_renews_a_secret_close_to_expiry_and_keeps_its_ca(cluster):
     api = cluster.api_client()
-    bundle, written = sync_secret(api, "volcano-job-webhook", "tls", "volcano-job-webhook", "volcano-job-webhook")
-    assert written
+    args = (api, "volcano-job-webhook", "tls", "ca", "volcano-job-webhook", "volcano-job-webhook")
+    first = sync(*args, webhook="volcano-job-webhook")
+    assert first.serving_written and first.ca_written and len(first.patched) == 2
+    bundle = first.outcome.serving
+    ca = first.outcome.authority.current
     secret = cluster.get_object("secrets", "tls", "volcano-job-webhook")
     # Put an old certificate in the Secret (issued 360 days ago: 5 days left).
-    old, _ = issue_bundle(CertBundle(bundle.ca_cert, bundle.cert, bundle.key, bundle.ca_key), ["x"], [],
+    old, _ = issue_bundle(CertBundle(ca.cert, bundle.cert, bundle.key, ca.key), ["x"], [],
                           now=datetime.now(UTC) - timedelta(days=360))
     secret["data"]["tls.crt"] = base64.b64encode(old.cert).decode()
     secret["data"]["tls.key"] = base64.b64encode(old.key).decode()
     cluster.put_object(secret)
-    renewed, written = sync_secret(api, "volcano-job-webhook", "tls", "volcano-job-webhook", "volcano-job-webhook")
-    assert written and renewed.ca_cert == bundle.ca_cert and renewed.cert != old.cert
-    assert patch_webhooks(api, "volcano-job-webhook", renewed.ca_cert) == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
-    assert patch_webhooks(api, "volcano-job-webhook", renewed.ca_cert) == []
+    renewed = sync(*args, webhook="volcano-job-webhook")
+    assert renewed.serving_written and not renewed.ca_written and renewed.patched == []
+    assert renewed.outcome.serving.ca_cert == bundle.ca_cert and renewed.outcome.serving.cert != old.cert
+    again = sync(*args, webhook="volcano-job-webhook")
+    assert not (again.serving_written or again.ca_written or again.patched)
 
 
 def test_certs_fails_clearly_before_the_webhook_configuration_exists(tmp_path, capsys):

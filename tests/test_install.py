@@ -19,9 +19,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
 from tests.conftest import ROOT
 from tests.envtest import free_port
@@ -156,3 +158,15 @@ def test_serve_on_its_defaults_wires_the_shipped_example_pod(served: tuple[str, 
     env = next(op["value"] for op in patch if op["path"] == "/spec/containers/0/env")
     assert {"name": "MASTER_ADDR", "value": "pytorch-demo-master-0.pytorch-demo"} in env
     assert {"name": "RANK", "value": "2"} in env
+
+
+def test_serve_exports_the_served_certificates_time_left(served: tuple[str, ssl.SSLContext], elsewhere: Path) -> None:
+    url, context = served
+    expiry = x509.load_pem_x509_certificate((elsewhere / "certs" / "tls.crt").read_bytes()).not_valid_after_utc
+    before = datetime.now(UTC)
+    with urllib.request.urlopen(f"{url}/metrics", context=context, timeout=10) as answer:
+        text = answer.read().decode()
+    after = datetime.now(UTC)
+    (line,) = [line for line in text.splitlines() if line.startswith("volcano_webhook_certificate_expiry_seconds ")]
+    value = float(line.split()[1])
+    assert (expiry - after).total_seconds() <= value <= (expiry - before).total_seconds()

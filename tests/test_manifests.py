@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 import shlex
 import tomllib
@@ -26,9 +27,12 @@ from tests.manifests_util import (
     BASE,
     CERTGEN_SERVICE_ACCOUNT,
     CLUSTER_SCOPED,
+    COMPONENTS,
     DEFAULT_VARIANT,
     MANIFESTS,
     NAMESPACE,
+    OVERLAYS,
+    RECONCILER_SERVICE_ACCOUNT,
     ROOT,
     SERVICE_ACCOUNT,
     VARIANTS,
@@ -58,6 +62,7 @@ from tests.manifests_util import (
 K8S_VERSIONS = ["1.30", major_minor(latest_version())]
 IMAGE = "ghcr.io/volcano-job-webhook/volcano-job-webhook:0.1.0"
 CERTS_SECRET = "volcano-job-webhook-tls"
+CA_SECRET = "volcano-job-webhook-ca"
 CERTS_DIR = "/etc/webhook/certs"
 UID = 65532
 ALL_VARIANTS = [*VARIANTS, "default"]
@@ -67,7 +72,7 @@ RECONCILER_ARGS = [
     "reconcile", "--health-port=8081", "--leader-elect",
     "--lease-name=volcano-job-webhook-reconciler", "--lease-namespace=volcano-job-webhook",
 ]
-CERTGEN_ARGS = ["certs", "--secret", f"{NAMESPACE}/{CERTS_SECRET}", "--patch-webhook", "volcano-job-webhook"]
+CERTGEN_ARGS = ["certs", "--secret", f"{NAMESPACE}/{CERTS_SECRET}", "--ca-secret", CA_SECRET, "--patch-webhook", "volcano-job-webhook"]
 
 # The API calls the code makes (the product's contract); RBAC must grant exactly these.
 # The reconciler's caches list and watch; it creates (POST), reads what a create found, patches
@@ -81,6 +86,10 @@ EXPECTED_PERMISSIONS = {
     *(("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")),
     ("", "events", "create"),
 }
+# The webhook alone (`serve --job-source=kube`): its Job cache and the GET of a Job not cached yet.
+EXPECTED_WEBHOOK_ONLY_PERMISSIONS = {("batch.volcano.sh", "jobs", v) for v in ("get", "list", "watch")}
+# The reconciler alone: all the rest; its Job cache lists and watches, it never GETs a Job.
+EXPECTED_RECONCILER_ONLY_PERMISSIONS = EXPECTED_PERMISSIONS - {("batch.volcano.sh", "jobs", "get")}
 EXPECTED_CERTGEN_PERMISSIONS = {
     *(("", "secrets", v) for v in ("get", "create", "update")),
     *(("admissionregistration.k8s.io", r, v)
@@ -103,6 +112,8 @@ def pod_specs(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, An
     for obj in objects:
         if obj["kind"] in ("Deployment", "Job", "DaemonSet", "StatefulSet"):
             yield describe(obj), obj["spec"]["template"]["spec"]
+        elif obj["kind"] == "CronJob":
+            yield describe(obj), obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
 
 
 def containers(pod_spec: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -118,7 +129,7 @@ def container(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
 # Kustomize structure ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("directory", kustomization_dirs(), ids=lambda p: str(p.relative_to(MANIFESTS)) or ".")
+@pytest.mark.parametrize("directory", kustomization_dirs(components=False), ids=lambda p: str(p.relative_to(MANIFESTS)) or ".")
 def test_kustomization_builds(directory: Path) -> None:
     """Every resource and patch file exists, every field is one the model builds, ids are unique."""
     k = read_kustomization(directory)
@@ -143,7 +154,7 @@ def test_kustomizations_list_every_manifest_file() -> None:
 def test_namespaced_objects_name_the_namespace_themselves() -> None:
     """The namespace transformer changes nothing: the files read on their own (kubectl apply -f)
     mean what the build means."""
-    for directory in kustomization_dirs():
+    for directory in kustomization_dirs(components=False):
         if directory != MANIFESTS:
             assert read_kustomization(directory).get("namespace") == NAMESPACE, directory
     for label, doc in all_resource_documents():
@@ -155,9 +166,15 @@ def test_namespaced_objects_name_the_namespace_themselves() -> None:
 
 @pytest.mark.parametrize("directory", [d for d in kustomization_dirs() if patches_of(d)], ids=lambda p: p.name)
 def test_patch_targets_exist(directory: Path) -> None:
-    """Each patch selects exactly the object it means among the kustomization's resources."""
+    """Each patch selects exactly the object it means among the kustomization's resources (for a
+    component: among those of the overlay that uses it, and its own)."""
     k = read_kustomization(directory)
-    resources = build_resources_only(directory, k)
+    if k["kind"] == "Component":
+        user = next(d for d in kustomization_dirs(components=False)
+                    if any((d / c).resolve() == directory for c in read_kustomization(d).get("components") or []))
+        resources = build_resources_only(user, read_kustomization(user)) + build_resources_only(directory, k)
+    else:
+        resources = build_resources_only(directory, k)
     for patch in patches_of(directory, k):
         hits = [o for o in resources if _selects(patch, o)]
         assert len(hits) == 1, f"{patch.origin}: selects {[describe(o) for o in hits]}"
@@ -502,8 +519,17 @@ def test_webhooks_reach_the_webhook_container(variant: str, variants: dict[str, 
     assert selector_matches({"matchLabels": service["spec"]["selector"]}, pod_labels)
     assert selector_matches(deployment["spec"]["selector"], pod_labels)
     assert {"name": "https", "containerPort": 8443, "protocol": "TCP"} in container(objects, "webhook")["ports"]
-    for job in find(objects, "Job"):
-        assert not selector_matches({"matchLabels": service["spec"]["selector"]}, job["spec"]["template"]["metadata"]["labels"])
+    for label, template in other_pod_templates(objects):
+        assert not selector_matches({"matchLabels": service["spec"]["selector"]}, template["metadata"]["labels"]), label
+
+
+def other_pod_templates(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The Pod templates of every workload but the webhook's Deployment."""
+    for obj in objects:
+        if obj["kind"] in ("Deployment", "Job") and describe(obj) != describe(find_one(objects, "Deployment", "volcano-job-webhook")):
+            yield describe(obj), obj["spec"]["template"]
+        elif obj["kind"] == "CronJob":
+            yield describe(obj), obj["spec"]["jobTemplate"]["spec"]["template"]
 
 
 def test_deployment_contract(base: list[dict[str, Any]]) -> None:
@@ -590,8 +616,94 @@ def test_self_managed_variant_runs_certgen(variants: dict[str, list[dict[str, An
     (certgen,) = pod["containers"]
     assert certgen["args"] == CERTGEN_ARGS
     assert not find(objects, "Certificate") and not find(objects, "Issuer")
+    # The renewal: the same command, daily, one run at a time, with the install Job's Pod.
+    cron = find_one(objects, "CronJob", "volcano-job-webhook-cert-renewal")
+    assert cron["spec"]["jobTemplate"]["spec"]["template"] == job["spec"]["template"]
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    minute, hour, day, month, weekday = cron["spec"]["schedule"].split()
+    assert (day, month, weekday) == ("*", "*", "*") and minute.isdigit() and hour.isdigit(), "once a day"
+    assert cron["spec"]["jobTemplate"]["spec"]["backoffLimit"] >= 3
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         assert "annotations" not in find_one(objects, kind, "volcano-job-webhook")["metadata"]
+
+
+def split_checks(objects: list[dict[str, Any]], combined: list[dict[str, Any]]) -> None:
+    """What the split component promises on top of a combined variant (``combined``)."""
+    webhook_pod = find_one(objects, "Deployment", "volcano-job-webhook")["spec"]["template"]["spec"]
+    assert [c["name"] for c in webhook_pod["containers"]] == ["webhook"]
+    assert webhook_pod["containers"][0] == container(combined, "webhook")
+    assert webhook_pod["serviceAccountName"] == SERVICE_ACCOUNT
+    reconciler = find_one(objects, "Deployment", "volcano-job-webhook-reconciler")
+    pod = reconciler["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == RECONCILER_SERVICE_ACCOUNT
+    (moved,) = pod["containers"]
+    # The base's reconciler container, only made Ready-aware now that its readiness gates nobody else.
+    assert {k: v for k, v in moved.items() if k != "readinessProbe"} == container(combined, "reconciler")
+    assert moved["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health", "scheme": "HTTP"}
+    assert reconciler["spec"]["replicas"] >= 2 and "--leader-elect" in moved["args"]
+    assert selector_matches(reconciler["spec"]["selector"], reconciler["spec"]["template"]["metadata"]["labels"])
+    webhook_selector = find_one(objects, "Deployment", "volcano-job-webhook")["spec"]["selector"]
+    assert not selector_matches(webhook_selector, reconciler["spec"]["template"]["metadata"]["labels"])
+    # The Lease is the reconciler's, under the name its flags give.
+    flags = dict(a.removeprefix("--").split("=", 1) for a in moved["args"] if "=" in a)
+    leases = [g for g in rbac_grants(objects, RECONCILER_SERVICE_ACCOUNT) if g.resource == "leases"]
+    assert leases and {g.namespace for g in leases} == {flags["lease-namespace"]}
+    assert all(flags["lease-name"] in g.resource_names for g in leases if g.verb != "create")
+    # The webhook's token reads Volcano Jobs and nothing else: no Secret, in any namespace.
+    assert {(g.api_group, g.resource, g.verb) for g in rbac_grants(objects, SERVICE_ACCOUNT)} == EXPECTED_WEBHOOK_ONLY_PERMISSIONS
+    assert {(g.api_group, g.resource, g.verb) for g in rbac_grants(objects, RECONCILER_SERVICE_ACCOUNT)} == EXPECTED_RECONCILER_ONLY_PERMISSIONS
+    # Nothing else differs from the combined variant.
+    changed = {("apps", "Deployment", NAMESPACE, "volcano-job-webhook"),
+               ("rbac.authorization.k8s.io", "ClusterRole", "", "volcano-job-webhook"),
+               ("rbac.authorization.k8s.io", "RoleBinding", NAMESPACE, "volcano-job-webhook-leader-election")}
+    before = {object_id(o): o for o in combined}
+    after = {object_id(o): o for o in objects}
+    assert set(before) <= set(after) and changed <= set(before)
+    assert [describe(o) for i, o in after.items() if i not in before] == [
+        f"ServiceAccount.core {NAMESPACE}/volcano-job-webhook-reconciler",
+        "ClusterRole.rbac.authorization.k8s.io volcano-job-webhook-reconciler",
+        "ClusterRoleBinding.rbac.authorization.k8s.io volcano-job-webhook-reconciler",
+        f"Deployment.apps {NAMESPACE}/volcano-job-webhook-reconciler",
+    ]
+    assert [i for i in before if i not in changed and canonical(before[i]) != canonical(after[i])] == []
+
+
+def test_split_variant_runs_each_process_under_its_own_identity(variants: dict[str, list[dict[str, Any]]]) -> None:
+    split_checks(variants["split"], variants["self-managed"])
+
+
+def test_split_component_goes_on_the_cert_manager_variant_too(tmp_path: Path) -> None:
+    """As docs/install.md shows: an overlay of one's own, cert-manager's resources plus the component."""
+    here = tmp_path / "mine"
+    here.mkdir()
+    (here / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: volcano-job-webhook\n"
+        f"resources:\n  - {os.path.relpath(OVERLAYS / 'cert-manager', here)}\n"
+        f"components:\n  - {os.path.relpath(COMPONENTS / 'split', here)}\n")
+    objects = build(here)
+    split_checks(objects, build_variant("cert-manager"))
+    failures = [f"{describe(o)}: {p}" for o in objects for p in schema_problems(o, "1.30")]
+    assert failures == []
+
+
+def test_model_applies_a_component_to_what_its_user_gathered(tmp_path: Path) -> None:
+    _write(tmp_path / "c/kustomization.yaml", """\
+apiVersion: kustomize.config.k8s.io/v1alpha1
+kind: Component
+resources: [extra.yaml]
+patches:
+  - target: {kind: ConfigMap}
+    patch: '[{op: add, path: /data/c, value: "3"}]'
+""")
+    _write(tmp_path / "c/extra.yaml", CM.replace("name: cm", "name: extra"))
+    _write(tmp_path / "o/kustomization.yaml",
+           "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [cm.yaml]\ncomponents: [../c]\n")
+    _write(tmp_path / "o/cm.yaml", CM)
+    assert {o["metadata"]["name"]: o["data"] for o in build(tmp_path / "o")} == {"cm": {"a": "1", "c": "3"}, "extra": {"a": "1", "c": "3"}}
+    _write(tmp_path / "wrong/kustomization.yaml",
+           "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../c]\n")
+    with pytest.raises(KustomizeError, match="Component"):
+        build(tmp_path / "wrong")
 
 
 def test_one_image_matching_the_package_version(variants: dict[str, list[dict[str, Any]]]) -> None:
@@ -699,7 +811,12 @@ def test_probes_point_at_declared_ports(base: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize("variant", ALL_VARIANTS)
 def test_webhook_service_account_gets_exactly_the_calls_the_code_makes(variant: str) -> None:
-    assert rbac_permissions(SERVICE_ACCOUNT, variant) == EXPECTED_PERMISSIONS
+    if variant == "split":
+        assert rbac_permissions(SERVICE_ACCOUNT, variant) == EXPECTED_WEBHOOK_ONLY_PERMISSIONS
+        assert rbac_permissions(RECONCILER_SERVICE_ACCOUNT, variant) == EXPECTED_RECONCILER_ONLY_PERMISSIONS
+    else:
+        assert rbac_permissions(SERVICE_ACCOUNT, variant) == EXPECTED_PERMISSIONS
+        assert rbac_permissions(RECONCILER_SERVICE_ACCOUNT, variant) == set()
 
 
 def test_leases_are_namespaced_and_the_rest_cluster_wide(base: list[dict[str, Any]]) -> None:
@@ -710,12 +827,13 @@ def test_leases_are_namespaced_and_the_rest_cluster_wide(base: list[dict[str, An
             assert grant.namespace is None and not grant.resource_names, grant
 
 
-def test_certgen_service_account_gets_exactly_what_certs_needs(variants: dict[str, list[dict[str, Any]]]) -> None:
-    assert rbac_permissions(CERTGEN_SERVICE_ACCOUNT, "self-managed") == EXPECTED_CERTGEN_PERMISSIONS
-    for grant in rbac_grants(variants["self-managed"], CERTGEN_SERVICE_ACCOUNT):
+@pytest.mark.parametrize("variant", ["self-managed", "split"])
+def test_certgen_service_account_gets_exactly_what_certs_needs(variant: str, variants: dict[str, list[dict[str, Any]]]) -> None:
+    assert rbac_permissions(CERTGEN_SERVICE_ACCOUNT, variant) == EXPECTED_CERTGEN_PERMISSIONS
+    for grant in rbac_grants(variants[variant], CERTGEN_SERVICE_ACCOUNT):
         if grant.resource == "secrets":
             assert grant.namespace == NAMESPACE
-            assert grant.resource_names == ({CERTS_SECRET} if grant.verb != "create" else set())
+            assert grant.resource_names == ({CERTS_SECRET, CA_SECRET} if grant.verb != "create" else set())
         else:
             assert grant.namespace is None and grant.resource_names == {"volcano-job-webhook"}, grant
     assert rbac_permissions(CERTGEN_SERVICE_ACCOUNT, "cert-manager") == set()
@@ -853,7 +971,7 @@ def test_install_guide_names_real_paths_and_objects() -> None:
         assert (ROOT / path).exists(), path
     for variant in VARIANTS:
         assert f"kubectl apply -k manifests/overlays/{variant}" in text
-    objects = build_variant("self-managed") + build_variant("cert-manager")
+    objects = [o for variant in VARIANTS for o in build_variant(variant)]
     for kind, name in re.findall(r"\b(job|deployment|secret|lease|certificate)/(volcano-job-webhook[\w-]*)", text):
         made_at_run_time = {"volcano-job-webhook-reconciler", CERTS_SECRET, "volcano-job-webhook-ca"}
         assert name in {o["metadata"]["name"] for o in objects} | made_at_run_time, f"{kind}/{name}"

@@ -8,6 +8,9 @@ server's audit log says which requests it made. Two permissions are checked with
 their own: server-side apply that creates an object needs ``create`` as well as ``patch`` (the audit
 log shows a ``patch`` answered 201; the reconciler creates with a POST, but counted all the same), and with OwnerReferencesPermissionEnforcement an object with a
 ``blockOwnerDeletion`` reference to a Job needs ``update`` on ``jobs/finalizers``.
+
+The split variant's two ServiceAccounts are checked the same way against the API double
+(tests/apiserver.py), which tells the two processes' requests apart by their User-Agent.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from kubernetes import client
+
+from tests.apiserver import FakeApiServer
 from tests.conftest import ApiServerFactory
 from tests.envtest import (
     JOB_API_VERSION,
@@ -147,3 +153,85 @@ def test_without_update_on_job_finalizers_an_enforcing_server_refuses_the_side_o
     finally:
         reconciler.stop()
         delete(admin, "rbac.authorization.k8s.io/v1", "RoleBinding", "trimmed", namespace)
+
+
+# The split variant, against the API double ---------------------------------------------------------
+
+
+def test_split_identities_cover_exactly_what_each_process_calls() -> None:
+    """manifests/overlays/split gives the webhook and the reconciler a ServiceAccount each. Both run
+    here against the API double, each through a client naming itself in its User-Agent, through the
+    paths that talk to the API server (job cache and live GET; leader election; reconciles creating,
+    repairing and deleting objects of every kind, finding objects it does not own, an invalid job):
+    what each asked for must be what its ServiceAccount is granted, no more and no less. (The double
+    authorizes nothing: the test above, on a real server, shows the combined grants are enforced.)"""
+    webhook_sa, reconciler_sa = "volcano-job-webhook", "volcano-job-webhook-reconciler"
+    with FakeApiServer() as server:
+        admin = server.api_client()
+        custom = client.CustomObjectsApi(admin)
+        namespace = "team-a"
+        # Objects of every kind that a job's objects would be, made by someone else (no label).
+        for kind, api_version, name, body in (
+            ("Secret", "v1", "ssh-demo-ssh", {}),
+            ("ConfigMap", "v1", "ssh-demo-svc", {}),
+            ("Service", "v1", "ssh-demo", {"spec": {"ports": [{"port": 80}]}}),
+            ("NetworkPolicy", "networking.k8s.io/v1", "ssh-demo", {"spec": {"podSelector": {}}}),
+        ):
+            server.put_object({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}, **body})
+
+        def as_(agent: str) -> client.ApiClient:
+            api = server.api_client()
+            api.user_agent = agent
+            return api
+
+        elector = LeaderElector(as_(reconciler_sa), *LEASE, "me", lease_duration=3, renew_deadline=2, retry_period=0.3)
+        elector.start()
+        wait_until(lambda: elector.is_leader, 10, "leadership")
+        reconciler = Reconciler(as_(reconciler_sa), Chain(), is_leader=lambda: elector.is_leader, resync_seconds=3600)
+        reconciler.start()
+        source = KubeJobSource(as_(webhook_sa))
+        source.start()
+        try:
+            for name in ("mpi", "ray", "svc", "ssh"):
+                custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", example_job(name, namespace))
+            invalid = example_job("env", namespace)
+            invalid["spec"]["plugins"]["nope"] = []
+            custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", invalid)
+            for resource, name in (("configmaps", "ray-demo-svc"), ("secrets", "mpi-demo-ssh"), ("services", "ray-demo"),
+                                   ("networkpolicies.networking.k8s.io", "ray-demo")):
+                wait_until(lambda r=resource, n=name: server.get_object(r, n, namespace), 15, f"{resource} {name}")
+            # Drift in an object of every kind, repaired by apply.
+            for resource, name, part, value in (
+                ("configmaps", "ray-demo-svc", "data", {"VC_HEAD_NUM": "7"}),
+                ("secrets", "mpi-demo-ssh", "data", {"config": "eA=="}),
+                ("services", "ray-demo", "spec", {"publishNotReadyAddresses": True}),
+                ("networkpolicies.networking.k8s.io", "ray-demo", "spec", {"policyTypes": ["Ingress", "Egress"]}),
+            ):
+                obj = server.get_object(resource, name, namespace)
+                good = obj[part]
+                server.put_object({**obj, part: {**good, **value}})
+                wait_until(lambda r=resource, n=name, p=part, g=good: server.get_object(r, n, namespace)[p] == g, 10, f"{resource} repaired")
+            server.delete_object("services", "svc-demo", namespace)
+            wait_until(lambda: server.get_object("services", "svc-demo", namespace), 10, "a deleted Service made again")
+            custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", "mpi-demo")
+            wait_until(lambda: not any(o["metadata"]["name"].startswith("mpi-demo") for r in ("configmaps", "secrets", "services")
+                                       for o in server.objects(r, namespace)), 10, "mpi's objects deleted")
+            wait_until(lambda: {e["reason"] for e in server.objects("events", namespace)} >= {"InvalidPlugins", "ResourceNotManaged"},
+                       10, "the events")
+            source.informer.stop()  # the webhook's live GET of a Job its cache has not seen
+            custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", example_job("tensorflow", namespace))
+            assert asyncio.run(source.get(namespace, "tf-demo")) is not None
+        finally:
+            source.stop()
+            reconciler.stop()
+            elector.stop()
+        calls = {agent: {(r.group, r.resource, r.verb) for r in server.requests if r.user_agent == agent and r.status != 0}
+                 for agent in (webhook_sa, reconciler_sa)}
+        refused_kinds = {(r.group, r.resource, r.verb) for r in server.requests if r.user_agent == reconciler_sa and r.status == 409}
+    assert refused_kinds, "the reconciler met an object it does not own"
+    # Not requests of their own (as in the test above): an owner reference with blockOwnerDeletion
+    # needs update on jobs/finalizers under OwnerReferencesPermissionEnforcement.
+    calls[reconciler_sa].add(("batch.volcano.sh", "jobs/finalizers", "update"))
+    assert calls[webhook_sa] == rbac_permissions(webhook_sa, "split")
+    assert calls[reconciler_sa] == rbac_permissions(reconciler_sa, "split")
+    assert not any(resource == "secrets" for _, resource, _ in rbac_permissions(webhook_sa, "split"))

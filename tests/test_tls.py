@@ -1,11 +1,14 @@
 """A real uvicorn HTTPS server on loopback: TLS versions and ciphers, no plaintext, certificate swap
-under load, half-written pairs ignored, client certificates."""
+under load (files replaced, and a Secret volume updated as the kubelet does), half-written pairs
+ignored, client certificates, the expiry metric."""
 
 from __future__ import annotations
 
 import base64
 import json
 import logging
+import os
+import shutil
 import socket
 import ssl
 import threading
@@ -23,11 +26,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from prometheus_client import generate_latest
 
 from tests.conftest import EXAMPLES, ROOT
+from tests.envtest import wait_until
 from tests.servers import in_thread
 from volcano_job_webhook.certs import ensure_certs, generate_ca, generate_serving_cert
 from volcano_job_webhook.certs.tls import CertReloader, HTTPSServer, build_server, make_server_context
+from volcano_job_webhook.server.metrics import WebhookMetrics
 
 
 async def tiny_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -367,3 +373,75 @@ def test_reload_without_memfd_uses_a_private_temporary_directory(certs, monkeypa
     new = swap_in_new_cert(certs)
     assert reloader.reload_now() is True
     assert reloader.reloads == 1 and new == serial_of(certs / "tls.crt")
+
+
+# A Secret volume as the kubelet writes it ---------------------------------------------------------
+
+
+def kubelet_write(volume: Path, files: dict[str, bytes], version: int) -> None:
+    """What the kubelet's AtomicWriter does to a mounted Secret: the files go into a fresh hidden
+    directory, ``..data`` is switched to it by renaming a new symlink over it (one atomic step for
+    every file at once), the visible names are symlinks through ``..data``, and the old directory is
+    removed afterwards."""
+    volume.mkdir(exist_ok=True)
+    fresh = volume / f"..2030_01_01_00_00_{version:02d}.{version}"
+    fresh.mkdir()
+    for name, data in files.items():
+        (fresh / name).write_bytes(data)
+    old = os.readlink(volume / "..data") if (volume / "..data").is_symlink() else None
+    (volume / "..data_tmp").symlink_to(fresh.name)
+    os.rename(volume / "..data_tmp", volume / "..data")
+    for name in files:
+        if not (volume / name).is_symlink():
+            (volume / name).symlink_to(f"..data/{name}")
+    if old is not None:
+        shutil.rmtree(volume / old)
+
+
+def secret_files(certs: Path, days: int = 365) -> dict[str, bytes]:
+    """A serving Secret's files as ``certs --secret`` fills them: no CA key."""
+    ca, ca_key = (certs / "ca.crt").read_bytes(), (certs / "ca.key").read_bytes()
+    cert, key = generate_serving_cert(ca, ca_key, ["localhost"], ["127.0.0.1"], days=days)
+    return {"ca.crt": ca, "tls.crt": cert, "tls.key": key}
+
+
+def test_a_renewed_secret_swapped_in_by_the_kubelet_is_served_without_a_restart(certs, tmp_path):
+    volume = tmp_path / "volume"
+    kubelet_write(volume, secret_files(certs), 1)
+    with running(volume, interval=0.05) as server:
+        first = served_serial(server.port, volume / "ca.crt")
+        assert first == serial_of(volume / "tls.crt")
+        for version in (2, 3):  # and again: the second swap replaces a directory the first one made
+            with Load(server.port, volume / "ca.crt") as load:
+                kubelet_write(volume, secret_files(certs), version)
+                new = serial_of(volume / "tls.crt")
+                assert new != first
+                wait_until(lambda new=new: served_serial(server.port, volume / "ca.crt") == new, 10, "the swapped-in certificate served")
+                before = load.ok
+                wait_until(lambda before=before: load.ok >= before + 5, 10, "requests after the swap")
+            assert load.failures == []
+            first = new
+        assert server.reloader.reloads == 2
+        assert sorted(p.name for p in volume.iterdir() if p.name.startswith("..2030")) == ["..2030_01_01_00_00_03.3"]
+
+
+def test_the_expiry_metric_follows_each_reload(certs):
+    now = datetime(2031, 6, 1, tzinfo=UTC)
+    files = secret_files(certs, days=3650)
+    for name, blob in files.items():
+        (certs / name).write_bytes(blob)
+    reloader = CertReloader(certs / "tls.crt", certs / "tls.key", clock=lambda: now)
+    metrics = WebhookMetrics()
+    assert "volcano_webhook_certificate_expiry_seconds" not in generate_latest(metrics.registry).decode(), \
+        "no certificate, no series (a 0 would read as expired)"
+    metrics.watch_certificate(reloader.expiry_seconds)
+
+    def exported() -> float | None:
+        return metrics.registry.get_sample_value("volcano_webhook_certificate_expiry_seconds")
+
+    expiry = x509.load_pem_x509_certificate(files["tls.crt"]).not_valid_after_utc
+    assert exported() == (expiry - now).total_seconds() > 0
+    swap_in_new_cert(certs)  # 365 days from today: before `now`, so expired
+    assert reloader.reload_now() is True
+    expiry = x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes()).not_valid_after_utc
+    assert exported() == (expiry - now).total_seconds() < 0

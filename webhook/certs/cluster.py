@@ -1,16 +1,32 @@
-"""The certificate in the cluster: a ``kubernetes.io/tls`` Secret, and the webhook registrations' CA.
+"""The certificates in the cluster: the CA Secret, the serving Secret, the webhooks' ``caBundle``.
 
-:func:`sync_secret` keeps a Secret holding ``tls.crt``, ``tls.key``, ``ca.crt`` (and ``ca.key``, so
-the CA survives renewals); :func:`patch_webhooks` sets that CA as the ``caBundle`` of every webhook of
-the Mutating- and ValidatingWebhookConfiguration of one name — like kube-webhook-certgen, and
-idempotent: a valid certificate is kept, one close to expiry is renewed, nothing is written when
-nothing changes.
+:func:`sync` is one run of ``certs --secret``: it reads the serving Secret (``kubernetes.io/tls``:
+``tls.crt``, ``tls.key``, ``ca.crt``), the CA Secret (:data:`CA_SECRET_KEYS`, readable only by the
+certs Job and CronJob) and the webhook configurations, lets :func:`.rotation.plan` decide, and writes
+only what changed — like kube-webhook-certgen, but renewing and rotating. Nothing is written when
+nothing is due.
+
+Writes go in this order, each only when its content changes:
+
+1. the CA Secret — a new key is stored before anything depends on it;
+2. the ``caBundle`` of every webhook of the Mutating- and ValidatingWebhookConfiguration of one
+   name — clients trust a new CA before a certificate it signed can be served;
+3. the serving Secret, which the webhook Pods mount and reload.
+
+Every write is conditional on what was read (``resourceVersion``), so two runs at once (the install
+Job and a CronJob run) cannot interleave: the later write fails with a conflict and its Job retries
+from a fresh read.
+
+A serving Secret of the old layout (``ca.key`` inside) is migrated: the CA moves to the CA Secret
+and the serving Secret is rewritten without the key.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -18,9 +34,23 @@ from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
 
-from .issue import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertBundle, default_sans, issue_bundle
+from .issue import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertBundle, default_sans, is_valid, split_pems
+from .rotation import DEFAULT_POLICY, Authority, KeyPair, Outcome, Policy, authority_from_serving, certificates_of, plan
 
 log = logging.getLogger(__name__)
+
+# The CA Secret's keys: the signing CA, the next one during a rotation, retired CA certificates.
+NEXT_CA_CERT, NEXT_CA_KEY, RETIRED_CA_CERTS = "next-ca.crt", "next-ca.key", "retired-ca.crt"
+CA_SECRET_KEYS = (CA_CERT, CA_KEY, NEXT_CA_CERT, NEXT_CA_KEY, RETIRED_CA_CERTS)
+TLS_SECRET_TYPE = "kubernetes.io/tls"
+# Not the managed-by label of the reconciler's objects: the reconciler caches every Secret with that
+# label, and the CA key has no business in its memory.
+CA_SECRET_LABELS = {
+    "app.kubernetes.io/name": "volcano-job-webhook",
+    "app.kubernetes.io/component": "certgen",
+    "app.kubernetes.io/part-of": "volcano-job-webhook",
+}
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
 class CertsError(Exception):
@@ -31,77 +61,207 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _bundle_from_secret(secret: Any) -> CertBundle | None:
-    data = secret.data or {}
-    try:
-        return CertBundle(
-            ca_cert=base64.b64decode(data[CA_CERT]),
-            cert=base64.b64decode(data[TLS_CERT]),
-            key=base64.b64decode(data[TLS_KEY]),
-            ca_key=base64.b64decode(data[CA_KEY]) if CA_KEY in data else None,
-        )
-    except (KeyError, ValueError, TypeError):
+def _decoded(secret: Any) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for key, value in (getattr(secret, "data", None) or {}).items():
+        try:
+            out[key] = base64.b64decode(value, validate=True)
+        except (ValueError, TypeError):
+            continue  # an undecodable entry counts as absent
+    return out
+
+
+def serving_bundle(secret: Any) -> CertBundle | None:
+    """The bundle in a serving Secret (``ca_key`` set only for the old layout), or None when
+    ``tls.crt``, ``tls.key`` or ``ca.crt`` is missing."""
+    data = _decoded(secret)
+    if not all(k in data for k in (CA_CERT, TLS_CERT, TLS_KEY)):
         return None
+    return CertBundle(ca_cert=data[CA_CERT], cert=data[TLS_CERT], key=data[TLS_KEY], ca_key=data.get(CA_KEY))
 
 
-def sync_secret(api: client.ApiClient, namespace: str, name: str, service: str, service_namespace: str) -> tuple[CertBundle, bool]:
-    """Create or renew the TLS Secret; returns the bundle in it and whether the Secret was written."""
-    core = client.CoreV1Api(api)
+def authority_of(secret: Any) -> Authority:
+    """What a CA Secret holds; a pair with a part missing counts as absent (plan() then decides)."""
+    data = _decoded(secret)
+
+    def pair(cert: str, key: str) -> KeyPair | None:
+        return KeyPair(data[cert], data[key]) if cert in data and key in data else None
+
     try:
-        secret = core.read_namespaced_secret(name, namespace)
+        retired = tuple(split_pems(data[RETIRED_CA_CERTS])) if data.get(RETIRED_CA_CERTS) else ()
+    except ValueError:
+        retired = ()
+    return Authority(current=pair(CA_CERT, CA_KEY), next=pair(NEXT_CA_CERT, NEXT_CA_KEY), retired=retired)
+
+
+def authority_data(authority: Authority) -> dict[str, bytes | str]:
+    """The CA Secret's ``data`` for ``authority`` (base64, as the API wants it)."""
+    data: dict[str, bytes] = {}
+    if authority.current is not None:
+        data[CA_CERT], data[CA_KEY] = authority.current.cert, authority.current.key
+    if authority.next is not None:
+        data[NEXT_CA_CERT], data[NEXT_CA_KEY] = authority.next.cert, authority.next.key
+    if authority.retired:
+        data[RETIRED_CA_CERTS] = b"".join(authority.retired)
+    return {k: _b64(v) for k, v in data.items()}  # the API takes base64 text
+
+
+def serving_data(bundle: CertBundle) -> dict[str, bytes | str]:
+    return {TLS_CERT: _b64(bundle.cert), TLS_KEY: _b64(bundle.key), CA_CERT: _b64(bundle.ca_cert)}
+
+
+def _read_secret(core: client.CoreV1Api, namespace: str, name: str) -> Any | None:
+    try:
+        return core.read_namespaced_secret(name, namespace)
     except ApiException as exc:
-        if exc.status != 404:
-            raise
-        secret = None
-    dns, ips = default_sans(service, service_namespace)
-    existing = _bundle_from_secret(secret) if secret is not None else None
-    bundle, changed = issue_bundle(existing, dns, ips)
-    if not changed:
-        return bundle, False
-    data: dict[str, bytes | str] = {TLS_CERT: _b64(bundle.cert), TLS_KEY: _b64(bundle.key), CA_CERT: _b64(bundle.ca_cert)}
-    if bundle.ca_key is not None:
-        data[CA_KEY] = _b64(bundle.ca_key)
-    if secret is None:
-        body = client.V1Secret(
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace,
-                                         labels={MANAGED_BY_LABEL: MANAGED_BY}),
-            type="kubernetes.io/tls", data=data,
-        )
-        core.create_namespaced_secret(namespace, body)
-        log.info("created Secret %s/%s", namespace, name)
-    else:
-        secret.data = data
-        core.replace_namespaced_secret(name, namespace, secret)  # carries resourceVersion: a race gets 409
-        log.info("renewed the certificate in Secret %s/%s", namespace, name)
-    return bundle, True
+        if exc.status == 404:
+            return None
+        raise
 
 
-def patch_webhooks(api: client.ApiClient, name: str, ca_bundle: bytes) -> list[str]:
-    """Set ``caBundle`` on every webhook of both configurations named ``name`` where it differs;
-    returns the kinds patched. A configuration that does not exist yet is an error (retried by the
-    Job that runs this)."""
+@dataclass(frozen=True)
+class WebhookConfig:
+    kind: str
+    name: str
+    resource_version: str
+    bundles: tuple[str | None, ...]  # caBundle (base64) of each webhook, in order
+
+
+def read_webhooks(api: client.ApiClient, name: str) -> list[WebhookConfig]:
+    """Both configurations named ``name`` as found; CertsError when neither exists (yet)."""
     admission = client.AdmissionregistrationV1Api(api)
-    wanted = _b64(ca_bundle)
-    patched, found = [], 0
-    for kind, read, patch in (
-        ("MutatingWebhookConfiguration", admission.read_mutating_webhook_configuration, admission.patch_mutating_webhook_configuration),
-        ("ValidatingWebhookConfiguration", admission.read_validating_webhook_configuration, admission.patch_validating_webhook_configuration),
-    ):
+    found = []
+    readers: tuple[Any, ...] = (admission.read_mutating_webhook_configuration, admission.read_validating_webhook_configuration)
+    for kind, read in zip(WEBHOOK_KINDS, readers, strict=True):
         try:
             config = read(name)
         except ApiException as exc:
             if exc.status == 404:
                 continue
             raise
-        found += 1
-        hooks = config.webhooks or []
-        current = [api.sanitize_for_serialization(h.client_config).get("caBundle") for h in hooks]
-        if all(c == wanted for c in current):
-            continue
-        ops = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": wanted} for i in range(len(hooks))]
-        patch(name, ops)
-        patched.append(kind)
-        log.info("set caBundle on %s %s", kind, name)
+        bundles = tuple(api.sanitize_for_serialization(h.client_config).get("caBundle") for h in config.webhooks or [])
+        found.append(WebhookConfig(kind, name, config.metadata.resource_version, bundles))
     if not found:
         raise CertsError(f"no MutatingWebhookConfiguration or ValidatingWebhookConfiguration named {name!r} (yet)")
+    return found
+
+
+def patch_webhooks(api: client.ApiClient, configs: list[WebhookConfig], ca_bundle: bytes) -> list[str]:
+    """Set ``caBundle`` on every webhook of ``configs`` where it differs; returns the kinds patched.
+
+    The JSON patch first tests the ``resourceVersion`` that was read: a configuration changed since
+    (another run, a re-apply) refuses the patch instead of being overwritten with a bundle decided
+    on what is no longer there."""
+    admission = client.AdmissionregistrationV1Api(api)
+    patchers = {WEBHOOK_KINDS[0]: admission.patch_mutating_webhook_configuration,
+                WEBHOOK_KINDS[1]: admission.patch_validating_webhook_configuration}
+    wanted = _b64(ca_bundle)
+    patched = []
+    for config in configs:
+        if all(b == wanted for b in config.bundles):
+            continue
+        ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": config.resource_version}]
+        ops += [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": wanted} for i in range(len(config.bundles))]
+        patchers[config.kind](config.name, ops)
+        patched.append(config.kind)
+        log.info("set caBundle on %s %s", config.kind, config.name)
     return patched
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    outcome: Outcome
+    ca_written: bool
+    serving_written: bool
+    patched: list[str]
+
+
+def _pems(bundle: str | None) -> list[bytes]:
+    """The certificates of a base64 ``caBundle``; none for an absent or unreadable one."""
+    try:
+        return split_pems(base64.b64decode(bundle)) if bundle else []
+    except ValueError:
+        return []
+
+
+def _published(serving_secret: Any, configs: list[WebhookConfig]) -> set[bytes]:
+    """The CA certificates every client already trusts: in the serving Secret's ``ca.crt`` and in
+    every webhook's ``caBundle``."""
+    trusted = certificates_of(_decoded(serving_secret).get(CA_CERT)) if serving_secret is not None else set()
+    for config in configs:
+        for bundle in config.bundles:
+            try:
+                trusted &= certificates_of(base64.b64decode(bundle) if bundle else None)
+            except ValueError:
+                trusted = set()
+    return trusted
+
+
+def sync(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    ca_name: str,
+    service: str,
+    service_namespace: str,
+    *,
+    webhook: str | None = None,
+    policy: Policy = DEFAULT_POLICY,
+    now: datetime | None = None,
+) -> SyncResult:
+    """One run of ``certs --secret NAMESPACE/NAME --ca-secret CA_NAME [--patch-webhook WEBHOOK]``
+    (see the module's text)."""
+    if ca_name == name:
+        raise CertsError("the CA Secret must not be the serving Secret: the webhook Pods mount the serving Secret")
+    at = now if now is not None else datetime.now(UTC)
+    core = client.CoreV1Api(api)
+    secret = _read_secret(core, namespace, name)
+    ca_secret = _read_secret(core, namespace, ca_name)
+    configs = read_webhooks(api, webhook) if webhook else []
+    if secret is not None and secret.type != TLS_SECRET_TYPE:
+        raise CertsError(f"Secret {namespace}/{name} is of type {secret.type!r}, not {TLS_SECRET_TYPE} (the type cannot change; delete it)")
+    serving = serving_bundle(secret) if secret is not None else None
+    authority = authority_of(ca_secret) if ca_secret is not None else Authority()
+    if authority.current is None:
+        # No CA Secret yet (a first install, or the old layout with the key in the serving Secret),
+        # or one without a signing CA: see what the serving Secret still offers. The CAs the
+        # webhooks trust now stay trusted (retired) while a new CA's certificate rolls out, so even
+        # losing both Secrets refuses no Pod.
+        found = authority_from_serving(serving, at)
+        trusted = [pem for config in configs for bundle in config.bundles for pem in _pems(bundle) if is_valid(pem, at)]
+        authority = Authority(current=found.current, next=authority.next, retired=(*authority.retired, *found.retired, *trusted))
+        if found.current is not None:
+            log.info("Secret %s/%s holds the CA key (the old layout): moving it to Secret %s/%s", namespace, name, namespace, ca_name)
+    dns, ips = default_sans(service, service_namespace)
+    outcome = plan(authority, serving, dns, ips, published=_published(secret, configs), policy=policy, now=at)
+    for change in outcome.changes:
+        log.info("%s", change)
+
+    wanted_ca = authority_data(outcome.authority)
+    ca_written = ca_secret is None or (ca_secret.data or {}) != wanted_ca
+    if ca_secret is None:
+        core.create_namespaced_secret(namespace, client.V1Secret(
+            metadata=client.V1ObjectMeta(name=ca_name, namespace=namespace, labels=dict(CA_SECRET_LABELS)),
+            type="Opaque", data=wanted_ca,
+        ))
+        log.info("created Secret %s/%s", namespace, ca_name)
+    elif ca_written:
+        ca_secret.data = wanted_ca
+        core.replace_namespaced_secret(ca_name, namespace, ca_secret)  # carries resourceVersion: a race gets 409
+        log.info("updated Secret %s/%s", namespace, ca_name)
+
+    patched = patch_webhooks(api, configs, outcome.serving.ca_cert) if configs else []
+
+    wanted = serving_data(outcome.serving)
+    serving_written = secret is None or (secret.data or {}) != wanted
+    if secret is None:
+        core.create_namespaced_secret(namespace, client.V1Secret(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels={MANAGED_BY_LABEL: MANAGED_BY}),
+            type=TLS_SECRET_TYPE, data=wanted,
+        ))
+        log.info("created Secret %s/%s", namespace, name)
+    elif serving_written:
+        secret.data = wanted  # without ca.key: a Secret of the old layout loses it here
+        core.replace_namespaced_secret(name, namespace, secret)
+        log.info("updated Secret %s/%s", namespace, name)
+    return SyncResult(outcome, ca_written, serving_written, patched)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import stat
@@ -12,7 +13,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from .issue import CA_CERT, CA_KEY, RENEW_BEFORE, TLS_CERT, TLS_KEY, CertBundle, bundle_is_good, default_sans, issue_bundle
+from .issue import (
+    CA_CERT,
+    CA_KEY,
+    CA_RENEW_BEFORE,
+    RENEW_BEFORE,
+    TLS_CERT,
+    TLS_KEY,
+    CertBundle,
+    RenewBefore,
+    bundle_is_good,
+    default_sans,
+    issue_bundle,
+    serves_until,
+)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -90,31 +106,39 @@ def ensure_certs(
     service: str = "volcano-job-webhook",
     namespace: str = "volcano-job-webhook",
     *,
-    renew_before: timedelta = RENEW_BEFORE,
+    renew_before: RenewBefore | timedelta = RENEW_BEFORE,
+    ca_renew_before: RenewBefore | timedelta = CA_RENEW_BEFORE,
     now: datetime | None = None,
 ) -> CertPaths:
     """Make ``certs_dir`` hold a good bundle for the Service's names (:func:`default_sans`).
 
     A new serving certificate is issued when ``tls.crt``/``tls.key`` are missing or unreadable, the
-    key does not match, ``ca.crt`` did not sign it, a required SAN is missing, or it (or the CA)
-    expires within ``renew_before``. It is signed by the existing ``ca.crt``/``ca.key`` when that CA
-    is usable, else by a new CA. Files are written atomically (key before certificate, so a watcher
-    that sees a new ``tls.crt`` finds its key already there); keys 0600, certificates 0644; a file
-    whose bytes do not change is not rewritten.
+    key does not match, no CA of ``ca.crt`` signed it, a required SAN is missing, or it is due
+    (``renew_before``) or its CA is (``ca_renew_before``). It is signed by the existing
+    ``ca.crt``/``ca.key`` when that CA is usable, else by a new CA. Files are written atomically (key
+    before certificate, so a watcher that sees a new ``tls.crt`` finds its key already there); keys
+    0600, certificates 0644; a file whose bytes do not change is not rewritten.
 
-    Idempotent: when the bundle is good nothing is written (same bytes, same mtimes), so a read-only
-    mount is fine. A bundle without ``ca.key`` was issued elsewhere (cert-manager, a certgen Job):
-    it is kept while its key matches, ``ca.crt`` signed it and neither is close to expiry — the
-    names are its issuer's business.
+    Idempotent: when the bundle is good nothing is written (same bytes, same mtimes). A bundle
+    without ``ca.key`` was issued elsewhere (cert-manager, the certs Job and CronJob) and is mounted
+    read-only: it is kept as long as it can be served at all — its key matches, a CA of ``ca.crt``
+    (which may hold several, during a CA rotation) signed it, neither has expired — even when it is
+    due for renewal, because renewing it is its issuer's job and a webhook that cannot start (a write
+    to a read-only mount) serves nobody; the names are its issuer's business too.
     """
     certs_dir = Path(certs_dir)
     paths = CertPaths(certs_dir / CA_CERT, certs_dir / TLS_CERT, certs_dir / TLS_KEY, created=False)
     existing = load_bundle(certs_dir)
-    if existing is not None and existing.ca_key is None and bundle_is_good(existing, [], [], renew_before, now):
-        return paths
+    if existing is not None and existing.ca_key is None:
+        until = serves_until(existing, now)
+        if until is not None:
+            if not bundle_is_good(existing, [], [], renew_before, now, ca_renew_before):
+                log.warning("the certificate in %s is due for renewal (it expires %s); its issuer renews it",
+                            certs_dir, until.isoformat())
+            return paths
     ca_cert, ca_key = _read(certs_dir / CA_CERT), _read(certs_dir / CA_KEY)
     dns, ips = default_sans(service, namespace)
-    bundle, changed = issue_bundle(existing, dns, ips, renew_before=renew_before, now=now,
+    bundle, changed = issue_bundle(existing, dns, ips, renew_before=renew_before, ca_renew_before=ca_renew_before, now=now,
                                    ca=(ca_cert, ca_key) if ca_cert is not None and ca_key is not None else None)
     if not changed:
         return paths

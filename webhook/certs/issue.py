@@ -1,11 +1,16 @@
 """Certificates for the webhook: a private CA and a serving certificate, made with ``cryptography``.
 
 A :class:`CertBundle` is what a Kubernetes ``kubernetes.io/tls`` Secret holds (``ca.crt``,
-``tls.crt``, ``tls.key``; plus ``ca.key`` when we own the CA), as PEM bytes. :func:`issue_bundle`
-keeps a bundle that is still good — the key matches, its CA signed it, it covers the names, it is not
-close to expiry — and issues a new one otherwise (reusing a still-valid CA, so the ``caBundle`` the
-API server trusts does not change when only the serving certificate is renewed). It knows nothing of
-files, so a certs directory (:func:`ensure_certs`) and a cluster Secret (``certs_cmd``) share it.
+``tls.crt``, ``tls.key``; plus ``ca.key`` in a local certs directory, where we own the CA), as PEM
+bytes. ``ca.crt`` may hold several CA certificates (a trust bundle: during a CA rotation both the old
+and the new CA). :func:`issue_bundle` keeps a bundle that is still good — the key matches, a CA of
+``ca.crt`` signed it, it covers the names, it is not due for renewal — and issues a new one otherwise
+(reusing a still-valid CA, so the ``caBundle`` the API server trusts does not change when only the
+serving certificate is renewed). It knows nothing of files or clusters: a certs directory
+(:func:`ensure_certs`) and the cluster's Secrets (:mod:`.rotation`, :mod:`.cluster`) share it.
+
+When a certificate is due is a :class:`RenewBefore`: a fraction of its lifetime (the default: the
+last third) or a fixed time before its ``notAfter``.
 
 Key material (``ca.key``, ``tls.key``) never appears in a ``repr``, a log line or an exception
 message raised here; private keys are written mode 0600, created with that mode.
@@ -14,6 +19,7 @@ message raised here; private keys are written mode 0600, created with that mode.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -26,7 +32,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 # File names of a Kubernetes TLS Secret (``ca.key`` is ours: the CA survives renewals).
 CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
-RENEW_BEFORE = timedelta(days=30)
 CA_DAYS, SERVING_DAYS = 3650, 365
 # Certificates start a little in the past so a peer whose clock lags ours still accepts them.
 BACKDATE = timedelta(minutes=5)
@@ -35,6 +40,68 @@ _CN_MAX = 64  # RFC 5280 ub-common-name; longer Service FQDNs must not go in the
 # What a malformed PEM, an unsupported or encrypted key raises while loading; none of these
 # messages quote the input, so catching and re-raising them does not leak key material.
 _BAD_PEM = (ValueError, TypeError, UnsupportedAlgorithm)
+
+
+@dataclass(frozen=True)
+class RenewBefore:
+    """When a certificate is due for renewal: in the last ``fraction`` of its lifetime
+    (``notBefore`` to ``notAfter``), or ``period`` before its ``notAfter`` — exactly one of the two.
+
+    A fraction suits certificates of any lifetime: a 365-day serving certificate is renewed with
+    about 122 days left, a 10-year CA with about 3.3 years left, and a certificate cut short to
+    its CA's expiry is renewed in proportion. :meth:`parse` reads ``"33%"`` or ``"30d"``/``"720h"``.
+    """
+
+    fraction: float | None = None
+    period: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if (self.fraction is None) == (self.period is None):
+            raise ValueError("give exactly one of fraction and period")
+        if self.fraction is not None and not 0 < self.fraction < 1:
+            raise ValueError(f"a renewal fraction must be between 0 and 1 (exclusive), got {self.fraction}")
+        if self.period is not None and self.period < timedelta(0):
+            raise ValueError("a renewal period cannot be negative")
+
+    @classmethod
+    def parse(cls, text: str) -> RenewBefore:
+        """``"33%"`` (of the lifetime), or a whole number of days, hours or minutes: ``"30d"``,
+        ``"720h"``, ``"90m"``. Raises ValueError otherwise."""
+        text = text.strip()
+        if m := re.fullmatch(r"(\d+(?:\.\d+)?)%", text):
+            return cls(fraction=float(m.group(1)) / 100)
+        if m := re.fullmatch(r"(\d+)([dhm])", text):
+            unit = {"d": "days", "h": "hours", "m": "minutes"}[m.group(2)]
+            return cls(period=timedelta(**{unit: int(m.group(1))}))
+        raise ValueError(f"expected a percentage of the lifetime (33%) or a time (30d, 720h, 90m), got {text!r}")
+
+    @classmethod
+    def of(cls, value: RenewBefore | timedelta) -> RenewBefore:
+        return value if isinstance(value, RenewBefore) else cls(period=value)
+
+    def due_at(self, cert: x509.Certificate) -> datetime:
+        """The moment from which ``cert`` is due."""
+        end = cert.not_valid_after_utc
+        if self.fraction is not None:
+            return end - (end - cert.not_valid_before_utc) * self.fraction
+        assert self.period is not None
+        return end - self.period
+
+    def __str__(self) -> str:
+        if self.fraction is not None:
+            return f"{self.fraction * 100:g}%"
+        assert self.period is not None
+        seconds = int(self.period.total_seconds())
+        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+            if seconds % size == 0:
+                return f"{seconds // size}{unit}"
+        return f"{seconds}s"
+
+
+# The last third of a certificate's life, for serving certificates and CAs alike (cert-manager's
+# default point too): with a daily renewal run that is months of retries before anything expires.
+RENEW_BEFORE = RenewBefore(fraction=1 / 3)
+CA_RENEW_BEFORE = RenewBefore(fraction=1 / 3)
 
 
 @dataclass(frozen=True)
@@ -199,12 +266,38 @@ def generate_serving_cert(
     return _cert_pem(cert), _key_pem(key)
 
 
-def needs_renewal(cert_pem: bytes, renew_before: timedelta = RENEW_BEFORE, now: datetime | None = None) -> bool:
-    """True when the certificate expires within ``renew_before`` of ``now`` (or already has), or is
-    not valid yet. Raises ValueError when ``cert_pem`` is not a PEM certificate."""
+def needs_renewal(cert_pem: bytes, renew_before: RenewBefore | timedelta = RENEW_BEFORE, now: datetime | None = None) -> bool:
+    """True when the certificate is due at ``now`` (see :class:`RenewBefore`; a ``timedelta`` is a
+    fixed period before expiry), has expired, or is not valid yet. Raises ValueError when
+    ``cert_pem`` is not a PEM certificate."""
     cert = x509.load_pem_x509_certificate(cert_pem)
     at = _now(now)
-    return cert.not_valid_after_utc - renew_before <= at or cert.not_valid_before_utc > at
+    return RenewBefore.of(renew_before).due_at(cert) <= at or cert.not_valid_after_utc <= at or cert.not_valid_before_utc > at
+
+
+def is_valid(cert_pem: bytes, now: datetime | None = None) -> bool:
+    """True while ``now`` is within the certificate's validity. Never raises for bad input."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except _BAD_PEM:
+        return False
+    return cert.not_valid_before_utc <= _now(now) < cert.not_valid_after_utc
+
+
+def split_pems(bundle: bytes) -> list[bytes]:
+    """The certificates of a PEM bundle, each as its own PEM (what a ``caBundle`` or ``ca.crt``
+    holding several CAs is made of). Raises ValueError when there is none or one does not load."""
+    return [_cert_pem(c) for c in x509.load_pem_x509_certificates(bundle)]
+
+
+def join_pems(certs: Sequence[bytes]) -> bytes:
+    """One PEM bundle of ``certs`` (each a PEM), without duplicates, in the order given."""
+    seen: list[bytes] = []
+    for pem in certs:
+        for one in split_pems(pem):
+            if one not in seen:
+                seen.append(one)
+    return b"".join(seen)
 
 
 def cert_covers(cert_pem: bytes, dns_names: Sequence[str], ips: Sequence[str]) -> bool:
@@ -220,17 +313,20 @@ def cert_covers(cert_pem: bytes, dns_names: Sequence[str], ips: Sequence[str]) -
     return {d.lower() for d in dns_names} <= have_dns and {ipaddress.ip_address(ip) for ip in ips} <= have_ips
 
 
-def _signed_by(cert_pem: bytes, ca_pem: bytes) -> bool:
-    """The CA's key signed ``cert`` and it names the CA as issuer (cryptography checks both)."""
-    cert, ca = x509.load_pem_x509_certificate(cert_pem), x509.load_pem_x509_certificate(ca_pem)
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
+def issuer_in(cert_pem: bytes, ca_bundle: bytes) -> bytes | None:
+    """The CA certificate (PEM) of ``ca_bundle`` whose key signed ``cert`` and whose subject is its
+    issuer (cryptography checks both), or None."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    for ca in x509.load_pem_x509_certificates(ca_bundle):
+        try:
+            cert.verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+        return _cert_pem(ca)
+    return None
 
 
-def _key_matches(cert_pem: bytes, key_pem: bytes) -> bool:
+def key_matches(cert_pem: bytes, key_pem: bytes) -> bool:
     key = serialization.load_pem_private_key(key_pem, password=None)
     cert = x509.load_pem_x509_certificate(cert_pem)
     der = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -245,30 +341,49 @@ def _is_ca(cert_pem: bytes) -> bool:
         return False
 
 
-def ca_is_usable(ca_cert: bytes, ca_key: bytes, renew_before: timedelta = RENEW_BEFORE, now: datetime | None = None) -> bool:
+def ca_is_usable(ca_cert: bytes, ca_key: bytes, renew_before: RenewBefore | timedelta = CA_RENEW_BEFORE, now: datetime | None = None) -> bool:
     """True when the pair can keep issuing: it loads, the key is the certificate's, the certificate
-    is a CA, and it is not within ``renew_before`` of expiry. Never raises for bad input."""
+    is a CA, and it is not due for renewal (``renew_before``; ``timedelta(0)``: not expired). Never
+    raises for bad input."""
     try:
-        return _is_ca(ca_cert) and _key_matches(ca_cert, ca_key) and not needs_renewal(ca_cert, renew_before, now)
+        return _is_ca(ca_cert) and key_matches(ca_cert, ca_key) and not needs_renewal(ca_cert, renew_before, now)
     except _BAD_PEM:
         return False
 
 
 def bundle_is_good(bundle: CertBundle, dns_names: Sequence[str], ips: Sequence[str],
-                   renew_before: timedelta = RENEW_BEFORE, now: datetime | None = None) -> bool:
-    """True when the bundle can keep being served: the key is the certificate's, ``ca.crt`` signed
-    it, it covers ``dns_names`` and ``ips``, and neither certificate is within ``renew_before`` of
-    expiry. Unreadable PEMs make it False; it never raises for bad input."""
+                   renew_before: RenewBefore | timedelta = RENEW_BEFORE, now: datetime | None = None,
+                   ca_renew_before: RenewBefore | timedelta = CA_RENEW_BEFORE) -> bool:
+    """True when the bundle can keep being served: the key is the certificate's, a CA of ``ca.crt``
+    signed it, it covers ``dns_names`` and ``ips``, it is not due (``renew_before``) and neither is
+    that CA (``ca_renew_before``). Unreadable PEMs make it False; it never raises for bad input."""
     try:
+        issuer = issuer_in(bundle.cert, bundle.ca_cert)
         return (
-            _key_matches(bundle.cert, bundle.key)
-            and _signed_by(bundle.cert, bundle.ca_cert)
+            issuer is not None
+            and key_matches(bundle.cert, bundle.key)
             and cert_covers(bundle.cert, dns_names, ips)
             and not needs_renewal(bundle.cert, renew_before, now)
-            and not needs_renewal(bundle.ca_cert, renew_before, now)
+            and not needs_renewal(issuer, ca_renew_before, now)
         )
     except _BAD_PEM:
         return False
+
+
+def serves_until(bundle: CertBundle, now: datetime | None = None) -> datetime | None:
+    """The serving certificate's ``notAfter`` when the bundle can be served at ``now`` at all — the
+    key is the certificate's, a CA of ``ca.crt`` signed it, both are within their validity — else
+    None. For a bundle someone else renews (cert-manager, the certs CronJob): how long it is still
+    good for, whatever its renewal window. Never raises for bad input."""
+    try:
+        issuer = issuer_in(bundle.cert, bundle.ca_cert)
+        if issuer is None or not key_matches(bundle.cert, bundle.key):
+            return None
+        if not (is_valid(bundle.cert, now) and is_valid(issuer, now)):
+            return None
+        return x509.load_pem_x509_certificate(bundle.cert).not_valid_after_utc
+    except _BAD_PEM:
+        return None
 
 
 def issue_bundle(
@@ -276,7 +391,8 @@ def issue_bundle(
     dns_names: Sequence[str],
     ips: Sequence[str],
     *,
-    renew_before: timedelta = RENEW_BEFORE,
+    renew_before: RenewBefore | timedelta = RENEW_BEFORE,
+    ca_renew_before: RenewBefore | timedelta = CA_RENEW_BEFORE,
     now: datetime | None = None,
     ca: tuple[bytes, bytes] | None = None,
 ) -> tuple[CertBundle, bool]:
@@ -289,13 +405,13 @@ def issue_bundle(
     usable is a new CA made — the one case where the trust anchor (``caBundle``) changes. Pure: it
     reads no files and talks to no cluster.
     """
-    if existing is not None and bundle_is_good(existing, dns_names, ips, renew_before, now):
+    if existing is not None and bundle_is_good(existing, dns_names, ips, renew_before, now, ca_renew_before):
         return existing, False
     candidates = [ca] if ca is not None else []
     if existing is not None and existing.ca_key is not None:
         candidates.insert(0, (existing.ca_cert, existing.ca_key))
     ca_cert, ca_key = next(
-        (pair for pair in candidates if ca_is_usable(*pair, renew_before=renew_before, now=now)), (None, None)
+        (pair for pair in candidates if ca_is_usable(*pair, renew_before=ca_renew_before, now=now)), (None, None)
     )
     if ca_cert is None or ca_key is None:
         ca_cert, ca_key = generate_ca(now=now)

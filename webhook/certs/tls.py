@@ -178,6 +178,13 @@ def _describe(cert_pem: bytes) -> str:
     return f"serial={cert.serial_number:x} not_after={cert.not_valid_after_utc.isoformat()}{expired} sans={sans}"
 
 
+def _not_after(cert_pem: bytes) -> datetime | None:
+    try:
+        return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+    except ValueError:
+        return None
+
+
 def _reason(exc: BaseException) -> str:
     # ssl.SSLError.reason is OpenSSL's short code (KEY_VALUES_MISMATCH, NO_START_LINE, ...): enough
     # to act on, and unlike some messages never echoes file content.
@@ -204,6 +211,9 @@ class CertReloader:
 
     The client CA (``client_ca_file``) is loaded once: OpenSSL can add trust anchors to a context
     but not remove them, so rotating it needs a restart.
+
+    ``not_after`` is the served certificate's expiry, set on every load; :meth:`expiry_seconds`
+    measures it against ``clock`` (the metric ``volcano_webhook_certificate_expiry_seconds``).
     """
 
     def __init__(
@@ -214,18 +224,21 @@ class CertReloader:
         interval: float = 10.0,
         *,
         alpn_protocols: Sequence[str] | None = DEFAULT_ALPN,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """Load the pair now (raises ``ssl.SSLError``/``OSError`` when it does not load: better no
         server than a server with nothing to serve)."""
         self.cert_file, self.key_file = Path(cert_file), Path(key_file)
         self.client_ca_file = Path(client_ca_file) if client_ca_file is not None else None
         self.interval = interval
+        self.clock = clock
         snapshot = _read_snapshot(self.cert_file, self.key_file)
         if snapshot is None:
             raise FileNotFoundError(f"TLS certificate or key missing: {self.cert_file}, {self.key_file}")
         with _pinned_files(snapshot.cert, snapshot.key) as (cert_path, key_path):
             self.context = make_server_context(cert_path, key_path, self.client_ca_file, alpn_protocols=alpn_protocols)
         self._loaded = snapshot.signature, snapshot.digest
+        self.not_after = _not_after(snapshot.cert)
         self._failed: object = None  # what the last warning was about, so it is not repeated every tick
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -272,10 +285,18 @@ class CertReloader:
                 self._warn_once(snapshot.signature, _reason(exc))
                 return False
             self._loaded = snapshot.signature, snapshot.digest
+            self.not_after = _not_after(snapshot.cert)
             self._failed = None
             self.reloads += 1
         log.info("reloaded TLS certificate %s: %s", self.cert_file, _describe(snapshot.cert))
         return True
+
+    def expiry_seconds(self) -> float:
+        """Seconds from ``clock()`` until the served certificate's ``notAfter`` (negative once it
+        has expired; NaN if it could not be parsed — OpenSSL served it all the same)."""
+        if self.not_after is None:
+            return float("nan")
+        return (self.not_after - self.clock()).total_seconds()
 
     def _warn_once(self, about: object, why: str) -> None:
         # A writer that never finishes, or a file left missing, would otherwise log every tick.

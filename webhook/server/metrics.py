@@ -19,7 +19,8 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 
 class WebhookMetrics:
-    """Admission requests by endpoint and result, latency, patches by plugin, job lookups, cache size."""
+    """Admission requests by endpoint and result, latency, patches by plugin, job lookups, cache size, and the
+    served certificate's time left (:meth:`watch_certificate`)."""
 
     def __init__(self, cached_jobs: Callable[[], float] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -44,3 +45,16 @@ class WebhookMetrics:
         self.cached = Gauge("volcano_webhook_jobs_cached", "Volcano Jobs held in memory", registry=self.registry)
         if cached_jobs is not None:
             self.cached.set_function(cached_jobs)
+        self.certificate_expiry: Gauge | None = None
+
+    def watch_certificate(self, expiry_seconds: Callable[[], float]) -> None:
+        """Export ``volcano_webhook_certificate_expiry_seconds``, read from ``expiry_seconds`` at
+        each scrape (the TLS reloader's, which follows every reload). Registered only once there is
+        a certificate: an app served without TLS (tests, a proxy in front) shows no such series
+        rather than a 0 that would read as "expired now"."""
+        if self.certificate_expiry is None:
+            self.certificate_expiry = Gauge(
+                "volcano_webhook_certificate_expiry_seconds",
+                "Seconds until the served TLS certificate's notAfter (negative once expired)", registry=self.registry,
+            )
+        self.certificate_expiry.set_function(expiry_seconds)

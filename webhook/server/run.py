@@ -11,7 +11,7 @@ from typing import Any
 
 from volcano_job_webhook import logs
 from volcano_job_webhook.certs.files import ensure_certs
-from volcano_job_webhook.certs.tls import serve
+from volcano_job_webhook.certs.tls import build_server
 from volcano_job_webhook.config import ConfigError, WebhookSettings
 from volcano_job_webhook.plugins import Chain, default_registry
 
@@ -102,9 +102,7 @@ def run(settings: WebhookSettings) -> None:
     # What start-up made lives as long as the process: out of the collector's way, so the full
     # collections a flood of connections triggers scan only what the flood made (measured: full
     # collections of 60-80 ms on this server under attack otherwise).
-    gc.collect()
-    gc.freeze()
-    serve(
+    server = build_server(
         app,
         settings.host,
         settings.port,
@@ -114,3 +112,7 @@ def run(settings: WebhookSettings) -> None:
         reload_interval=settings.cert_reload_seconds,
         **options,
     )
+    app.metrics.watch_certificate(server.reloader.expiry_seconds)
+    gc.collect()
+    gc.freeze()
+    server.run()

@@ -1,0 +1,467 @@
+"""Renewal and CA rotation of the self-managed certificates: the decisions (``certs.rotation.plan``,
+with an injected clock and lifetimes) and one run of ``certs --secret`` against a cluster (the API
+double): what is written, in which order, and that a Secret of the old layout is migrated."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from cryptography import x509
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes_validate.utils import latest_version, major_minor
+
+from tests.apiserver import FakeApiServer
+from tests.manifests_util import CERTGEN_SERVICE_ACCOUNT, Grant, build_variant, rbac_grants
+from volcano_job_webhook.certs.cluster import CertsError, patch_webhooks, read_webhooks, sync
+from volcano_job_webhook.certs.issue import (
+    CertBundle,
+    RenewBefore,
+    default_sans,
+    generate_ca,
+    generate_serving_cert,
+    issuer_in,
+    key_matches,
+    split_pems,
+)
+from volcano_job_webhook.certs.rotation import Authority, KeyPair, Policy, authority_from_serving, certificates_of, plan
+from volcano_job_webhook.cli import main
+
+DNS, IPS = default_sans()
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+# Short lives so a whole CA rotation fits in a few simulated weeks: a 30-day CA is due from day 20,
+# a 9-day serving certificate from day 6.
+SHORT = Policy(serving_days=9, ca_days=30, renew_before=RenewBefore(fraction=1 / 3), ca_renew_before=RenewBefore(fraction=1 / 3))
+
+
+def load(pem: bytes) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(pem)
+
+
+def serial(pem: bytes) -> int:
+    return load(pem).serial_number
+
+
+def cas(bundle: bytes) -> list[int]:
+    return [serial(pem) for pem in split_pems(bundle)]
+
+
+def trusts(bundle: bytes, cert: bytes) -> bool:
+    return issuer_in(cert, bundle) is not None
+
+
+# The decisions ------------------------------------------------------------------------------------
+
+
+def test_a_first_run_makes_a_ca_and_a_serving_certificate_and_no_ca_key_goes_to_the_serving_secret():
+    out = plan(Authority(), None, DNS, IPS, policy=SHORT, now=T0)
+    assert out.authority.current is not None and out.authority.next is None and out.authority.retired == ()
+    assert out.serving.ca_key is None
+    assert out.serving.ca_cert == out.authority.current.cert
+    assert issuer_in(out.serving.cert, out.authority.current.cert) is not None and key_matches(out.serving.cert, out.serving.key)
+    assert load(out.serving.cert).not_valid_after_utc - T0 <= timedelta(days=9)
+    assert [c.split(" (")[0] for c in out.changes] == ["made a new CA", "issued the serving certificate"]
+
+
+def test_nothing_due_changes_nothing():
+    first = plan(Authority(), None, DNS, IPS, policy=SHORT, now=T0)
+    for days in (1, 5):
+        again = plan(first.authority, first.serving, DNS, IPS, published=certificates_of(first.serving.ca_cert), policy=SHORT,
+                     now=T0 + timedelta(days=days))
+        assert again.changes == ()
+        assert again.authority == first.authority and again.serving == first.serving
+
+
+def test_a_serving_certificate_in_its_last_third_is_renewed_under_the_same_ca():
+    first = plan(Authority(), None, DNS, IPS, policy=SHORT, now=T0)
+    kept = plan(first.authority, first.serving, DNS, IPS, policy=SHORT, now=T0 + timedelta(days=5, hours=23))
+    assert kept.serving.cert == first.serving.cert
+    renewed = plan(first.authority, first.serving, DNS, IPS, policy=SHORT, now=T0 + timedelta(days=6, hours=1))
+    assert renewed.serving.cert != first.serving.cert and renewed.serving.key != first.serving.key
+    assert renewed.authority == first.authority and renewed.serving.ca_cert == first.serving.ca_cert
+    assert load(renewed.serving.cert).not_valid_before_utc > T0 + timedelta(days=6)
+
+
+def test_a_fixed_window_renews_that_long_before_expiry():
+    policy = Policy(serving_days=9, ca_days=30, renew_before=RenewBefore.parse("2d"))
+    first = plan(Authority(), None, DNS, IPS, policy=policy, now=T0)
+    expiry = load(first.serving.cert).not_valid_after_utc
+    assert plan(first.authority, first.serving, DNS, IPS, policy=policy, now=expiry - timedelta(days=2, minutes=1)).changes == ()
+    assert plan(first.authority, first.serving, DNS, IPS, policy=policy, now=expiry - timedelta(days=2)).changes
+
+
+def test_a_serving_certificate_missing_a_name_or_with_a_foreign_key_is_reissued():
+    first = plan(Authority(), None, DNS, IPS, policy=SHORT, now=T0)
+    widened = plan(first.authority, first.serving, [*DNS, "extra.example"], IPS, policy=SHORT, now=T0)
+    assert widened.serving.cert != first.serving.cert
+    stranger = CertBundle(first.serving.ca_cert, first.serving.cert, generate_ca()[1])
+    assert plan(first.authority, stranger, DNS, IPS, policy=SHORT, now=T0).serving.cert != first.serving.cert
+
+
+def daily_runs(days: int, start: Any = None) -> list[dict[str, Any]]:
+    """Run plan() once a day as the CronJob would, each run seeing what the last one published."""
+    out = start or plan(Authority(), None, DNS, IPS, policy=SHORT, now=T0)
+    runs = [{"day": 0, "outcome": out}]
+    for day in range(1, days + 1):
+        out = plan(out.authority, out.serving, DNS, IPS, published=certificates_of(out.serving.ca_cert), policy=SHORT,
+                   now=T0 + timedelta(days=day))
+        runs.append({"day": day, "outcome": out})
+    return runs
+
+
+def test_a_ca_rotation_announces_switches_and_retires_a_day_apart_and_no_client_ever_breaks():
+    runs = daily_runs(70)
+    steps = [(r["day"], c.split(" (")[0]) for r in runs[1:] for c in r["outcome"].changes if "CA" in c]
+    # The first CA is due on day 20 (the last third of 30 days); its successor made that day is
+    # due on day 40, and so on.
+    assert steps[:3] == [(20, "announced the next CA"), (21, "switched to the next CA"), (22, "1 retired CA(s) left the trust bundle")]
+    assert steps[3:6] == [(40, "announced the next CA"), (41, "switched to the next CA"), (42, "1 retired CA(s) left the trust bundle")]
+    first_ca = runs[0]["outcome"].authority.current
+    announced, switched, retired = (runs[d]["outcome"] for d in (20, 21, 22))
+    assert cas(announced.serving.ca_cert) == [serial(first_ca.cert), serial(announced.authority.next.cert)]
+    assert announced.serving.cert == runs[19]["outcome"].serving.cert, "announcing signs nothing"
+    assert switched.serving.ca_cert == announced.serving.ca_cert, "switching does not change the bundle"
+    assert switched.authority.current == announced.authority.next and switched.authority.retired == (first_ca.cert,)
+    assert issuer_in(switched.serving.cert, switched.authority.current.cert) is not None
+    assert cas(retired.serving.ca_cert) == [serial(switched.authority.current.cert)]
+    for before, after in itertools.pairwise(runs):
+        old, new = before["outcome"], after["outcome"]
+        at = T0 + timedelta(days=after["day"])
+        where = f"day {after['day']}"
+        # Clients holding the bundle of the last run already trust the new certificate, and clients
+        # holding the new bundle still trust the certificate Pods may serve until they reload.
+        assert trusts(old.serving.ca_cert, new.serving.cert), where
+        assert trusts(new.serving.ca_cert, old.serving.cert), where
+        assert load(new.serving.cert).not_valid_after_utc > at, where
+        assert load(new.authority.current.cert).not_valid_after_utc > at, where
+        assert new.serving.ca_key is None
+        assert len(split_pems(new.serving.ca_cert)) <= 2
+
+
+def test_the_switch_waits_until_every_client_trusts_the_next_ca():
+    runs = daily_runs(20)
+    announced = runs[20]["outcome"]
+    assert announced.authority.next is not None
+    # The webhooks were never patched (say the patch failed): the next CA is not published.
+    stale = certificates_of(runs[19]["outcome"].serving.ca_cert)
+    for day in (21, 23):
+        waiting = plan(announced.authority, announced.serving, DNS, IPS, published=stale, policy=SHORT, now=T0 + timedelta(days=day))
+        assert waiting.authority == announced.authority and waiting.changes == ()
+    published = certificates_of(announced.serving.ca_cert)
+    switched = plan(announced.authority, announced.serving, DNS, IPS, published=published, policy=SHORT, now=T0 + timedelta(days=23))
+    assert switched.authority.current == announced.authority.next
+
+
+def test_the_switch_and_the_retirement_each_wait_for_the_overlap():
+    runs = daily_runs(20)
+    announced = runs[20]["outcome"]
+    published = certificates_of(announced.serving.ca_cert)
+    made = load(announced.authority.next.cert).not_valid_before_utc
+    early = plan(announced.authority, announced.serving, DNS, IPS, published=published, policy=SHORT, now=made + timedelta(minutes=30))
+    assert early.authority == announced.authority
+    switched = plan(announced.authority, announced.serving, DNS, IPS, published=published, policy=SHORT, now=made + timedelta(hours=2))
+    assert switched.authority.current == announced.authority.next
+    issued = load(switched.serving.cert).not_valid_before_utc
+    kept = plan(switched.authority, switched.serving, DNS, IPS, published=published, policy=SHORT, now=issued + timedelta(minutes=30))
+    assert len(kept.authority.retired) == 1 and kept.changes == ()
+    dropped = plan(switched.authority, switched.serving, DNS, IPS, published=published, policy=SHORT, now=issued + timedelta(hours=2))
+    assert dropped.authority.retired == () and cas(dropped.serving.ca_cert) == [serial(switched.authority.current.cert)]
+
+
+def test_even_without_an_overlap_a_ca_is_retired_only_after_the_run_that_replaced_its_certificate():
+    policy = Policy(serving_days=9, ca_days=30, overlap=timedelta(0))
+    runs = daily_runs(20)
+    announced = runs[20]["outcome"]
+    at = T0 + timedelta(days=20, minutes=1)
+    switched = plan(announced.authority, announced.serving, DNS, IPS, published=certificates_of(announced.serving.ca_cert),
+                    policy=policy, now=at)
+    assert switched.authority.current == announced.authority.next
+    assert trusts(switched.serving.ca_cert, announced.serving.cert), "Pods still serve the old certificate until they reload"
+
+
+def test_a_lost_ca_is_replaced_and_the_old_one_stays_trusted_until_the_new_certificate_is_out():
+    """The CA Secret was deleted: the serving Secret is all there is."""
+    first = plan(Authority(), None, DNS, IPS, policy=SHORT, now=T0)
+    at = T0 + timedelta(days=2)
+    found = authority_from_serving(first.serving, at)
+    assert found.current is None and found.retired == (first.authority.current.cert,)
+    recovered = plan(found, first.serving, DNS, IPS, published=certificates_of(first.serving.ca_cert), policy=SHORT, now=at)
+    assert recovered.authority.current.cert != first.authority.current.cert
+    assert trusts(recovered.serving.ca_cert, first.serving.cert) and trusts(recovered.serving.ca_cert, recovered.serving.cert)
+    later = plan(recovered.authority, recovered.serving, DNS, IPS, policy=SHORT, now=at + timedelta(days=1))
+    assert cas(later.serving.ca_cert) == [serial(recovered.authority.current.cert)]
+
+
+def test_an_expired_ca_is_replaced_and_expired_cas_leave_the_bundle():
+    first = plan(Authority(), None, DNS, IPS, policy=SHORT, now=T0)
+    at = T0 + timedelta(days=31)  # the cluster was off for a month: the CA and the certificate expired
+    out = plan(first.authority, first.serving, DNS, IPS, policy=SHORT, now=at)
+    assert out.authority.current.cert != first.authority.current.cert
+    assert out.authority.retired == () and cas(out.serving.ca_cert) == [serial(out.authority.current.cert)]
+    assert load(out.serving.cert).not_valid_before_utc <= at < load(out.serving.cert).not_valid_after_utc
+
+
+def test_an_unusable_next_ca_is_dropped_and_a_usable_one_replaces_an_unusable_current():
+    first = plan(Authority(), None, DNS, IPS, policy=SHORT, now=T0)
+    ca = first.authority.current
+    broken = KeyPair(ca.cert, generate_ca()[1])  # not the certificate's key
+    out = plan(Authority(current=ca, next=broken), first.serving, DNS, IPS, policy=SHORT, now=T0)
+    assert out.authority.next is None and out.changes == ("dropped an unusable next CA",)
+    spare = KeyPair(*generate_ca(days=30, now=T0))
+    out = plan(Authority(current=broken, next=spare), first.serving, DNS, IPS, policy=SHORT, now=T0)
+    assert out.authority.current == spare and out.authority.next is None
+    assert trusts(out.serving.ca_cert, first.serving.cert), "the broken CA's certificate still vouches for what is served now"
+
+
+def test_the_old_layout_is_read_as_the_current_ca_and_its_certificate_is_kept():
+    ca_cert, ca_key = generate_ca(days=3650, now=T0)
+    cert, key = generate_serving_cert(ca_cert, ca_key, DNS, IPS, now=T0)
+    old = CertBundle(ca_cert, cert, key, ca_key)
+    found = authority_from_serving(old, T0 + timedelta(days=1))
+    assert found == Authority(current=KeyPair(ca_cert, ca_key))
+    out = plan(found, old, DNS, IPS, published=certificates_of(ca_cert), now=T0 + timedelta(days=1))
+    assert out.changes == () and out.serving == CertBundle(ca_cert, cert, key)
+
+
+def test_authority_repr_shows_no_key():
+    out = plan(Authority(), None, DNS, IPS, policy=SHORT, now=T0)
+    text = repr(out.authority)
+    assert "PRIVATE" not in text and "serial=" in text
+    assert b"".join(out.authority.current.key.splitlines()[1:2]).decode() not in text
+
+
+# Against a cluster --------------------------------------------------------------------------------
+
+NS, TLS, CA = "volcano-job-webhook", "volcano-job-webhook-tls", "volcano-job-webhook-ca"
+HOOK = "volcano-job-webhook"
+
+
+@pytest.fixture
+def cluster():
+    with FakeApiServer() as server:
+        api = server.api_client()
+        admission = client.AdmissionregistrationV1Api(api)
+        hook = {"name": "pods.volcano-job-webhook.io", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                "clientConfig": {"service": {"namespace": NS, "name": "volcano-job-webhook", "path": "/mutate"}}}
+        admission.create_mutating_webhook_configuration({"metadata": {"name": HOOK}, "webhooks": [hook, {**hook, "name": "b.io"}]})
+        admission.create_validating_webhook_configuration({"metadata": {"name": HOOK}, "webhooks": [{**hook, "name": "jobs.io"}]})
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+        yield server
+
+
+def data(server: FakeApiServer, name: str) -> dict[str, bytes]:
+    secret = server.get_object("secrets", name, NS)
+    assert secret is not None, name
+    return {k: base64.b64decode(v) for k, v in secret["data"].items()}
+
+
+def ca_bundles(server: FakeApiServer) -> list[bytes]:
+    out = []
+    for resource in ("mutatingwebhookconfigurations.admissionregistration.k8s.io", "validatingwebhookconfigurations.admissionregistration.k8s.io"):
+        out += [base64.b64decode(h["clientConfig"]["caBundle"]) for h in server.get_object(resource, HOOK)["webhooks"]]
+    return out
+
+
+def writes(server: FakeApiServer) -> list[tuple[str, str, str | None]]:
+    return [(r.verb, r.resource, r.name) for r in server.requests if r.verb in ("create", "update", "patch", "delete")]
+
+
+def run_sync(server: FakeApiServer, day: float, policy: Policy = SHORT) -> Any:
+    server.clear_requests()
+    return sync(server.api_client(), NS, TLS, CA, "volcano-job-webhook", NS, webhook=HOOK, policy=policy, now=T0 + timedelta(days=day))
+
+
+def test_a_ca_rotation_through_the_cluster(cluster):
+    run_sync(cluster, 0)
+    first_ca = data(cluster, CA)["ca.crt"]
+    assert ca_bundles(cluster) == [first_ca] * 3 and data(cluster, TLS)["ca.crt"] == first_ca
+
+    run_sync(cluster, 19.5)  # the serving certificate was renewed on the way; the CA is not due yet
+    assert writes(cluster) == [("update", "secrets", TLS)]
+
+    run_sync(cluster, 20)  # announce: the CA Secret gains the next CA, every client trusts both
+    assert writes(cluster) == [("update", "secrets", CA), ("patch", "mutatingwebhookconfigurations", HOOK),
+                               ("patch", "validatingwebhookconfigurations", HOOK), ("update", "secrets", TLS)]
+    ca_secret = data(cluster, CA)
+    assert sorted(ca_secret) == ["ca.crt", "ca.key", "next-ca.crt", "next-ca.key"]
+    both = first_ca + ca_secret["next-ca.crt"]
+    assert ca_bundles(cluster) == [both] * 3 and data(cluster, TLS)["ca.crt"] == both
+
+    served = data(cluster, TLS)["tls.crt"]
+    run_sync(cluster, 21)  # switch: the new CA signs, the old one is retired (its key is gone)
+    assert writes(cluster) == [("update", "secrets", CA), ("update", "secrets", TLS)]
+    ca_secret = data(cluster, CA)
+    assert sorted(ca_secret) == ["ca.crt", "ca.key", "retired-ca.crt"] and ca_secret["retired-ca.crt"] == first_ca
+    assert issuer_in(data(cluster, TLS)["tls.crt"], ca_secret["ca.crt"]) is not None
+    assert all(trusts(b, served) and trusts(b, data(cluster, TLS)["tls.crt"]) for b in ca_bundles(cluster))
+
+    run_sync(cluster, 22)  # retire
+    assert writes(cluster) == [("update", "secrets", CA), ("patch", "mutatingwebhookconfigurations", HOOK),
+                               ("patch", "validatingwebhookconfigurations", HOOK), ("update", "secrets", TLS)]
+    assert sorted(data(cluster, CA)) == ["ca.crt", "ca.key"]
+    assert ca_bundles(cluster) == [data(cluster, CA)["ca.crt"]] * 3
+
+    run_sync(cluster, 22.5)
+    assert writes(cluster) == []
+
+
+def test_the_switch_waits_for_webhooks_that_missed_the_new_bundle(cluster):
+    run_sync(cluster, 0)
+    run_sync(cluster, 20)
+    both = data(cluster, TLS)["ca.crt"]
+    # Someone re-applied an old caBundle to the validating webhook (or our patch never landed).
+    api = cluster.api_client()
+    configs = read_webhooks(api, HOOK)
+    patch_webhooks(api, [c for c in configs if c.kind == "ValidatingWebhookConfiguration"], split_pems(both)[0])
+    run_sync(cluster, 21)
+    assert "next-ca.crt" in data(cluster, CA), "not switched: one client does not trust the next CA yet"
+    assert ca_bundles(cluster) == [both] * 3, "but the bundle was put back"
+    run_sync(cluster, 22)
+    assert "retired-ca.crt" in data(cluster, CA)
+
+
+def test_losing_both_secrets_keeps_the_old_ca_trusted_until_the_new_certificate_is_out(cluster):
+    run_sync(cluster, 0)
+    old_ca, old_cert = data(cluster, CA)["ca.crt"], data(cluster, TLS)["tls.crt"]
+    for name in (TLS, CA):
+        cluster.delete_object("secrets", name, NS)
+    run_sync(cluster, 1)
+    new_ca, new_cert = data(cluster, CA)["ca.crt"], data(cluster, TLS)["tls.crt"]
+    assert new_ca != old_ca and data(cluster, CA)["retired-ca.crt"] == old_ca
+    # The webhooks were patched before the new certificate was written, and still trust the old one.
+    assert writes(cluster)[1:3] == [("patch", "mutatingwebhookconfigurations", HOOK), ("patch", "validatingwebhookconfigurations", HOOK)]
+    assert all(trusts(b, old_cert) and trusts(b, new_cert) for b in ca_bundles(cluster))
+    run_sync(cluster, 2)
+    assert ca_bundles(cluster) == [new_ca] * 3
+
+
+def test_a_webhook_configuration_changed_since_it_was_read_is_not_overwritten(cluster):
+    api = cluster.api_client()
+    configs = read_webhooks(api, HOOK)
+    admission = client.AdmissionregistrationV1Api(api)
+    admission.patch_mutating_webhook_configuration(HOOK, {"metadata": {"labels": {"touched": "yes"}}})
+    with pytest.raises(ApiException) as raised:
+        patch_webhooks(api, configs, generate_ca()[0])
+    assert raised.value.status == 422
+    assert all("caBundle" not in h["clientConfig"]
+               for h in cluster.get_object("mutatingwebhookconfigurations.admissionregistration.k8s.io", HOOK)["webhooks"])
+
+
+def old_layout_secret(now: datetime) -> tuple[dict[str, Any], CertBundle]:
+    """A Secret as ``certs --secret`` wrote it before the CA Secret existed: ca.key inside."""
+    ca_cert, ca_key = generate_ca(now=now)
+    cert, key = generate_serving_cert(ca_cert, ca_key, DNS, IPS, now=now)
+    body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": TLS, "namespace": NS, "labels": {"app.kubernetes.io/managed-by": "volcano-job-webhook"}},
+            "data": {k: base64.b64encode(v).decode() for k, v in
+                     (("ca.crt", ca_cert), ("ca.key", ca_key), ("tls.crt", cert), ("tls.key", key))}}
+    return body, CertBundle(ca_cert, cert, key, ca_key)
+
+
+def test_a_secret_of_the_old_layout_is_migrated_by_the_command(cluster, tmp_path, capsys):
+    body, old = old_layout_secret(datetime.now(UTC) - timedelta(days=10))
+    client.CoreV1Api(cluster.api_client()).create_namespaced_secret(NS, body)
+    patch_webhooks(cluster.api_client(), read_webhooks(cluster.api_client(), HOOK), old.ca_cert)  # as the old Job left it
+    argv = ["certs", "--secret", f"{NS}/{TLS}", "--ca-secret", CA, "--patch-webhook", HOOK,
+            "--kubeconfig", cluster.kubeconfig(str(tmp_path / "kubeconfig"))]
+    cluster.clear_requests()
+    assert main(argv) == 0
+    # The key is stored in the CA Secret before it leaves the serving Secret.
+    assert writes(cluster) == [("create", "secrets", None), ("update", "secrets", TLS)]
+    assert data(cluster, CA) == {"ca.crt": old.ca_cert, "ca.key": old.ca_key}
+    assert data(cluster, TLS) == {"ca.crt": old.ca_cert, "tls.crt": old.cert, "tls.key": old.key}, "same certificate, no CA key"
+    assert cluster.get_object("secrets", TLS, NS)["metadata"]["labels"] == body["metadata"]["labels"]
+    assert ca_bundles(cluster) == [old.ca_cert] * 3
+    capsys.readouterr()
+    cluster.clear_requests()
+    assert main(argv) == 0
+    assert writes(cluster) == []
+
+
+def test_an_old_layout_secret_with_an_expired_certificate_is_migrated_and_renewed(cluster):
+    body, old = old_layout_secret(T0 - timedelta(days=400))
+    client.CoreV1Api(cluster.api_client()).create_namespaced_secret(NS, body)
+    result = run_sync(cluster, 0, Policy())
+    assert result.ca_written and result.serving_written
+    assert data(cluster, CA) == {"ca.crt": old.ca_cert, "ca.key": old.ca_key}, "the CA (ten years) is still good: kept"
+    assert "ca.key" not in data(cluster, TLS) and data(cluster, TLS)["tls.crt"] != old.cert
+    assert issuer_in(data(cluster, TLS)["tls.crt"], old.ca_cert) is not None
+
+
+def test_a_serving_secret_of_another_type_is_refused_before_anything_is_written(cluster):
+    client.CoreV1Api(cluster.api_client()).create_namespaced_secret(NS, {"metadata": {"name": TLS}, "type": "Opaque", "data": {}})
+    cluster.clear_requests()
+    with pytest.raises(CertsError, match=r"not kubernetes\.io/tls"):
+        run_sync(cluster, 0)
+    assert writes(cluster) == []
+
+
+def test_the_command_takes_the_renewal_windows(cluster, tmp_path, capsys):
+    argv = ["certs", "--secret", f"{NS}/{TLS}", "--kubeconfig", cluster.kubeconfig(str(tmp_path / "kubeconfig"))]
+    assert main(argv) == 0
+    capsys.readouterr()
+    # 365 days left: renewed only when the window reaches back that far.
+    assert main([*argv, "--renew-before", "300d"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == [f"Secret {NS}/{TLS}: unchanged", f"Secret {NS}/{CA}: unchanged"]
+    assert main([*argv, "--renew-before", "366d"]) == 0
+    assert f"Secret {NS}/{TLS}: written" in capsys.readouterr().out
+    assert main([*argv, "--ca-renew-before", "3651d"]) == 0
+    out = capsys.readouterr().out
+    assert "announced the next CA" in out and f"Secret {NS}/{CA}: written" in out
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--renew-before", "soon"])
+    assert refused.value.code == 2 and "expected a percentage" in capsys.readouterr().err
+    assert main([*argv, "--ca-secret", "other/ca"]) == 2
+    assert main([*argv, "--ca-secret", TLS]) == 2
+
+
+# What the certs Job may do ------------------------------------------------------------------------
+
+
+def allowed(grants: list[Grant], record: Any) -> bool:
+    """RBAC's rule: some grant names the verb, group and resource, covers the namespace (a
+    ClusterRole's grant covers all), and either names no object or names this one (a create has no
+    name, so only a grant without resourceNames allows it)."""
+    return any(
+        g.verb == record.verb and g.api_group == record.group and g.resource == record.resource
+        and (g.namespace is None or g.namespace == record.namespace)
+        and (not g.resource_names or record.name in g.resource_names)
+        for g in grants
+    )
+
+
+def test_every_call_of_the_certs_job_is_granted_by_name_and_every_grant_is_used(cluster):
+    """Install, renewal, a whole CA rotation and an old-layout migration, as the self-managed
+    variant's certgen ServiceAccount: each request must be allowed by its Role and ClusterRole as
+    written (resourceNames included), and each rule must be needed by some request."""
+    grants = rbac_grants(build_variant("self-managed"), CERTGEN_SERVICE_ACCOUNT)
+    requests = []
+    for day in (0, 7, 20, 21, 22, 23):
+        run_sync(cluster, day)
+        requests += cluster.requests
+    client.CoreV1Api(cluster.api_client()).delete_namespaced_secret(CA, NS)
+    client.CoreV1Api(cluster.api_client()).delete_namespaced_secret(TLS, NS)
+    client.CoreV1Api(cluster.api_client()).create_namespaced_secret(NS, old_layout_secret(T0)[0])
+    run_sync(cluster, 24)
+    requests += cluster.requests
+    assert [(r.verb, r.resource, r.name) for r in requests if not allowed(grants, r)] == []
+    unused = [g for g in grants if not any(allowed([g], r) for r in requests)]
+    assert unused == []
+    # The control: a request the Role does not name is refused by this check.
+    assert not allowed(grants, type("R", (), {"verb": "get", "group": "", "resource": "secrets", "namespace": NS, "name": "other"})())
+
+
+@pytest.mark.parametrize("version", ["1.30", major_minor(latest_version())])
+def test_the_secrets_written_validate_against_the_kubernetes_schema(cluster, version):
+    run_sync(cluster, 20)  # a CA Secret with every key
+    for name in (TLS, CA):
+        secret = cluster.get_object("secrets", name, NS)
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "Secret", **secret}, version, strict=True)
+    bad = {"apiVersion": "v1", "kind": "Secret", **cluster.get_object("secrets", TLS, NS), "typo": 1}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, version, strict=True)
