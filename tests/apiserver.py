@@ -650,6 +650,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _HTTPServer
 
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in two writes: with Nagle's algorithm the body waits for the
+        # client's delayed ACK of the headers, 40 ms per request on Linux loopback.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
