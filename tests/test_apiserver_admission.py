@@ -6,11 +6,9 @@ discovery and CRDs that the Volcano scenarios rely on."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,95 +17,15 @@ from kubernetes.client.rest import ApiException
 
 from tests.apiserver import FakeApiServer
 from tests.envtest import create, delete, free_port, read, request, status_message
-from tests.servers import in_thread
-from volcano_job_webhook.certs.issue import generate_ca, generate_serving_cert
-from volcano_job_webhook.certs.tls import build_server
+from tests.servers import Raw, Slow, TinyWebhook, denying, patching, tiny_webhook
+from volcano_job_webhook.certs.issue import generate_ca
 
 NS = "default"
-Answer = Callable[[dict[str, Any]], Any]
-
-
-@dataclass
-class Raw:
-    """An answer that is not an AdmissionReview: this status and body."""
-
-    status: int
-    body: bytes
-
-
-@dataclass
-class Slow:
-    """Answer ``then`` after ``seconds``."""
-
-    seconds: float
-    then: Any
-
-
-@dataclass
-class TinyWebhook:
-    """An HTTPS webhook on 127.0.0.1: ``answers[path]`` turns each AdmissionReview it gets into the
-    ``response`` fields to send (``uid`` is filled in), or a :class:`Raw` or :class:`Slow` answer.
-    ``reviews`` holds what came in: (path, query string, review)."""
-
-    answers: dict[str, Answer] = field(default_factory=dict)
-    reviews: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    url: str = ""
-    ca_bundle: str = ""
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        review = json.loads(body)
-        self.reviews.append((scope["path"], scope["query_string"].decode(), review))
-        answer = self.answers.get(scope["path"], allow)(review)
-        if isinstance(answer, Slow):
-            await asyncio.sleep(answer.seconds)
-            answer = answer.then
-        if isinstance(answer, Raw):
-            status, data = answer.status, answer.body
-        else:
-            response = {"uid": review["request"]["uid"], **answer}
-            status, data = 200, json.dumps({"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}).encode()
-        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": data})
-
-    def paths(self) -> list[str]:
-        return [path for path, _, _ in self.reviews]
-
-
-def allow(review: dict[str, Any]) -> dict[str, Any]:
-    return {"allowed": True}
-
-
-def patching(*ops: dict[str, Any]) -> Answer:
-    encoded = base64.b64encode(json.dumps(list(ops)).encode()).decode()
-    return lambda review: {"allowed": True, "patchType": "JSONPatch", "patch": encoded}
-
-
-def denying(message: str, code: int | None = None) -> Answer:
-    status: dict[str, Any] = {"message": message}
-    if code is not None:
-        status["code"] = code
-    return lambda review: {"allowed": False, "status": status}
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinyWebhook]:
-    certs = tmp_path_factory.mktemp("tiny-webhook")
-    ca_cert, ca_key = generate_ca("tiny-webhook-ca")
-    cert, key = generate_serving_cert(ca_cert, ca_key, [], ["127.0.0.1"])
-    (certs / "tls.crt").write_bytes(cert)
-    (certs / "tls.key").write_bytes(key)
-    hook = TinyWebhook(ca_bundle=base64.b64encode(ca_cert).decode())
-    server = build_server(hook, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", log_level="warning", lifespan="off")
-    with in_thread(server):
-        hook.url = f"https://127.0.0.1:{server.port}"  # type: ignore[attr-defined]
+    with tiny_webhook(tmp_path_factory.mktemp("tiny-webhook")) as hook:
         yield hook
 
 
