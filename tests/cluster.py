@@ -53,9 +53,12 @@ from tests.envtest import (
     create,
     delete,
     find_assets,
+    free_port,
+    https_get,
     new_namespace,
     read,
     request,
+    start_product,
     status_message,
     wait_until,
     webhook_configurations,
@@ -146,6 +149,13 @@ class VolcanoCluster:
     @property
     def emulated(self) -> bool:
         return self.emulator is not None
+
+    def kubeconfig(self, workdir: Path) -> Path:
+        """A kubeconfig for the product's user (``--kubeconfig`` of a product subprocess)."""
+        if self.envtest is not None:
+            return self.envtest.kubeconfig(self.user_name)
+        assert self.api is not None
+        return Path(self.api.kubeconfig(str(workdir / "kubeconfig.yaml")))
 
     # -- webhooks -------------------------------------------------------------------------------
 
@@ -392,6 +402,39 @@ class RealVolcano:
         return VolcanoCluster("real", admin, self.envtest.api_client(WEBHOOK_USER), WEBHOOK_USER,
                               new_namespace(admin, "volcano-"), envtest=self.envtest,
                               controller_log=lambda tail: f"vc-controller-manager:\n{process.log(tail=tail)}")
+
+
+@dataclass
+class ProductWebhook:
+    """The product's webhook server, running: where it listens and the CA that signed its certificate."""
+
+    process: Process
+    base_url: str
+    ca_bundle: bytes
+
+
+@contextmanager
+def product_webhook(cluster: VolcanoCluster, workdir: Path, *args: str, timeout: float = WAIT) -> Iterator[ProductWebhook]:
+    """``volcano-webhook serve --job-source=kube`` (plus ``args``) as the cluster's product user, on
+    127.0.0.1 with the certificate it makes itself, once ``/readyz`` says its Job cache is synced;
+    stopped at the end. Register it with ``cluster.register_webhooks(w.base_url, w.ca_bundle)``."""
+    certs, port = workdir / "certs", free_port()
+    process = start_product(["serve", "--host=127.0.0.1", f"--port={port}", f"--certs-dir={certs}", "--job-source=kube",
+                             f"--kubeconfig={cluster.kubeconfig(workdir)}", "--log-level=debug", *args], workdir / "serve.log")
+    base_url = f"https://127.0.0.1:{port}"
+    try:
+        def ready() -> bool:
+            assert process.alive, f"serve exited:\n{process.log(tail=40)}"
+            answer = https_get(f"{base_url}/readyz", certs / "ca.crt") if (certs / "ca.crt").exists() else None
+            return answer is not None and answer[0] == 200
+
+        try:
+            wait_until(ready, timeout, "the webhook's /readyz (Job cache synced)")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{process.log(tail=40)}") from None
+        yield ProductWebhook(process, base_url, (certs / "ca.crt").read_bytes())
+    finally:
+        process.stop()
 
 
 def names(objects: Sequence[Obj]) -> list[str]:
