@@ -1,9 +1,12 @@
-"""An in-process test double of the Kubernetes API server, for the faults a real one cannot be
-made to stage on cue: injected 429 and 5xx answers (``fail_next``), dropped connections
-(``drop_next``), watches cut (``close_watches``), history expired (``expire_history``: 410 Gone),
-the server away and back (``stop``, ``restart``). Everything else is tested against a real
-kube-apiserver (tests/envtest.py); this double serves only what those fault tests and their
-subjects (the reconciler, the webhook's job cache, the certs command) use.
+"""An in-process test double of the Kubernetes API server.
+
+It serves two kinds of tests: the faults a real server cannot be made to stage on cue (injected 429
+and 5xx answers ``fail_next``, dropped connections ``drop_next``, watches cut ``close_watches``,
+history expired ``expire_history``: 410 Gone, the server away and back ``stop``/``restart``), and
+the scenarios that need Volcano's job controller beside the product on a machine without
+kube-apiserver (tests/cluster.py, tests/volcano_controller.py), for which it calls admission
+webhooks as kube-apiserver does. Everything else is tested against a real kube-apiserver
+(tests/envtest.py); this double serves only what those tests and their subjects use.
 
 ``FakeApiServer`` serves the real Kubernetes REST paths over plain HTTP on 127.0.0.1 (an ephemeral
 port), so the *official* ``kubernetes`` Python client can be pointed at it unchanged::
@@ -17,9 +20,28 @@ What it does as kube-apiserver does:
 * Objects are plain dicts.  Every write bumps one global integer resourceVersion.  Create fills
   uid, creationTimestamp, namespace (from the URL) and ``generateName``.  A no-op update/patch does
   not bump the resourceVersion and sends no watch event.
+* Kinds: namespaces, configmaps, secrets, services, serviceaccounts, pods, events,
+  networkpolicies, leases, the two webhook configurations, customresourcedefinitions, and Volcano's
+  Jobs; a CustomResourceDefinition created here is served at once (Established), so Volcano's own
+  CRDs (Commands, PodGroups, Queues) can be installed as on a real server; ``register_resource``
+  adds any other kind.  Discovery (``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``)
+  lists what is served.
+* The status subresource of Pods, Jobs and CRDs that declare one (``<name>/status``): it writes only
+  ``status``, the main resource everything but ``status``; create starts a Pod ``Pending`` and a
+  custom resource without status.
+* Admission (tests/admission.py): the MutatingWebhookConfigurations and
+  ValidatingWebhookConfigurations stored here are called for matching CREATE, UPDATE and DELETE
+  requests over HTTPS (``clientConfig.url`` and ``caBundle``), mutating first, their JSON patches
+  applied, then validating; a denial or a failed call answers as the real server does (400-class
+  Status with ``admission webhook "NAME" denied the request: ...``; 500 ``failed calling webhook``
+  under ``failurePolicy: Fail``); ``response.warnings`` become ``Warning: 299 - "..."`` headers.
+  ``webhook_calls`` records each call.  ``dryRun=All`` runs admission and stores nothing.
+* Validation, only what two writers of one object can get wrong: a second ``controller: true``
+  owner reference (422 "Only one reference can have Controller set to true"), and in a Pod
+  duplicate volume names, mounts of missing volumes, duplicate mount paths in a container.
 * Errors are ``Status`` objects with the real codes and reasons: 404 NotFound, 409 AlreadyExists /
   Conflict (stale resourceVersion, failed uid precondition), 415 for a patch type it does not
-  serve, 400 BadRequest.
+  serve, 400 BadRequest, 422 Invalid.
 * PATCH understands JSON merge patch, JSON patch and a simplified server-side apply (create if
   missing, else merge); a strategic merge patch (what the client sends for a dict) is served as a
   JSON merge patch (lists replaced, not merged by key).  Services and Secrets get the defaults a client can see (type, clusterIP...).
@@ -36,9 +58,12 @@ What it does as kube-apiserver does:
   seconds and just before the timeout.  A label-selected watch sees an object that stops matching
   as DELETED and one that starts matching as ADDED.
 
-Not served (the real server is the test for these): authentication, authorization, admission,
-validation, managedFields and field ownership (apply never removes a field), field selectors,
-strategic merge keys, status subresources, generation, finalizers, garbage collection, discovery.
+Not served (the real server is the test for these): authentication and authorization (every
+request is ``system:admin``), the in-tree admission plugins (ServiceAccount, LimitRanger...),
+validation beyond the above and CRD schemas (no pruning, no schema defaults), Pod defaults beyond
+``status.phase``, managedFields and field ownership (apply never removes a field), field
+selectors, strategic merge keys, subresources other than ``status``, generation, finalizers,
+graceful deletion (a Pod goes at once, as an unscheduled one does), garbage collection.
 """
 
 from __future__ import annotations
@@ -64,6 +89,8 @@ import jsonpatch
 import kubernetes.client
 import yaml
 
+from tests.admission import Admission, Attributes, Call, Rejected, warning_header
+
 Obj = dict[str, Any]
 
 
@@ -82,6 +109,7 @@ class ResourceType:
     kind: str
     namespaced: bool = True
     custom: bool = False  # a CRD: items keep kind in lists
+    status: bool = False  # a status subresource: status written only through <name>/status
 
     @property
     def api_version(self) -> str:
@@ -97,20 +125,41 @@ class ResourceType:
         return (self.group, self.plural)
 
 
+CRD = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+                   namespaced=False, status=True)
+MUTATING = ResourceType("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+                        "MutatingWebhookConfiguration", namespaced=False)
+VALIDATING = ResourceType("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+                          "ValidatingWebhookConfiguration", namespaced=False)
+
 DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", namespaced=False),
     ResourceType("", "v1", "configmaps", "ConfigMap"),
     ResourceType("", "v1", "secrets", "Secret"),
     ResourceType("", "v1", "services", "Service"),
+    ResourceType("", "v1", "serviceaccounts", "ServiceAccount"),
+    ResourceType("", "v1", "pods", "Pod", status=True),
     ResourceType("", "v1", "events", "Event"),
     ResourceType("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease"),
-    ResourceType("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
-                 "MutatingWebhookConfiguration", namespaced=False),
-    ResourceType("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
-                 "ValidatingWebhookConfiguration", namespaced=False),
-    ResourceType("batch.volcano.sh", "v1alpha1", "jobs", "Job", custom=True),
+    MUTATING,
+    VALIDATING,
+    CRD,
+    ResourceType("batch.volcano.sh", "v1alpha1", "jobs", "Job", custom=True, status=True),
 )
+
+
+def resource_types_of(crd: Obj) -> list[ResourceType]:
+    """The resource types a CustomResourceDefinition serves: one per served version."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    out = []
+    for version in spec.get("versions") or []:
+        if version.get("served", True):
+            out.append(ResourceType(spec["group"], version["name"], names["plural"], names["kind"],
+                                    namespaced=spec.get("scope", "Namespaced") == "Namespaced", custom=True,
+                                    status="status" in (version.get("subresources") or {})))
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -126,6 +175,13 @@ class ApiError(Exception):
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
         self.details, self.headers = details, headers or {}
+        self.warnings: list[str] = []  # admission webhooks' warnings, sent even with an error
+
+    @classmethod
+    def from_status(cls, status: Obj) -> ApiError:
+        """The error that answers with this ``Status`` object (an admission webhook's refusal)."""
+        return cls(int(status.get("code") or 500), status.get("reason"), str(status.get("message") or ""),
+                   status.get("details"))
 
     def status(self) -> Obj:
         return status_object(self.code, self.reason, self.message, self.details)
@@ -156,14 +212,16 @@ def _conflict(rt: ResourceType, name: str, why: str) -> ApiError:
 _STALE = "the object has been modified; please apply your changes to the latest version and try again"
 
 
-def _invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> ApiError:
-    """422 Invalid; ``causes`` are (field, message) pairs."""
-    text = ", ".join(f"{f}: {m}" for f, m in causes)
+def _invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]] | list[tuple[str, str, str]]) -> ApiError:
+    """422 Invalid; ``causes`` are (field, message) pairs, or (field, message, reason) triples
+    (the reason defaults to FieldValueInvalid)."""
+    full = [(c[0], c[1], c[2] if len(c) > 2 else "FieldValueInvalid") for c in causes]
+    text = ", ".join(f"{f}: {m}" for f, m, _ in full)
     msg = f'{rt.kind}.{rt.group} "{name}" is invalid: ' if rt.group else f'{rt.kind} "{name}" is invalid: '
-    msg += f"[{text}]" if len(causes) > 1 else text
+    msg += f"[{text}]" if len(full) > 1 else text
     return ApiError(422, "Invalid", msg, {
         "name": name, "group": rt.group, "kind": rt.kind,
-        "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes]})
+        "causes": [{"reason": r, "message": m, "field": f} for f, m, r in full]})
 
 
 def _bad_request(message: str) -> ApiError:
@@ -350,6 +408,9 @@ class _Store:
             self.objects[rt.key].pop(key, None)
         else:
             self.objects[rt.key][key] = obj
+            if rt.key == CRD.key:  # a stored CRD is served at once (the real server takes a moment)
+                for served in resource_types_of(obj):
+                    self.register(served)
         self.history.append(WatchEvent(self.rv, rt.key, kind, copy.deepcopy(obj), copy.deepcopy(old)))
         self.history_rvs.append(self.rv)
         if len(self.history) > self.history_limit:
@@ -376,8 +437,81 @@ class _Store:
 
 
 # --------------------------------------------------------------------------
-# Server-side defaulting (the part of it that shows up in tests)
+# Server-side defaulting and validation (the part of them that shows up in tests)
 # --------------------------------------------------------------------------
+
+
+def _reset_status_on_create(rt: ResourceType, obj: Obj) -> None:
+    """What create does to ``status``: a custom resource with a status subresource starts without
+    one, a Pod starts ``Pending`` (the registries' ``PrepareForCreate``), a CRD is Established at
+    once (its controller's work, instant here)."""
+    if rt.key == ("", "pods"):
+        obj["status"] = {"phase": "Pending"}
+    elif rt.key == CRD.key:
+        spec = obj.get("spec") or {}
+        obj["status"] = {
+            "acceptedNames": spec.get("names") or {},
+            "storedVersions": [v["name"] for v in spec.get("versions") or [] if v.get("storage")],
+            "conditions": [{"type": t, "status": "True", "reason": r, "message": m, "lastTransitionTime": _now()}
+                           for t, r, m in (("NamesAccepted", "NoConflicts", "no conflicts found"),
+                                           ("Established", "InitialNamesAccepted", "the initial names have been accepted"))],
+        }
+    elif rt.status:
+        obj.pop("status", None)
+
+
+def _owner_references_json(refs: list[Any]) -> str:
+    """``[]metav1.OwnerReference`` as the API server prints an invalid value: JSON, fields in Go order."""
+    order = ("apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion")
+    shown = [{k: r[k] for k in order if k in r} if isinstance(r, dict) else r for r in refs]
+    return json.dumps(shown, separators=(",", ":"))
+
+
+def _pod_causes(pod: Obj) -> list[tuple[str, str, str]]:
+    """Pod validation that catches two parties wiring one Pod: volume names unique, every mount
+    naming a volume, mount paths unique within a container (``ValidatePodSpec``'s messages)."""
+    spec = pod.get("spec") or {}
+    causes = []
+    volumes: set[Any] = set()
+    for i, volume in enumerate(spec.get("volumes") or []):
+        name = volume.get("name") if isinstance(volume, dict) else None
+        if name in volumes:
+            causes.append((f"spec.volumes[{i}].name", f"Duplicate value: {json.dumps(name)}", "FieldValueDuplicate"))
+        volumes.add(name)
+    for key in ("containers", "initContainers"):
+        for i, container in enumerate(spec.get(key) or []):
+            paths: set[Any] = set()
+            for j, mount in enumerate((container.get("volumeMounts") or []) if isinstance(container, dict) else []):
+                where = f"spec.{key}[{i}].volumeMounts[{j}]"
+                if mount.get("name") not in volumes:
+                    causes.append((f"{where}.name", f"Not found: {json.dumps(mount.get('name'))}", "FieldValueNotFound"))
+                if mount.get("mountPath") in paths:
+                    causes.append((f"{where}.mountPath", f"Invalid value: {json.dumps(mount.get('mountPath'))}: must be unique",
+                                   "FieldValueInvalid"))
+                paths.add(mount.get("mountPath"))
+    return causes
+
+
+def _validate(rt: ResourceType, obj: Obj) -> None:
+    """422 Invalid for what the real server refuses and the product could get wrong: a second
+    ``controller: true`` owner reference (``ValidateOwnerReferences``), and :func:`_pod_causes`."""
+    meta = obj["metadata"]
+    refs = meta.get("ownerReferences") or []
+    causes: list[tuple[str, str, str]] = []
+    first = ""
+    for ref in refs:
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            current = f"{ref.get('kind')}/{ref.get('name')}"
+            if not first:
+                first = current
+                continue
+            causes.append(("metadata.ownerReferences", f"Invalid value: {_owner_references_json(refs)}: Only one reference "
+                           f'can have Controller set to true. Found "true" in references for {first} and {current}',
+                           "FieldValueInvalid"))
+    if rt.key == ("", "pods"):
+        causes += _pod_causes(obj)
+    if causes:
+        raise _invalid(rt, meta.get("name") or "", causes)
 
 
 def _apply_defaults(store: _Store, rt: ResourceType, obj: Obj, old: Obj | None) -> None:
@@ -454,6 +588,7 @@ class RequestRecord:
     name: str | None = None
     status: int | None = None
     user_agent: str = ""  # who asked, as the client named itself (``ApiClient.user_agent``)
+    subresource: str = ""
 
 
 @dataclass
@@ -462,6 +597,22 @@ class _Route:
     namespace: str | None
     name: str | None
     watch_path: bool  # the deprecated /watch/ prefix
+    subresource: str = ""
+
+
+@dataclass
+class _Write:
+    """A write on its way through admission: what it would store, and what it replaces."""
+
+    operation: str  # CREATE, UPDATE, DELETE
+    rt: ResourceType
+    namespace: str | None
+    name: str  # "" for a CREATE whose name the server generates
+    obj: Obj | None  # the object to store (None for DELETE)
+    old: Obj | None  # the stored object it replaces (None for CREATE)
+    code: int  # the HTTP status of success
+    subresource: str = ""
+    options: Obj | None = None
 
 
 def _truthy(value: str | None) -> bool:
@@ -502,6 +653,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _HTTPServer
 
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in two writes: with Nagle's algorithm the body waits for the
+        # client's delayed ACK of the headers, 40 ms per request on Linux loopback.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
@@ -524,7 +681,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
-    def send_json(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+    def send_json(self, code: int, body: Any, headers: dict[str, str] | None = None, warnings: Iterable[str] = ()) -> None:
         data = json.dumps(body).encode() if not isinstance(body, bytes) else body
         self.send_response(code)
         self.send_header("Content-Type", "application/json" if not isinstance(body, bytes) else "text/plain")
@@ -532,6 +689,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Audit-Id", str(uuid.uuid4()))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
+        for text in warnings:
+            self.send_header("Warning", warning_header(text))
         self.end_headers()
         self.wfile.write(data)
 
@@ -598,6 +757,7 @@ class FakeApiServer:
         self._log_lock = threading.Lock()
         self._stopping = False
         self._open_watches = 0
+        self._webhook_calls: list[Call] = []
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -758,6 +918,12 @@ class FakeApiServer:
             self._requests.clear()
 
     @property
+    def webhook_calls(self) -> list[Call]:
+        """Every admission webhook call so far, oldest first: which webhook, for what, how it ended."""
+        with self._log_lock:
+            return list(self._webhook_calls)
+
+    @property
     def open_watches(self) -> int:
         return self._open_watches
 
@@ -878,9 +1044,9 @@ class FakeApiServer:
             if record.verb == "watch":
                 record.status = 200
                 return self._watch(h, route, query)
-            code, result = self._serve(method, route, query, body, h.headers.get("Content-Type") or "")
+            code, result, warnings = self._serve(method, route, query, body, h.headers.get("Content-Type") or "")
             record.status = code
-            h.send_json(code, result)
+            h.send_json(code, result, warnings=warnings)
         except ApiError as err:
             self._send_error(h, record, err)
         except (BrokenPipeError, ConnectionResetError):
@@ -890,7 +1056,7 @@ class FakeApiServer:
 
     def _send_error(self, h: _Handler, record: RequestRecord, err: ApiError) -> None:
         record.status = err.code
-        h.send_json(err.code, err.status(), err.headers)
+        h.send_json(err.code, err.status(), err.headers, warnings=err.warnings)
 
     @staticmethod
     def _describe(record: RequestRecord, route: _Route) -> RequestRecord:
@@ -902,13 +1068,23 @@ class FakeApiServer:
             verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
                     "DELETE": "delete" if route.name else "deletecollection"}[method]
         return RequestRecord(method, record.path, record.query, verb, rt.group, rt.version, rt.plural,
-                             route.namespace, route.name)
+                             route.namespace, route.name, subresource=route.subresource)
 
     def _route(self, path: str) -> _Route | Obj | bytes:
         """Map a URL path to a resource route, or to a discovery / health document."""
         parts = [unquote(p) for p in path.strip("/").split("/") if p]
         if parts in (["healthz"], ["livez"], ["readyz"]):
             return b"ok"
+        if parts == ["api"]:
+            return {"kind": "APIVersions", "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}]}
+        if parts == ["apis"]:
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": self._groups()}
+        if len(parts) == 2 and parts[0] == "apis":
+            group = next((g for g in self._groups() if g["name"] == parts[1]), None)
+            if group is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return {"kind": "APIGroup", "apiVersion": "v1", **group}
         if len(parts) >= 2 and parts[0] == "api":
             group, version, rest = "", parts[1], parts[2:]
         elif len(parts) >= 3 and parts[0] == "apis":
@@ -916,36 +1092,59 @@ class FakeApiServer:
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if not rest:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return self._resource_list(group, version)
         watch_path = rest[0] == "watch"
         rest = rest[1:] if watch_path else rest
         namespace = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
         rt = self._store.types.get((group, version, rest[0] if rest else ""))
-        if (rt is None or len(rest) > 2 or (namespace is not None and not rt.namespaced)
-                or (rt.namespaced and namespace is None and len(rest) > 1)):
+        subresource = rest[2] if len(rest) == 3 else ""
+        if (rt is None or len(rest) > 3 or (namespace is not None and not rt.namespaced)
+                or (rt.namespaced and namespace is None and len(rest) > 1)
+                or (subresource and (subresource != "status" or not rt.status or watch_path))):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        return _Route(rt, namespace, rest[1] if len(rest) > 1 else None, watch_path)
+        return _Route(rt, namespace, rest[1] if len(rest) > 1 else None, watch_path, subresource)
+
+    def _groups(self) -> list[Obj]:
+        versions: dict[str, list[str]] = {}
+        for rt in self._store.types.values():
+            if rt.group and rt.version not in versions.setdefault(rt.group, []):
+                versions[rt.group].append(rt.version)
+        return [{"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                 "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}} for g, vs in sorted(versions.items())]
+
+    def _resource_list(self, group: str, version: str) -> Obj:
+        """An ``APIResourceList`` (discovery), so that clients which look kinds up work here too."""
+        resources = []
+        for rt in sorted(self._store.types.values(), key=lambda t: t.plural):
+            if (rt.group, rt.version) != (group, version):
+                continue
+            resources.append({"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced, "kind": rt.kind,
+                              "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]})
+            if rt.status:
+                resources.append({"name": f"{rt.plural}/status", "singularName": "", "namespaced": rt.namespaced,
+                                  "kind": rt.kind, "verbs": ["get", "patch", "update"]})
+        if not resources:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version,
+                "resources": resources}
 
     # -- verbs ------------------------------------------------------------------
 
     def _serve(self, method: str, route: _Route, query: dict[str, str], raw: bytes,
-               content_type: str) -> tuple[int, Obj]:
+               content_type: str) -> tuple[int, Obj, list[str]]:
         rt, ns, name = route.rt, route.namespace, route.name
-        with self._store.lock:
-            if method == "GET" and name:
-                return 200, self._present(rt, self._get(rt, ns, name))
-            if method == "GET":
-                return 200, self._list(rt, ns, query)
-            if method == "POST" and not name and (ns is not None or not rt.namespaced):
-                return 201, self._present(rt, self._create(rt, ns, _parse_json(raw, dict)))
-            if method == "PUT" and name:
-                return 200, self._present(rt, self._update(rt, ns, name, _parse_json(raw, dict)))
-            if method == "PATCH" and name:
-                return self._patch(rt, ns, name, raw, content_type, query)
-            if method == "DELETE" and name:
-                return self._delete(rt, ns, name, raw)
+        if method == "GET":
+            with self._store.lock:
+                if name:
+                    return 200, self._present(rt, self._get(rt, ns, name)), []
+                if route.subresource:
+                    raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+                return 200, self._list(rt, ns, query), []
+        creating = method == "POST" and not name and (ns is not None or not rt.namespaced)
+        if (creating or (method in ("PUT", "PATCH") and name) or (method == "DELETE" and name and not route.subresource)):
+            return self._write(method, route, query, raw, content_type)
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
     @staticmethod
@@ -1005,59 +1204,79 @@ class FakeApiServer:
         else:
             meta["namespace"] = ns
 
-    def _create(self, rt: ResourceType, ns: str | None, body: Obj) -> Obj:
-        obj = copy.deepcopy(body)
-        self._check_type(rt, obj)
-        self._check_namespace(rt, obj, ns)
-        meta = obj["metadata"]
+    # A write goes: the object it would store (under the lock), the mutating webhooks (without it),
+    # defaults and validation (under it), the validating webhooks (without it), and the commit
+    # (under it) — repeated from the start when the stored object changed meanwhile, as the real
+    # server's GuaranteedUpdate does. Webhooks may call this server, so no lock is held around them.
+
+    def _write(self, method: str, route: _Route, query: dict[str, str], raw: bytes,
+               content_type: str) -> tuple[int, Obj, list[str]]:
+        admission = Admission()
+        dry_run = bool(query.get("dryRun"))
         try:
-            if int(meta.get("resourceVersion") or 0) != 0:
-                raise ApiError(500, None, "resourceVersion should not be set on objects to be created")
-        except ValueError:
-            pass
-        if not meta.get("name") and meta.get("generateName"):
-            alphabet = "bcdfghjklmnpqrstvwxz2456789"
-            meta["name"] = meta["generateName"] + "".join(random.choice(alphabet) for _ in range(5))
-        store = self._store
-        if (ns or "", meta["name"]) in store.objects[rt.key]:
-            raise ApiError(409, "AlreadyExists", f'{rt.qualified} "{meta["name"]}" already exists',
-                           {"name": meta["name"], "group": rt.group, "kind": rt.plural})
-        for k in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"):
-            meta.pop(k, None)
-        meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = _now()
-        _apply_defaults(store, rt, obj, None)
-        return store.commit(rt, "ADDED", obj, None)
+            for _ in range(20):
+                with self._store.lock:
+                    plan = self._plan(method, route, query, raw, content_type)
+                    mutating = list(self._store.objects[MUTATING.key].values())
+                    validating = list(self._store.objects[VALIDATING.key].values())
+                    ns_obj = self._store.objects[("", "namespaces")].get(("", plan.namespace or ""))
+                    ns_labels = dict(((ns_obj or {}).get("metadata") or {}).get("labels") or {})
+                attrs = Attributes(plan.operation, plan.rt.group, plan.rt.version, plan.rt.plural, plan.rt.kind,
+                                   plan.rt.namespaced, plan.namespace or "", plan.name, plan.obj, plan.old,
+                                   plan.subresource, dry_run, plan.options, ns_labels)
+                obj = admission.mutate(mutating, attrs)  # None for a DELETE (webhooks see no object to patch)
+                with self._store.lock:
+                    if obj is not None:
+                        obj = self._finalize(plan, obj)
+                final = obj if obj is not None else plan.obj
+                attrs = Attributes(**{**attrs.__dict__, "obj": final,
+                                      "name": (final or plan.old or {}).get("metadata", {}).get("name", plan.name)})
+                admission.validate(validating, attrs)
+                with self._store.lock:
+                    stored = self._store.objects[plan.rt.key].get((plan.namespace or "", attrs.name))
+                    if plan.old is not None and (stored is None or stored["metadata"]["resourceVersion"]
+                                                 != plan.old["metadata"]["resourceVersion"]):
+                        continue  # changed meanwhile: start again from the new stored object
+                    if plan.operation == "CREATE" and stored is not None and method == "PATCH":
+                        continue  # an apply that created: now it updates
+                    return plan.code, self._commit(plan, final, stored, dry_run), admission.warnings
+            raise _conflict(route.rt, route.name or "", _STALE)
+        except Rejected as rejected:
+            err = ApiError.from_status(rejected.status)
+            err.warnings = admission.warnings
+            raise err from None
+        except ApiError as err:
+            err.warnings = admission.warnings
+            raise
+        finally:
+            with self._log_lock:
+                self._webhook_calls.extend(admission.calls)
 
-    def _update(self, rt: ResourceType, ns: str | None, name: str, body: Obj, current: Obj | None = None) -> Obj:
-        current = current or self._get(rt, ns, name)
-        obj = copy.deepcopy(body)
-        self._check_type(rt, obj)
-        self._check_namespace(rt, obj, ns)
-        meta, cur_meta = obj["metadata"], current["metadata"]
-        if meta.get("name") not in (None, "", name):
-            raise _bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
-        meta["name"] = name
-        if meta.get("resourceVersion") and meta["resourceVersion"] != cur_meta["resourceVersion"]:
-            raise _conflict(rt, name, _STALE)
-        if meta.get("uid") and meta["uid"] != cur_meta["uid"]:
-            raise _conflict(rt, name, f"Precondition failed: UID in precondition: {meta['uid']}, "
-                            f"UID in object meta: {cur_meta['uid']}")
-        new = obj
-        for k in ("uid", "creationTimestamp"):
-            if k in cur_meta:
-                meta[k] = cur_meta[k]
-            else:
-                meta.pop(k, None)
-        _apply_defaults(self._store, rt, new, current)
-        new["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
-        _drop_empty_meta(new)
-        if _without_rv(new) == _without_rv(current):
-            return new  # a no-op write is not a write: same resourceVersion, no event
-        return self._store.commit(rt, "MODIFIED", new, current)
-
-    def _patch(self, rt: ResourceType, ns: str | None, name: str, raw: bytes, content_type: str,
-               query: dict[str, str]) -> tuple[int, Obj]:
+    def _plan(self, method: str, route: _Route, query: dict[str, str], raw: bytes, content_type: str) -> _Write:
+        """What the request would write, from the stored objects (call with the lock held)."""
+        rt, ns, name, sub = route.rt, route.namespace, route.name, route.subresource
+        if method == "POST":
+            options = {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1", **_write_options(query)}
+            obj = self._new_object(rt, ns, _parse_json(raw, dict))
+            return _Write("CREATE", rt, ns, obj["metadata"].get("name") or "", obj, None, 201, options=options)
+        assert name is not None
+        if method == "DELETE":
+            options = _parse_json(raw, dict) if raw.strip() else {}
+            current = self._get(rt, ns, name)
+            pre = options.get("preconditions") or {}
+            if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
+                raise _conflict(rt, name, f"Precondition failed: UID in precondition: {pre['uid']}, "
+                                f"UID in object meta: {current['metadata']['uid']}")
+            if pre.get("resourceVersion") and pre["resourceVersion"] != current["metadata"]["resourceVersion"]:
+                raise _conflict(rt, name, f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+                                f"ResourceVersion in object meta: {current['metadata']['resourceVersion']}")
+            options = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", **options}
+            return _Write("DELETE", rt, ns, name, None, current, 200, options=options)
+        options = {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1", **_write_options(query)}
+        if method == "PUT":
+            current = self._get(rt, ns, name)
+            new = self._updated_object(rt, ns, name, _parse_json(raw, dict), current, sub)
+            return _Write("UPDATE", rt, ns, name, new, current, 200, sub, options)
         ctype = content_type.split(";")[0].strip().lower()
         accepted = ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"]
         if not rt.custom:  # served as a JSON merge patch: the list merge keys are not modelled
@@ -1065,6 +1284,7 @@ class FakeApiServer:
         if ctype not in accepted:
             raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
                            "accepted media types include: " + ", ".join(accepted))
+        patch: Any = None
         if ctype == "application/apply-patch+yaml":
             if not query.get("fieldManager"):
                 raise _bad_request("fieldManager is required for apply requests")
@@ -1074,9 +1294,11 @@ class FakeApiServer:
                 raise _bad_request(f"error decoding YAML: {exc}") from None
             if not isinstance(patch, dict):
                 raise _bad_request("the apply configuration must be an object")
-            if (ns or "", name) not in self._store.objects[rt.key]:
+            if (ns or "", name) not in self._store.objects[rt.key] and not sub:
                 patch.setdefault("metadata", {}).setdefault("name", name)
-                return 201, self._present(rt, self._create(rt, ns, patch))
+                obj = self._new_object(rt, ns, patch)
+                create_options = {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1", **_write_options(query)}
+                return _Write("CREATE", rt, ns, name, obj, None, 201, options=create_options)
         current = self._get(rt, ns, name)
         if ctype == "application/json-patch+json":
             ops = _parse_json(raw, list)
@@ -1090,20 +1312,112 @@ class FakeApiServer:
             result = json_merge_patch(current, patch)
         if not isinstance(result, dict):
             raise _bad_request("the patch did not produce an object")
-        # a metadata.resourceVersion left in the result is a precondition, checked by _update
-        return 200, self._present(rt, self._update(rt, ns, name, result, current))
+        # a metadata.resourceVersion left in the result is a precondition, checked by _updated_object
+        new = self._updated_object(rt, ns, name, result, current, sub)
+        return _Write("UPDATE", rt, ns, name, new, current, 200, sub, options)
 
-    def _delete(self, rt: ResourceType, ns: str | None, name: str, raw: bytes) -> tuple[int, Obj]:
-        options = _parse_json(raw, dict) if raw.strip() else {}
-        current = self._get(rt, ns, name)
-        pre = options.get("preconditions") or {}
-        if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
-            raise _conflict(rt, name, f"Precondition failed: UID in precondition: {pre['uid']}, "
-                            f"UID in object meta: {current['metadata']['uid']}")
-        self._store.remove(rt, self._store.objects[rt.key][(ns or "", name)])
-        return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                     "details": {"name": name, "group": rt.group, "kind": rt.plural,
-                                 "uid": current["metadata"]["uid"]}}
+    def _new_object(self, rt: ResourceType, ns: str | None, body: Obj) -> Obj:
+        """A create's object before admission: type, namespace and preconditions checked, the
+        fields only the server sets removed (the name is generated after the mutating webhooks)."""
+        obj = copy.deepcopy(body)
+        self._check_type(rt, obj)
+        self._check_namespace(rt, obj, ns)
+        meta = obj["metadata"]
+        try:
+            if int(meta.get("resourceVersion") or 0) != 0:
+                raise ApiError(500, None, "resourceVersion should not be set on objects to be created")
+        except ValueError:
+            pass
+        if not meta.get("name") and not meta.get("generateName"):
+            raise _invalid(rt, "", [("metadata.name", "Required value: name or generateName is required", "FieldValueRequired")])
+        for k in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields", "uid",
+                  "creationTimestamp"):
+            meta.pop(k, None)
+        return obj
+
+    def _updated_object(self, rt: ResourceType, ns: str | None, name: str, body: Obj, current: Obj, subresource: str) -> Obj:
+        """An update's object before admission; a status subresource write changes only ``status``,
+        a main-resource write of a kind with one changes everything but ``status``."""
+        obj = copy.deepcopy(body)
+        self._check_type(rt, obj)
+        self._check_namespace(rt, obj, ns)
+        meta, cur_meta = obj["metadata"], current["metadata"]
+        if meta.get("name") not in (None, "", name):
+            raise _bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+        meta["name"] = name
+        if meta.get("resourceVersion") and meta["resourceVersion"] != cur_meta["resourceVersion"]:
+            raise _conflict(rt, name, _STALE)
+        if meta.get("uid") and meta["uid"] != cur_meta["uid"]:
+            raise _conflict(rt, name, f"Precondition failed: UID in precondition: {meta['uid']}, "
+                            f"UID in object meta: {cur_meta['uid']}")
+        for k in ("uid", "creationTimestamp"):
+            if k in cur_meta:
+                meta[k] = cur_meta[k]
+            else:
+                meta.pop(k, None)
+        meta["resourceVersion"] = cur_meta["resourceVersion"]
+        if subresource == "status":
+            status = obj.get("status")
+            obj = copy.deepcopy(current)
+            obj.pop("status", None)
+            if status is not None:
+                obj["status"] = status
+        elif rt.status:
+            obj.pop("status", None)
+            if "status" in current:
+                obj["status"] = copy.deepcopy(current["status"])
+        return obj
+
+    def _finalize(self, plan: _Write, obj: Obj) -> Obj:
+        """After the mutating webhooks: what the storage layer does before validating webhooks see
+        the object (call with the lock held). A create gets its generated name, uid and creation
+        time; defaults are applied again (the webhooks' patch is decoded like any request); then
+        :func:`_validate`."""
+        obj = copy.deepcopy(obj)
+        if not isinstance(obj.get("metadata"), dict):
+            raise _bad_request("metadata must be an object")
+        self._check_type(plan.rt, obj)
+        self._check_namespace(plan.rt, obj, plan.namespace)
+        meta = obj["metadata"]
+        if plan.operation == "CREATE":
+            if not meta.get("name") and meta.get("generateName"):
+                alphabet = "bcdfghjklmnpqrstvwxz2456789"
+                meta["name"] = meta["generateName"] + "".join(random.choice(alphabet) for _ in range(5))
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = _now()
+            _reset_status_on_create(plan.rt, obj)
+        elif plan.old is not None:
+            meta["name"] = plan.old["metadata"]["name"]
+            for k in ("uid", "creationTimestamp", "resourceVersion"):
+                if k in plan.old["metadata"]:
+                    meta[k] = plan.old["metadata"][k]
+        _apply_defaults(self._store, plan.rt, obj, plan.old)
+        _drop_empty_meta(obj)
+        _validate(plan.rt, obj)
+        return obj
+
+    def _commit(self, plan: _Write, obj: Obj | None, stored: Obj | None, dry_run: bool) -> Obj:
+        """Store the admitted write (call with the lock held); a dry run and a no-op update store nothing."""
+        rt = plan.rt
+        if plan.operation == "DELETE":
+            assert plan.old is not None
+            if not dry_run:
+                self._store.remove(rt, plan.old)
+            return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                    "details": {"name": plan.name, "group": rt.group, "kind": rt.plural, "uid": plan.old["metadata"]["uid"]}}
+        assert obj is not None
+        name = obj["metadata"]["name"]
+        if plan.operation == "CREATE":
+            if stored is not None:
+                raise ApiError(409, "AlreadyExists", f'{rt.qualified} "{name}" already exists',
+                               {"name": name, "group": rt.group, "kind": rt.plural})
+            if dry_run:
+                return self._present(rt, copy.deepcopy(obj))
+            return self._present(rt, self._store.commit(rt, "ADDED", obj, None))
+        assert stored is not None
+        if dry_run or _without_rv(obj) == _without_rv(stored):
+            return self._present(rt, copy.deepcopy(obj))  # a no-op write is not a write: same resourceVersion, no event
+        return self._present(rt, self._store.commit(rt, "MODIFIED", obj, stored))
 
     # -- watch ------------------------------------------------------------------
 
@@ -1203,6 +1517,16 @@ class FakeApiServer:
     def _bookmark(rt: ResourceType, rv: int) -> Obj:
         meta: Obj = {"resourceVersion": str(rv), "creationTimestamp": None}
         return {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}
+
+
+def _write_options(query: dict[str, str]) -> Obj:
+    """The ``dryRun`` and ``fieldManager`` of a create or update, as an AdmissionRequest's options carry them."""
+    options: Obj = {}
+    if query.get("dryRun"):
+        options["dryRun"] = [query["dryRun"]]
+    if query.get("fieldManager"):
+        options["fieldManager"] = query["fieldManager"]
+    return options
 
 
 def _parse_json(raw: bytes, expected: type) -> Any:

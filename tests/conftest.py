@@ -1,6 +1,7 @@
 """Shared fixtures: the example jobs, a jobs directory to write into, an in-process webhook client,
-and a real API server (``envtest``, ``apiserver_factory``, ``kube_admin``, ``kube_namespace``; see
-tests/envtest.py)."""
+a real API server (``envtest``, ``apiserver_factory``, ``kube_admin``, ``kube_namespace``; see
+tests/envtest.py), and a cluster where Volcano's job controller runs (``volcano_cluster``,
+``real_volcano_cluster``, ``emulated_volcano_cluster``; see tests/cluster.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from kubernetes import client as kube_client
 
+from tests.cluster import RealVolcano, VolcanoCluster, emulated_cluster, find_controller, real_missing
 from tests.envtest import ASSETS_ENV, EnvTest, find_assets, new_namespace
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
@@ -19,6 +21,11 @@ from volcano_job_webhook.server.jobs import DirectoryJobSource
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "volcano_controller(**options): options of the emulated Volcano job controller "
+                            "(tests/volcano_controller.py: interval, max_requeue, retry_base, retry_cap)")
 
 
 @pytest.fixture
@@ -117,3 +124,55 @@ def kube_namespace(envtest: EnvTest, kube_admin: kube_client.ApiClient) -> str:
     Pods can be created in it. Not deleted afterwards: without a controller-manager a namespace never
     finishes terminating, and the API server goes at session end anyway."""
     return new_namespace(kube_admin)
+
+
+# Volcano's job controller beside the product (tests/cluster.py) -----------------------------------
+
+
+@pytest.fixture(scope="session")
+def real_volcano(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealVolcano]:
+    """kube-apiserver with Volcano's CRDs and vc-controller-manager, for the session (they are not
+    shared with the other envtest fixtures: the controller watches every namespace). Skips naming
+    what is missing: ``VOLCANO_CONTROLLER``, ``KUBEBUILDER_ASSETS`` or Volcano's CRDs."""
+    missing = real_missing()
+    if missing:
+        pytest.skip(missing)
+    assets, binary = find_assets(), find_controller()
+    assert assets is not None and binary is not None
+    volcano = RealVolcano(assets, binary, tmp_path_factory.mktemp("volcano"))
+    try:
+        volcano.start()
+        yield volcano
+    finally:
+        volcano.stop()
+
+
+@pytest.fixture
+def real_volcano_cluster(real_volcano: RealVolcano) -> Iterator[VolcanoCluster]:
+    """A fresh namespace where Volcano's real job controller runs (skips without it). Webhooks the
+    test registered are removed afterwards: the API server serves the whole session."""
+    cluster = real_volcano.cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.unregister_webhooks()
+
+
+@pytest.fixture
+def emulated_volcano_cluster(request: pytest.FixtureRequest) -> Iterator[VolcanoCluster]:
+    """A fresh API-server double with Volcano's CRDs, a namespace, and tests/volcano_controller.py
+    running in it (``.emulator``: counters, writes, events); runs on any machine. Options of the
+    emulator come from the test's ``volcano_controller`` marker, e.g.
+    ``@pytest.mark.volcano_controller(retry_cap=2.0)`` for retries closer to Volcano's pace."""
+    marker = request.node.get_closest_marker("volcano_controller")
+    with emulated_cluster(**(marker.kwargs if marker else {})) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def volcano_cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
+    """Where the scenarios run: Volcano's real job controller when this machine has it and a
+    kube-apiserver (``VOLCANO_CONTROLLER``, ``KUBEBUILDER_ASSETS``), else the emulation."""
+    backend = "real_volcano_cluster" if real_missing() is None else "emulated_volcano_cluster"
+    cluster: VolcanoCluster = request.getfixturevalue(backend)
+    return cluster

@@ -1,0 +1,434 @@
+"""kube-apiserver's admission webhooks, for the API-server double (tests/apiserver.py).
+
+What the double calls and how, as kube-apiserver's ``MutatingAdmissionWebhook`` and
+``ValidatingAdmissionWebhook`` plugins do (k8s.io/apiserver/pkg/admission/plugin/webhook):
+
+* which webhooks: every ``webhooks[]`` entry of the MutatingWebhookConfigurations (then the
+  ValidatingWebhookConfigurations) stored in the double, configurations by name, webhooks in their
+  order; a webhook is called when one of its ``rules`` matches (operations, apiGroups, apiVersions,
+  resources with ``*``, ``*/*``, ``pods/status``, ``*/status`` and ``scope``), its
+  ``namespaceSelector`` matches the namespace's labels (plus ``kubernetes.io/metadata.name``, which
+  the real server puts on every namespace; cluster-scoped objects always match) and its
+  ``objectSelector`` matches the object's labels or, for UPDATE and DELETE, the old object's;
+* how: an AdmissionReview (the first of the webhook's ``admissionReviewVersions`` that is v1 or
+  v1beta1) POSTed to ``clientConfig.url`` with ``?timeout=<timeoutSeconds>s`` appended, over HTTPS
+  verified against ``caBundle`` (the system roots without one), within ``timeoutSeconds`` (10 by
+  default); a ``clientConfig.service`` cannot be routed here and fails like an unreachable webhook;
+* what comes back: ``allowed: false`` becomes the API error the real server answers (the message
+  ``admission webhook "NAME" denied the request: MESSAGE``, the webhook's status code, raised to 400
+  when it is under 400, as ``webhook/errors.ToStatusErr`` does); a failed call (refused, timed out,
+  TLS, a non-200 answer, a body that is not an AdmissionReview for this request) is a 500
+  ``Internal error occurred: failed calling webhook "NAME": ...`` under ``failurePolicy: Fail`` (the
+  v1 default) and is skipped under ``Ignore``; mutating webhooks' JSON patches are applied in turn,
+  each webhook seeing the previous ones' changes, and a webhook with ``reinvocationPolicy:
+  IfNeeded`` is called once more when a later webhook changed the object; ``response.warnings``
+  are returned for the API answer's ``Warning`` headers; a webhook whose ``sideEffects`` is not
+  ``None``/``NoneOnDryRun`` refuses dry-run requests (400).
+
+Not done: ``matchConditions`` (CEL) are not evaluated (the webhook is called), ``matchPolicy``
+(only the request's own group/version is matched), audit annotations, the API server's own
+(in-tree) admission plugins.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import http.client
+import json
+import socket
+import ssl
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import jsonpatch
+
+Obj = dict[str, Any]
+
+REVIEW_VERSIONS = ("v1", "v1beta1")
+DEFAULT_TIMEOUT = 10
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+# Who the double says made every request: it has no authentication, so everyone is an administrator.
+USER_INFO: Obj = {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]}
+# The kinds whose writes never go to webhooks (kube-apiserver exempts its own admission configuration).
+EXEMPT = frozenset({("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+                    ("admissionregistration.k8s.io", "validatingwebhookconfigurations")})
+
+
+class Rejected(Exception):
+    """The request is refused; ``status`` is the ``Status`` object the API server answers with."""
+
+    def __init__(self, status: Obj) -> None:
+        super().__init__(status.get("message", ""))
+        self.status = status
+
+    @property
+    def code(self) -> int:
+        return int(self.status.get("code") or 500)
+
+
+@dataclass(frozen=True)
+class Attributes:
+    """One request as admission sees it (``admission.Attributes``)."""
+
+    operation: str  # CREATE, UPDATE, DELETE
+    group: str
+    version: str
+    resource: str
+    kind: str
+    namespaced: bool
+    namespace: str  # "" for cluster-scoped objects
+    name: str  # "" for a CREATE whose name the server generates later
+    obj: Obj | None
+    old: Obj | None
+    subresource: str = ""
+    dry_run: bool = False
+    options: Obj | None = None
+    namespace_labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def exempt(self) -> bool:
+        return (self.group, self.resource) in EXEMPT
+
+
+@dataclass
+class Call:
+    """One webhook call, as the double made it (for tests to read): who, on what, and how it ended
+    (``allowed`` True/False, or ``error`` when the call itself failed)."""
+
+    webhook: str
+    operation: str
+    resource: str
+    name: str
+    allowed: bool | None = None
+    error: str | None = None
+    patched: bool = False
+
+
+# --------------------------------------------------------------------------
+# Matching
+# --------------------------------------------------------------------------
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str] | None) -> bool:
+    """A ``metav1.LabelSelector`` (matchLabels, matchExpressions with In, NotIn, Exists,
+    DoesNotExist); an absent or empty selector matches everything. NotIn and DoesNotExist match a
+    missing label, as in ``labels.Selector``."""
+    if not selector:
+        return True
+    labels = labels or {}
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, op = expression.get("key"), expression.get("operator")
+        values = expression.get("values") or []
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False  # the real server refuses such a configuration when it is stored
+    return True
+
+
+def _listed(values: Iterable[str] | None, value: str) -> bool:
+    values = list(values or [])
+    return "*" in values or value in values
+
+
+def rule_matches(rule: Mapping[str, Any], attrs: Attributes) -> bool:
+    """One ``RuleWithOperations``, as ``webhook/predicates/rules.Matcher`` matches it."""
+    if not (_listed(rule.get("operations"), attrs.operation) and _listed(rule.get("apiGroups"), attrs.group)
+            and _listed(rule.get("apiVersions"), attrs.version)):
+        return False
+    scope = rule.get("scope") or "*"
+    if (scope == "Cluster" and attrs.namespaced) or (scope == "Namespaced" and not attrs.namespaced):
+        return False
+    for pattern in rule.get("resources") or []:
+        resource, _, sub = pattern.partition("/")
+        if resource in ("*", attrs.resource) and sub in ("*", attrs.subresource):
+            return True
+    return False
+
+
+def _labels(obj: Obj | None) -> Mapping[str, str] | None:
+    return None if obj is None else ((obj.get("metadata") or {}).get("labels") or {})
+
+
+def hook_matches(hook: Mapping[str, Any], attrs: Attributes) -> bool:
+    """Whether ``hook`` is called for this request: rules, then namespaceSelector, then objectSelector."""
+    if not any(rule_matches(rule, attrs) for rule in hook.get("rules") or []):
+        return False
+    if attrs.namespace or attrs.resource == "namespaces":
+        if attrs.resource == "namespaces" and not attrs.namespace:
+            ns_labels = dict(_labels(attrs.obj if attrs.obj is not None else attrs.old) or {})
+        else:
+            ns_labels = dict(attrs.namespace_labels)
+            ns_labels.setdefault(NAMESPACE_NAME_LABEL, attrs.namespace)
+        if not selector_matches(hook.get("namespaceSelector"), ns_labels):
+            return False
+    selector = hook.get("objectSelector")
+    if not selector:
+        return True
+    return any(labels is not None and selector_matches(selector, labels) for labels in (_labels(attrs.obj), _labels(attrs.old)))
+
+
+def webhooks(configurations: Iterable[Obj]) -> list[Obj]:
+    """Every webhook of ``configurations``, configurations sorted by name, webhooks in order."""
+    out = []
+    for config in sorted(configurations, key=lambda c: (c.get("metadata") or {}).get("name") or ""):
+        out.extend(h for h in config.get("webhooks") or [] if isinstance(h, dict))
+    return out
+
+
+# --------------------------------------------------------------------------
+# Errors, as kube-apiserver builds them
+# --------------------------------------------------------------------------
+
+
+class CallFailed(Exception):
+    """``webhookutil.ErrCallingWebhook``: the webhook could not be asked, or answered nonsense."""
+
+    def __init__(self, webhook: str, reason: str) -> None:
+        super().__init__(f"failed calling webhook {json.dumps(webhook)}: {reason}")
+        self.webhook, self.reason = webhook, reason
+
+
+def internal_error(message: str) -> Rejected:
+    """``apierrors.NewInternalError``: 500, the cause repeated in ``details.causes``."""
+    return Rejected({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                     "message": f"Internal error occurred: {message}", "reason": "InternalError",
+                     "details": {"causes": [{"message": message}]}, "code": 500})
+
+
+def denial(webhook: str, result: Mapping[str, Any] | None) -> Rejected:
+    """``webhook/errors.ToStatusErr``: the webhook's status, its code raised to at least 400."""
+    status: Obj = copy.deepcopy(dict(result or {}))
+    code = status.get("code")
+    if not isinstance(code, int) or code < 400:
+        status["code"] = 400
+    if status.get("status") in (None, "", "Success"):
+        status["status"] = "Failure"
+    denied_by = f"admission webhook {json.dumps(webhook)} denied the request"
+    if status.get("message"):
+        status["message"] = f"{denied_by}: {status['message']}"
+    elif status.get("reason"):
+        status["message"] = f"{denied_by}: {status['reason']}"
+    else:
+        status["message"] = f"{denied_by} without explanation"
+    return Rejected({"kind": "Status", "apiVersion": "v1", "metadata": {}, **status})
+
+
+def _dry_run_unsupported(webhook: str) -> Rejected:
+    message = f"admission webhook {json.dumps(webhook)} does not support dry run"
+    return Rejected({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                     "message": message, "reason": "BadRequest", "code": 400})
+
+
+# --------------------------------------------------------------------------
+# Calling one webhook
+# --------------------------------------------------------------------------
+
+
+def _review(hook: Mapping[str, Any], attrs: Attributes, obj: Obj | None, version: str) -> Obj:
+    kind = {"group": attrs.group, "version": attrs.version, "kind": attrs.kind}
+    resource = {"group": attrs.group, "version": attrs.version, "resource": attrs.resource}
+    request: Obj = {
+        "uid": str(uuid.uuid4()),
+        "kind": kind,
+        "resource": resource,
+        "requestKind": kind,
+        "requestResource": resource,
+        "name": attrs.name,
+        "operation": attrs.operation,
+        "userInfo": USER_INFO,
+        "object": obj,
+        "oldObject": attrs.old,
+        "dryRun": attrs.dry_run,
+        "options": attrs.options,
+    }
+    if attrs.namespace:
+        request["namespace"] = attrs.namespace
+    if attrs.subresource:
+        request["subResource"] = request["requestSubResource"] = attrs.subresource
+    return {"apiVersion": f"admission.k8s.io/{version}", "kind": "AdmissionReview", "request": request}
+
+
+def _describe(exc: BaseException, host: str, port: int) -> str:
+    """What Go's HTTP client says for the same failure (the words tests and people grep for)."""
+    if isinstance(exc, ConnectionRefusedError):
+        return f"dial tcp {host}:{port}: connect: connection refused"
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return "context deadline exceeded"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"tls: failed to verify certificate: x509: {exc.verify_message}"
+    return str(exc) or type(exc).__name__
+
+
+def call_webhook(hook: Mapping[str, Any], attrs: Attributes, obj: Obj | None) -> Obj:
+    """POST the AdmissionReview and return its ``response``; raises :class:`CallFailed`."""
+    name = str(hook.get("name") or "")
+    accepted = [v for v in hook.get("admissionReviewVersions") or [] if v in REVIEW_VERSIONS]
+    if not accepted:
+        raise CallFailed(name, f"webhook does not accept known AdmissionReview versions {list(REVIEW_VERSIONS)}")
+    version = accepted[0]
+    timeout = hook.get("timeoutSeconds") or DEFAULT_TIMEOUT
+    config = hook.get("clientConfig") or {}
+    url = config.get("url")
+    if not url:
+        service = config.get("service") or {}
+        target = (f"https://{service.get('name')}.{service.get('namespace')}.svc:{service.get('port', 443)}"
+                  f"{service.get('path') or ''}?timeout={timeout}s")
+        raise CallFailed(name, f'failed to call webhook: Post "{target}": this API-server double cannot route to a '
+                               "Service; register the webhook with clientConfig.url")
+    parts = urlsplit(url)
+    query = f"{parts.query}&timeout={timeout}s" if parts.query else f"timeout={timeout}s"
+    shown = f"{parts.scheme}://{parts.netloc}{parts.path}?{query}"
+    if parts.scheme != "https" or not parts.hostname:
+        raise CallFailed(name, f'failed to call webhook: Post "{shown}": the URL must be https://host[:port]/path')
+    try:
+        bundle = base64.b64decode(config["caBundle"]).decode() if config.get("caBundle") else None
+        context = ssl.create_default_context(cadata=bundle)
+    except (ValueError, ssl.SSLError) as exc:
+        raise CallFailed(name, f"could not get REST client: unable to load root certificates: {exc}") from None
+    review = _review(hook, attrs, obj, version)
+    body = json.dumps(review).encode()
+    port = parts.port or 443
+    connection = http.client.HTTPSConnection(parts.hostname, port, context=context, timeout=float(timeout))
+    try:
+        connection.request("POST", f"{parts.path or '/'}?{query}", body,
+                           {"Content-Type": "application/json", "Accept": "application/json"})
+        answer = connection.getresponse()
+        data = answer.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise CallFailed(name, f'failed to call webhook: Post "{shown}": {_describe(exc, parts.hostname, port)}') from None
+    finally:
+        connection.close()
+    if answer.status != 200:
+        text = data.decode(errors="replace")[:500]
+        raise CallFailed(name, f'failed to call webhook: an error on the server ("{text}") has prevented the request '
+                               f"from succeeding (HTTP {answer.status})")
+    try:
+        decoded = json.loads(data)
+    except ValueError as exc:
+        raise CallFailed(name, f"received invalid webhook response: {exc}") from None
+    expected = f"admission.k8s.io/{version}"
+    if not isinstance(decoded, dict) or decoded.get("apiVersion") != expected or decoded.get("kind") != "AdmissionReview":
+        got = f"{decoded.get('apiVersion')}, Kind={decoded.get('kind')}" if isinstance(decoded, dict) else type(decoded).__name__
+        raise CallFailed(name, f"received invalid webhook response: expected webhook response of {expected}, "
+                               f"Kind=AdmissionReview, got {got}")
+    response = decoded.get("response")
+    if not isinstance(response, dict):
+        raise CallFailed(name, "received invalid webhook response: webhook response was absent")
+    if response.get("uid") != review["request"]["uid"]:
+        raise CallFailed(name, f"received invalid webhook response: expected response.uid={json.dumps(review['request']['uid'])}, "
+                               f"got {json.dumps(response.get('uid'))}")
+    if response.get("patch") and not response.get("patchType"):
+        raise CallFailed(name, "received invalid webhook response: webhook returned response.patch but not response.patchType")
+    return response
+
+
+# --------------------------------------------------------------------------
+# The two plugins
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Admission:
+    """What one request went through: the calls made and the warnings gathered."""
+
+    calls: list[Call] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def _ask(self, hook: Mapping[str, Any], attrs: Attributes, obj: Obj | None) -> Obj | None:
+        """One call; None when it failed and the failure policy ignores that. Raises :class:`Rejected`."""
+        name = str(hook.get("name") or "")
+        record = Call(name, attrs.operation, attrs.resource + (f"/{attrs.subresource}" if attrs.subresource else ""),
+                      attrs.name)
+        self.calls.append(record)
+        if attrs.dry_run and hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
+            record.error = "does not support dry run"
+            raise _dry_run_unsupported(name)
+        try:
+            response = call_webhook(hook, attrs, obj)
+        except CallFailed as exc:
+            record.error = str(exc)
+            if (hook.get("failurePolicy") or "Fail") == "Ignore":
+                return None
+            raise internal_error(str(exc)) from None
+        self.warnings.extend(str(w) for w in response.get("warnings") or [])
+        record.allowed = bool(response.get("allowed"))
+        if not record.allowed:
+            raise denial(name, response.get("status"))
+        return response
+
+    def mutate(self, configurations: Sequence[Obj], attrs: Attributes) -> Obj | None:
+        """Run the mutating webhooks; the object as they left it. Raises :class:`Rejected`."""
+        obj = copy.deepcopy(attrs.obj)
+        if attrs.exempt:
+            return obj
+        hooks = [h for h in webhooks(configurations) if hook_matches(h, attrs)]
+        last_change = -1
+        for position, hook in enumerate(hooks):
+            changed, obj = self._mutate_once(hook, attrs, obj)
+            if changed:
+                last_change = position
+        # reinvocationPolicy IfNeeded: once more for a webhook that ran before a later one changed the object.
+        for hook in hooks[:max(last_change, 0)]:
+            if hook.get("reinvocationPolicy") == "IfNeeded":
+                _, obj = self._mutate_once(hook, attrs, obj)
+        return obj
+
+    def _mutate_once(self, hook: Mapping[str, Any], attrs: Attributes, obj: Obj | None) -> tuple[bool, Obj | None]:
+        current = Attributes(**{**attrs.__dict__, "obj": obj})
+        response = self._ask(hook, current, obj)
+        if response is None or not response.get("patch") or obj is None:
+            return False, obj
+        name = str(hook.get("name") or "")
+        if response.get("patchType") != "JSONPatch":
+            exc = CallFailed(name, f"unsupported patch type {json.dumps(response.get('patchType'))}")
+            self.calls[-1].error = str(exc)
+            if (hook.get("failurePolicy") or "Fail") == "Ignore":
+                return False, obj
+            raise internal_error(str(exc))
+        try:
+            operations = json.loads(base64.b64decode(response["patch"]))
+            patched = jsonpatch.apply_patch(obj, operations)
+        except (ValueError, TypeError, jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            raise internal_error(f"JSON patch of admission webhook {json.dumps(name)} did not apply: {exc}") from None
+        if not isinstance(patched, dict):
+            raise internal_error(f"admission webhook {json.dumps(name)} patched the object into a {type(patched).__name__}")
+        self.calls[-1].patched = patched != obj
+        return patched != obj, patched
+
+    def validate(self, configurations: Sequence[Obj], attrs: Attributes) -> None:
+        """Run the validating webhooks (in order; the real server runs them in parallel). Raises
+        :class:`Rejected` for the first refusal."""
+        if attrs.exempt:
+            return
+        for hook in webhooks(configurations):
+            if not hook_matches(hook, attrs):
+                continue
+            response = self._ask(hook, attrs, attrs.obj)
+            if response is not None and response.get("patch"):
+                name = str(hook.get("name") or "")
+                exc = CallFailed(name, "received invalid webhook response: validating webhooks may not return patches")
+                self.calls[-1].error = str(exc)
+                if (hook.get("failurePolicy") or "Fail") != "Ignore":
+                    raise internal_error(str(exc))
+
+
+def warning_header(text: str) -> str:
+    """A ``Warning`` header value as kube-apiserver writes it (``299 - "text"``, with ``"`` and
+    ``\\`` escaped). The UTF-8 bytes are carried through latin-1, as HTTP header bytes are."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{escaped}"'.encode().decode("latin-1")

@@ -1,0 +1,441 @@
+"""A cluster with Volcano's job controller, for scenarios that run the product beside Volcano; the
+same scenario code runs on both backends:
+
+* **real**: a kube-apiserver of its own (``KUBEBUILDER_ASSETS``, tests/envtest.py) with Volcano's
+  CRDs and Queue ``default``, and Volcano's ``vc-controller-manager`` (``VOLCANO_CONTROLLER`` names
+  the binary), started as /work/shared/real-kubernetes.md says. Both run for the whole session: the
+  controller watches every namespace, so the API server is not the one other tests share;
+* **emulated**: the API-server double (tests/apiserver.py, which calls admission webhooks) with the
+  same CRDs created in it, and tests/volcano_controller.py in a thread, per test.
+
+``volcano_cluster`` (tests/conftest.py) is the real one when both binaries exist, else the emulated
+one; ``real_volcano_cluster`` skips naming what is missing; ``emulated_volcano_cluster`` is always
+the emulation (its :attr:`VolcanoCluster.emulator` has the counters). Each gives a fresh namespace
+and a :class:`VolcanoCluster`::
+
+    def test_x(volcano_cluster):
+        c = volcano_cluster
+        c.register_webhooks(webhook_url, ca_bundle)          # the manifests' configurations
+        job = c.create(volcano_job("j", c.namespace))          # as the administrator
+        c.wait(lambda: c.get("Secret", "j-ssh"), "Volcano's Secret")
+        c.inqueue("j")                                         # vc-scheduler's part: Pods come
+        pods = c.wait(lambda: len(c.pods("j")) == 3 and c.pods("j"), "the Pods")
+        c.restart("j")                                         # vcctl job restart
+        c.finish("j")                                          # every Pod Succeeded
+
+Volcano's CRDs are read from ``VOLCANO_CRDS`` (a directory), else ``../shared/volcano-crds`` next to
+the repository (/work/shared/volcano-crds here), as data. Without them the double serves the four
+kinds anyway (no schema); the real backend needs them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.apiserver import FakeApiServer, ResourceType
+from tests.envtest import (
+    ASSETS_ENV,
+    WEBHOOK_USER,
+    EnvTest,
+    Process,
+    apply,
+    create,
+    delete,
+    find_assets,
+    free_port,
+    https_get,
+    new_namespace,
+    read,
+    request,
+    start_product,
+    status_message,
+    wait_until,
+    webhook_configurations,
+)
+from tests.manifests_util import DEFAULT_VARIANT
+from tests.volcano_controller import JOB_API_VERSION, VolcanoController, controller_ref, path
+
+T = TypeVar("T")
+Obj = dict[str, Any]
+
+CONTROLLER_ENV = "VOLCANO_CONTROLLER"
+CRDS_ENV = "VOLCANO_CRDS"
+ROOT = Path(__file__).resolve().parent.parent
+CRD_FILES = ("batch.volcano.sh_jobs.yaml", "bus.volcano.sh_commands.yaml", "scheduling.volcano.sh_podgroups.yaml",
+             "scheduling.volcano.sh_queues.yaml")
+# What vc-scheduler would create; the job controller refuses to sync a Job whose Queue is missing.
+DEFAULT_QUEUE = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "default"},
+                 "spec": {"weight": 1, "reclaimable": True}}
+# The four kinds when no CRD file is at hand (the double needs no schema).
+FALLBACK_TYPES = (
+    ResourceType("bus.volcano.sh", "v1alpha1", "commands", "Command", custom=True),
+    ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", custom=True),
+    ResourceType("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False, custom=True, status=True),
+)
+API_VERSIONS = {"Job": JOB_API_VERSION, "PodGroup": "scheduling.volcano.sh/v1beta1", "Queue": "scheduling.volcano.sh/v1beta1",
+                "Command": "bus.volcano.sh/v1alpha1", "NetworkPolicy": "networking.k8s.io/v1"}
+WAIT = 30.0  # seconds: generous, since a slow machine must not fail a correct test
+
+
+def crds_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """Where Volcano's CRDs are: ``VOLCANO_CRDS``, else ``../shared/volcano-crds``; None if absent."""
+    directory = Path(environ[CRDS_ENV]) if environ.get(CRDS_ENV) else ROOT.parent / "shared" / "volcano-crds"
+    return directory if all((directory / f).is_file() for f in CRD_FILES) else None
+
+
+@functools.cache
+def volcano_crds(directory: Path) -> tuple[Obj, ...]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(yaml.load((directory / f).read_text(encoding="utf-8"), Loader=loader) for f in CRD_FILES)
+
+
+def find_controller(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The ``vc-controller-manager`` binary ``VOLCANO_CONTROLLER`` names, if it is executable."""
+    value = environ.get(CONTROLLER_ENV)
+    if value and os.access(value, os.X_OK) and Path(value).is_file():
+        return Path(value)
+    return None
+
+
+def real_missing(environ: Mapping[str, str] = os.environ) -> str | None:
+    """Why the real backend cannot run here (None when it can)."""
+    missing = []
+    if find_controller(environ) is None:
+        missing.append(f"{CONTROLLER_ENV} is not set to an executable vc-controller-manager")
+    if find_assets(environ) is None:
+        missing.append(f"{ASSETS_ENV} is not set to a directory with kube-apiserver and etcd")
+    if crds_dir(environ) is None:
+        missing.append(f"Volcano's CRDs are not in {CRDS_ENV} or ../shared/volcano-crds")
+    return "; ".join(missing) or None
+
+
+def kind_path(kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+    """The REST path of a kind Volcano's controller touches, or of a Queue (cluster-scoped)."""
+    return path(kind, None if kind == "Queue" else namespace, name, subresource)
+
+
+@dataclass
+class VolcanoCluster:
+    """One test's view: a namespace of a cluster where Volcano's job controller runs.
+
+    ``admin`` may do anything; ``user`` is the product's user (on the real backend the token user
+    with exactly the RBAC manifests/ grant the webhook's ServiceAccount; on the double the same as
+    ``admin``: it has no authorization). ``emulator`` is the emulated controller (counters, writes,
+    events), None on the real backend; ``api`` is the double, None on the real backend.
+    """
+
+    backend: str  # "real" or "emulated"
+    admin: client.ApiClient
+    user: client.ApiClient
+    user_name: str
+    namespace: str
+    emulator: VolcanoController | None = None
+    api: FakeApiServer | None = None
+    envtest: EnvTest | None = None
+    controller_log: Callable[[int], str] | None = None
+    registered: list[Obj] = field(default_factory=list)
+
+    @property
+    def emulated(self) -> bool:
+        return self.emulator is not None
+
+    def kubeconfig(self, workdir: Path) -> Path:
+        """A kubeconfig for the product's user (``--kubeconfig`` of a product subprocess)."""
+        if self.envtest is not None:
+            return self.envtest.kubeconfig(self.user_name)
+        assert self.api is not None
+        return Path(self.api.kubeconfig(str(workdir / "kubeconfig.yaml")))
+
+    # -- webhooks -------------------------------------------------------------------------------
+
+    def register_webhooks(self, base_url: str, ca_bundle: bytes, *, variant: str = DEFAULT_VARIANT,
+                          timeout: float = WAIT) -> list[Obj]:
+        """Register the install variant's Mutating- and ValidatingWebhookConfigurations with
+        ``clientConfig.url`` = ``base_url`` + each path and ``caBundle`` (tests/envtest.py's
+        ``webhook_configurations``), and return once the API server calls the mutating one: a
+        dry-run Pod of a Volcano job in this namespace comes back differently (a warning, an error,
+        a change) from before. The real server needs about a second; the double none."""
+        probe = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "webhook-probe", "namespace": self.namespace,
+                              "labels": {"volcano.sh/job-name": "webhook-probe"}},
+                 "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+        before = self._dry_run(probe)
+        configurations = webhook_configurations(base_url, ca_bundle, variant)
+        for obj in configurations:
+            apply(self.admin, obj)
+        self.registered = configurations
+        if self.api is None:
+            wait_until(lambda: self._dry_run(probe) != before, timeout, "the MutatingWebhookConfiguration to take effect")
+        return configurations
+
+    def unregister_webhooks(self) -> None:
+        for obj in self.registered:
+            delete(self.admin, obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+        self.registered = []
+
+    def _dry_run(self, obj: Obj) -> tuple[str, Any]:
+        warnings: list[str] = []
+        try:
+            stored = create(self.admin, obj, dry_run=True, warnings=warnings)
+        except ApiException as exc:
+            return "error", status_message(exc)
+        for key in ("uid", "creationTimestamp", "resourceVersion", "managedFields"):
+            stored["metadata"].pop(key, None)
+        # The ServiceAccount admission plugin's token volume has a random name in every answer.
+        spec = stored.get("spec") or {}
+        spec["volumes"] = [v for v in spec.get("volumes") or [] if not v["name"].startswith("kube-api-access-")]
+        for container in spec.get("containers") or []:
+            container["volumeMounts"] = [m for m in container.get("volumeMounts") or []
+                                         if not m["name"].startswith("kube-api-access-")]
+        return "ok", (warnings, stored)
+
+    # -- reading and writing --------------------------------------------------------------------
+
+    def create(self, obj: Mapping[str, Any], *, api: client.ApiClient | None = None, warnings: list[str] | None = None) -> Obj:
+        """Create ``obj`` in this namespace (its own namespace is ignored), as ``api`` (the admin)."""
+        body = dict(obj)
+        body["metadata"] = {**(obj.get("metadata") or {}), "namespace": self.namespace}
+        return create(api or self.admin, body, warnings=warnings)
+
+    def get(self, kind: str, name: str) -> Obj | None:
+        """One object of this namespace (a Queue: cluster-wide), None when absent."""
+        try:
+            found: Obj = request(self.admin, "GET", kind_path(kind, self.namespace, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found
+
+    def list(self, kind: str, selector: str | None = None) -> list[Obj]:
+        query = [("labelSelector", selector)] if selector else []
+        items: list[Obj] = request(self.admin, "GET", kind_path(kind, self.namespace), query=query)["items"]
+        return items
+
+    def pods(self, job: str) -> list[Obj]:
+        """The Job's Pods, by name."""
+        return sorted(self.list("Pod", f"volcano.sh/job-name={job}"), key=lambda p: p["metadata"]["name"])
+
+    def podgroup(self, job: str) -> Obj | None:
+        """The Job's PodGroup (``<job>-<uid>``), None while there is none."""
+        stored = self.get("Job", job)
+        return self.get("PodGroup", f"{job}-{stored['metadata']['uid']}") if stored else None
+
+    def phase(self, job: str) -> str:
+        """The Job's ``status.state.phase`` ("" before Volcano wrote one, or when there is no Job)."""
+        stored = self.get("Job", job) or {}
+        return str(((stored.get("status") or {}).get("state") or {}).get("phase") or "")
+
+    def events(self, job: str) -> list[Obj]:
+        """The Events about the Job, oldest first (what ``kubectl describe`` shows)."""
+        events = [e for e in self.list("Event") if (e.get("involvedObject") or {}).get("name") == job
+                  and (e.get("involvedObject") or {}).get("kind") == "Job"]
+        return sorted(events, key=lambda e: (e.get("lastTimestamp") or "", e["metadata"]["name"]))
+
+    def wait(self, predicate: Callable[[], T], what: str, timeout: float = WAIT) -> T:
+        """``predicate()``'s first truthy value; AssertionError naming ``what`` (and, on the real
+        backend, the controller's log tail) after ``timeout`` seconds."""
+        try:
+            return wait_until(predicate, timeout, what, interval=0.02)
+        except AssertionError as exc:
+            log = self.controller_log(40) if self.controller_log else ""
+            raise AssertionError(f"{exc}\n{log}".rstrip()) from None
+
+    def settle(self) -> None:
+        """Before checking that something did *not* happen: the emulator has taken two more full
+        looks at the namespace; the real controller has had a second (never used to wait for
+        something that should happen: use :meth:`wait`)."""
+        emulator = self.emulator
+        if emulator is None:
+            time.sleep(1.0)
+            return
+        start = emulator.ticks
+        self.wait(lambda: emulator.ticks >= start + 2, "the emulated controller to look twice more")
+
+    # -- what vc-scheduler and vcctl would do -------------------------------------------------------
+
+    def inqueue(self, job: str, phase: str = "Inqueue", timeout: float = WAIT) -> Obj:
+        """Set the Job's PodGroup to ``phase`` (vc-scheduler's enqueue action), once the controller
+        has made it. Returns the PodGroup."""
+        podgroup = self.wait(lambda: self.podgroup(job), f"the PodGroup of Job {job}", timeout)
+        patched: Obj = request(self.admin, "PATCH", kind_path("PodGroup", self.namespace, podgroup["metadata"]["name"]),
+                               body={"status": {"phase": phase}}, content_type="application/merge-patch+json")
+        return patched
+
+    def restart(self, job: str, action: str = "RestartJob") -> Obj:
+        """What ``vcctl job restart`` creates: a Command whose target and controller are the Job."""
+        stored = self.get("Job", job)
+        assert stored is not None, f"no Job {job} to {action}"
+        ref = controller_ref(stored)
+        command = {"apiVersion": API_VERSIONS["Command"], "kind": "Command",
+                   "metadata": {"generateName": f"{job}-{action.lower()}-", "namespace": self.namespace,
+                                "ownerReferences": [ref]},
+                   "target": ref, "action": action}
+        return create(self.admin, command)
+
+    def set_pod_phase(self, name: str, phase: str) -> Obj:
+        """Write a Pod's ``status.phase`` through the status subresource, as a kubelet would."""
+        patched: Obj = request(self.admin, "PATCH", kind_path("Pod", self.namespace, name, "status"),
+                               body={"status": {"phase": phase}}, content_type="application/merge-patch+json")
+        return patched
+
+    def finish(self, job: str, phase: str = "Succeeded") -> list[Obj]:
+        """Every Pod of the Job to ``phase``."""
+        return [self.set_pod_phase(p["metadata"]["name"], phase) for p in self.pods(job)]
+
+
+# --------------------------------------------------------------------------
+# The emulated backend
+# --------------------------------------------------------------------------
+
+
+def install_volcano(api: client.ApiClient, double: FakeApiServer | None = None, timeout: float = WAIT) -> None:
+    """Volcano's CRDs (from :func:`crds_dir`) and the Queue ``default``, once the CRDs are served.
+    On the double without CRD files the four kinds are registered directly."""
+    directory = crds_dir()
+    if directory is None:
+        if double is None:
+            raise FileNotFoundError(f"Volcano's CRDs are not in {CRDS_ENV} or ../shared/volcano-crds")
+        for rt in FALLBACK_TYPES:
+            double.register_resource(rt)
+    else:
+        for crd in volcano_crds(directory):
+            # The double checks no schema: leave out Volcano's (the Job's is 228 KB) to keep each test fast.
+            apply(api, crd if double is None else without_schema(crd))
+        for crd in volcano_crds(directory):
+            def established(crd: Obj = crd) -> bool:
+                stored = read(api, "apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"]) or {}
+                return any(c.get("type") == "Established" and c.get("status") == "True"
+                           for c in (stored.get("status") or {}).get("conditions") or [])
+            wait_until(established, timeout, f"CRD {crd['metadata']['name']} to be established")
+    try:
+        request(api, "POST", kind_path("Queue", None), body=DEFAULT_QUEUE)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
+def without_schema(crd: Obj) -> Obj:
+    versions = [{**v, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
+                for v in crd["spec"]["versions"]]
+    return {**crd, "spec": {**crd["spec"], "versions": versions}}
+
+
+@contextmanager
+def emulated_cluster(**controller_options: Any) -> Iterator[VolcanoCluster]:
+    """A fresh double with Volcano installed, a namespace, and the emulated controller running; on
+    exit the controller must have stopped without an error of its own."""
+    with FakeApiServer() as double:
+        admin = double.api_client()
+        try:
+            install_volcano(admin, double)
+            namespace = create(admin, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "volcano-"}})
+            name = namespace["metadata"]["name"]
+            emulator = VolcanoController(admin, name, **controller_options)
+            with emulator:
+                yield VolcanoCluster("emulated", admin, admin, "system:admin", name, emulator=emulator, api=double)
+            assert not emulator.errors, f"the Volcano controller emulator failed: {emulator.errors!r}"
+        finally:
+            admin.close()
+
+
+# --------------------------------------------------------------------------
+# The real backend
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class RealVolcano:
+    """kube-apiserver, etcd and vc-controller-manager for a session (see the module docstring)."""
+
+    assets: Path
+    binary: Path
+    workdir: Path
+    envtest: EnvTest | None = None
+    process: Process | None = None
+
+    def start(self, timeout: float = 60.0) -> RealVolcano:
+        self.envtest = EnvTest(self.assets, self.workdir / "apiserver").start()
+        self.envtest.install_prerequisites()
+        install_volcano(self.envtest.api_client())
+        # The controller runs as the administrator (real-kubernetes.md: a system:masters token).
+        self.process = Process.start("vc-controller-manager", [
+            str(self.binary), f"--kubeconfig={self.envtest.kubeconfig()}", "--leader-elect=false",
+            "--controllers=job-controller,pg-controller",
+        ], self.workdir / "vc-controller-manager.log")
+        process = self.process
+
+        def running() -> bool:
+            assert process.alive, f"vc-controller-manager exited:\n{process.log(tail=40)}"
+            return "JobController is running" in process.log()
+
+        try:
+            wait_until(running, timeout, "vc-controller-manager's 'JobController is running'")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{process.log(tail=40)}") from None
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop(grace=5.0)
+            self.process = None
+        if self.envtest is not None:
+            self.envtest.stop()
+            self.envtest = None
+
+    def cluster(self) -> VolcanoCluster:
+        """A fresh namespace of this cluster."""
+        assert self.envtest is not None and self.process is not None
+        admin = self.envtest.api_client()
+        process = self.process
+        return VolcanoCluster("real", admin, self.envtest.api_client(WEBHOOK_USER), WEBHOOK_USER,
+                              new_namespace(admin, "volcano-"), envtest=self.envtest,
+                              controller_log=lambda tail: f"vc-controller-manager:\n{process.log(tail=tail)}")
+
+
+@dataclass
+class ProductWebhook:
+    """The product's webhook server, running: where it listens and the CA that signed its certificate."""
+
+    process: Process
+    base_url: str
+    ca_bundle: bytes
+
+
+@contextmanager
+def product_webhook(cluster: VolcanoCluster, workdir: Path, *args: str, timeout: float = WAIT) -> Iterator[ProductWebhook]:
+    """``volcano-webhook serve --job-source=kube`` (plus ``args``) as the cluster's product user, on
+    127.0.0.1 with the certificate it makes itself, once ``/readyz`` says its Job cache is synced;
+    stopped at the end. Register it with ``cluster.register_webhooks(w.base_url, w.ca_bundle)``."""
+    certs, port = workdir / "certs", free_port()
+    process = start_product(["serve", "--host=127.0.0.1", f"--port={port}", f"--certs-dir={certs}", "--job-source=kube",
+                             f"--kubeconfig={cluster.kubeconfig(workdir)}", "--log-level=debug", *args], workdir / "serve.log")
+    base_url = f"https://127.0.0.1:{port}"
+    try:
+        def ready() -> bool:
+            assert process.alive, f"serve exited:\n{process.log(tail=40)}"
+            answer = https_get(f"{base_url}/readyz", certs / "ca.crt") if (certs / "ca.crt").exists() else None
+            return answer is not None and answer[0] == 200
+
+        try:
+            wait_until(ready, timeout, "the webhook's /readyz (Job cache synced)")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{process.log(tail=40)}") from None
+        yield ProductWebhook(process, base_url, (certs / "ca.crt").read_bytes())
+    finally:
+        process.stop()
+
+
+def names(objects: Sequence[Obj]) -> list[str]:
+    return [o["metadata"]["name"] for o in objects]
