@@ -266,8 +266,8 @@ def create(server: FakeApiServer, obj: dict[str, Any]) -> dict[str, Any]:
     return jobs(server).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", body)
 
 
-def patch_job(server: FakeApiServer, name: str, body: dict[str, Any]) -> None:
-    jobs(server).patch_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", name, body)
+def patch_status(server: FakeApiServer, name: str, body: dict[str, Any]) -> None:
+    jobs(server).patch_namespaced_custom_object_status("batch.volcano.sh", "v1alpha1", "default", "jobs", name, body)
 
 
 def test_the_reconciler_makes_only_what_we_run(server: FakeApiServer, reconciler: Reconciler):
@@ -306,10 +306,10 @@ def test_a_job_made_again_under_the_same_name_gets_new_objects_and_a_new_key(ser
 def test_a_finished_job_keeps_nothing_and_gets_nothing_new(server: FakeApiServer, reconciler: Reconciler):
     create(server, job({}, {"mpi": []}))
     wait_for(lambda: ("Secret", "demo-ssh") in objects(server), what="the job's objects")
-    patch_job(server, "demo", {"status": {"state": {"phase": "Completed"}}})
+    patch_status(server, "demo", {"status": {"state": {"phase": "Completed"}}})
     wait_for(lambda: not objects(server), what="the finished job's objects gone")
     server.clear_requests()
-    patch_job(server, "demo", {"status": {"state": {"phase": "Completed"}, "succeeded": 3}})
+    patch_status(server, "demo", {"status": {"state": {"phase": "Completed"}, "succeeded": 3}})
     reconciler.resync()
     time.sleep(0.3)
     assert not objects(server) and not [q for q in server.requests if q.verb == "create"], "no new objects, no new keys"
