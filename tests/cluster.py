@@ -33,6 +33,8 @@ from __future__ import annotations
 import functools
 import os
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -414,13 +416,16 @@ class ProductWebhook:
 
 
 @contextmanager
-def product_webhook(cluster: VolcanoCluster, workdir: Path, *args: str, timeout: float = WAIT) -> Iterator[ProductWebhook]:
+def product_webhook(cluster: VolcanoCluster, workdir: Path, *args: str, timeout: float = WAIT,
+                    kubeconfig: Path | None = None) -> Iterator[ProductWebhook]:
     """``volcano-webhook serve --job-source=kube`` (plus ``args``) as the cluster's product user, on
     127.0.0.1 with the certificate it makes itself, once ``/readyz`` says its Job cache is synced;
-    stopped at the end. Register it with ``cluster.register_webhooks(w.base_url, w.ca_bundle)``."""
+    stopped at the end. Register it with ``cluster.register_webhooks(w.base_url, w.ca_bundle)``.
+    ``kubeconfig``: another way to the API server (:func:`through`) than ``cluster.kubeconfig``."""
     certs, port = workdir / "certs", free_port()
     process = start_product(["serve", "--host=127.0.0.1", f"--port={port}", f"--certs-dir={certs}", "--job-source=kube",
-                             f"--kubeconfig={cluster.kubeconfig(workdir)}", "--log-level=debug", *args], workdir / "serve.log")
+                             f"--kubeconfig={kubeconfig or cluster.kubeconfig(workdir)}", "--log-level=debug", *args],
+                            workdir / "serve.log")
     base_url = f"https://127.0.0.1:{port}"
     try:
         def ready() -> bool:
@@ -439,3 +444,71 @@ def product_webhook(cluster: VolcanoCluster, workdir: Path, *args: str, timeout:
 
 def names(objects: Sequence[Obj]) -> list[str]:
     return [o["metadata"]["name"] for o in objects]
+
+
+@dataclass
+class ProductReconciler:
+    """The product's reconciler, running: its health port, and its metrics as numbers."""
+
+    process: Process
+    health: str
+
+    def metrics(self) -> dict[str, float]:
+        """Every sample of its ``/metrics``, by name and labels as Prometheus writes them."""
+        with urllib.request.urlopen(f"{self.health}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def total(self, prefix: str) -> float:
+        """The sum of the samples whose name and labels start with ``prefix``."""
+        return sum(v for k, v in self.metrics().items() if k.startswith(prefix))
+
+
+@contextmanager
+def product_reconciler(cluster: VolcanoCluster, workdir: Path, *args: str, timeout: float = WAIT,
+                       kubeconfig: Path | None = None) -> Iterator[ProductReconciler]:
+    """``volcano-webhook reconcile`` (plus ``args``) as the cluster's product user, watching the
+    test's namespace, once ``/readyz`` says its caches are synced; stopped at the end."""
+    port = free_port()
+    process = start_product(["reconcile", f"--kubeconfig={kubeconfig or cluster.kubeconfig(workdir)}",
+                             f"--namespace={cluster.namespace}", f"--health-port={port}", "--log-level=debug", *args],
+                            workdir / "reconcile.log")
+    health = f"http://127.0.0.1:{port}"
+    try:
+        def ready() -> bool:
+            assert process.alive, f"reconcile exited:\n{process.log(tail=40)}"
+            try:
+                with urllib.request.urlopen(f"{health}/readyz", timeout=2) as answer:
+                    return bool(answer.status == 200)
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                return False
+
+        try:
+            wait_until(ready, timeout, "the reconciler's /readyz (caches synced)")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{process.log(tail=40)}") from None
+        yield ProductReconciler(process, health)
+    finally:
+        process.stop()
+
+
+def through(kubeconfig: Path, port: int, workdir: Path) -> Path:
+    """A copy of ``kubeconfig`` whose server is 127.0.0.1:``port`` (a :class:`tests.servers.TcpProxy`)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    for entry in config["clusters"]:
+        scheme = entry["cluster"]["server"].split("://")[0]
+        entry["cluster"]["server"] = f"{scheme}://127.0.0.1:{port}"
+    out = workdir / f"through-{port}.kubeconfig"
+    out.write_text(yaml.safe_dump(config))
+    return out
+
+
+def server_address(kubeconfig: Path) -> tuple[str, int]:
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    host, _, port = server.split("://")[1].rstrip("/").rpartition(":")
+    return host, int(port)

@@ -1,11 +1,13 @@
-"""Run a real HTTPS server of the product in a thread, for tests that talk to it over sockets; and a
-tiny admission webhook served that way, whose answers a test sets."""
+"""Run a real HTTPS server of the product in a thread, for tests that talk to it over sockets; a
+tiny admission webhook served that way, whose answers a test sets; and a TCP proxy a test can cut."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -136,3 +138,73 @@ def tiny_webhook(workdir: Path) -> Iterator[TinyWebhook]:
     with in_thread(server):
         hook.url = f"https://127.0.0.1:{server.port}"  # type: ignore[attr-defined]
         yield hook
+
+
+class TcpProxy:
+    """A TCP forwarder on 127.0.0.1 to ``target`` that can be cut and mended: a network partition
+    between one client (pointed at :attr:`port`) and a server everybody else still reaches. While
+    cut, open connections are closed and new ones are closed as soon as they are accepted."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._cut = threading.Event()
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._stopping = False
+        threading.Thread(target=self._accept, name="tcp-proxy", daemon=True).start()
+
+    def cut(self) -> None:
+        self._cut.set()
+        with self._lock:
+            for sock in list(self._open):
+                _close(sock)
+            self._open.clear()
+
+    def mend(self) -> None:
+        self._cut.clear()
+
+    def close(self) -> None:
+        self._stopping = True
+        self.cut()
+        _close(self._listener)
+
+    def _accept(self) -> None:
+        while not self._stopping:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            if self._cut.is_set():
+                _close(conn)
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                _close(conn)
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._open.update((conn, upstream))
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                _close(sock)
+                with self._lock:
+                    self._open.discard(sock)
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()

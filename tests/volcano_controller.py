@@ -61,7 +61,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.envtest import request
-from volcano_job_webhook.plugins import Chain, Job, PluginError
+from volcano_job_webhook.plugins import Chain, ChainConfig, Job, PluginError
 from volcano_job_webhook.plugins.base import Plugin
 from volcano_job_webhook.plugins.keys import (
     JOB_API_VERSION,
@@ -445,6 +445,10 @@ class VolcanoController:
         group = (podgroup["metadata"]["uid"], _phase(podgroup)) if podgroup else None
         if group and tracked.podgroup and group[0] == tracked.podgroup[0] and group[1] != tracked.podgroup[1]:
             queued = True  # updatePodGroup: the phase of the same PodGroup changed
+        elif group and (not tracked.podgroup or group[0] != tracked.podgroup[0]) and group[1] not in ("", "Pending"):
+            # A PodGroup first seen already past the empty phase it was made with: a watch would
+            # have shown its ADDED and then the MODIFIED that set the phase (this look polls).
+            queued = True
         tracked.podgroup = group
         return queued
 
@@ -747,7 +751,8 @@ class VolcanoController:
         if unknown:
             raise SyncError(f"failed to get plugin {unknown[0]}")
         job, chain = volcano_chain(c.job)
-        return chain.plugins(job)
+        # As Volcano builds them: a bad argument is logged, and the flags before it are used.
+        return list(chain.lineup(job, strict=False).plugins)
 
     def _on_job_add(self, c: _Sync) -> None:
         guards = c.tracked.guards
@@ -820,7 +825,7 @@ def volcano_chain(job_obj: Obj) -> tuple[Job, Chain]:
     it) and a chain of Volcano's eight plugins running exactly ``spec.plugins``."""
     raw = copy.deepcopy(job_obj)
     ((raw.get("metadata") or {}).get("annotations") or {}).pop(PLUGINS_ANNOTATION, None)
-    return Job.from_object(raw), Chain(_REGISTRY)
+    return Job.from_object(raw), Chain(_REGISTRY, ChainConfig(volcano_plugins=frozenset(VOLCANO_PLUGINS)))
 
 
 def _volcano_object(obj: Obj) -> Obj:
