@@ -1,4 +1,4 @@
-"""A real kube-apiserver and etcd for the tests, envtest-style (see /work/shared/envtest/README.md).
+"""A real kube-apiserver and etcd for the tests, envtest-style (see ../shared/real-kubernetes.md).
 
 The binaries come from the directory named by ``KUBEBUILDER_ASSETS`` (``kube-apiserver``, ``etcd``),
 the layout controller-runtime's envtest and ``setup-envtest use 1.36 -p path`` give; without it the

@@ -2,7 +2,7 @@
 the vcref runner, or recorded), and the comparison, with every documented difference named in one
 place (``DIFFERENCES``).
 
-vcref (``/work/shared/volcano-ref/README.md``) runs Volcano's Go plugins, Pod builder and job
+vcref (a build of Volcano's own code, ``VOLCANO_REF``; none is shipped) runs Volcano's Go plugins, Pod builder and job
 admission on a job. :func:`run_reference` runs a batch of generated jobs through one vcref process
 (``buildAll``); :func:`recorded_reference` reads the same kind of batch from Volcano's recorded
 answers (``../shared/volcano-reference/``, :func:`recorded_path`), where no vcref is needed. Either
