@@ -84,6 +84,7 @@ class Reconciler:
         workers: int = 4,
         is_leader: Callable[[], bool] = lambda: True,
         metrics: ReconcilerMetrics | None = None,
+        on_synced: Callable[[], None] | None = None,
     ) -> None:
         self.chain = chain or Chain()
         self.namespaces = list(namespaces)
@@ -91,6 +92,8 @@ class Reconciler:
         self.workers = workers
         self.is_leader = is_leader
         self.metrics = metrics or ReconcilerMetrics()
+        # Called once, when every cache has listed (the process settles its memory then).
+        self.on_synced = on_synced
         watches = len(self.namespaces or [""]) * (1 + len(OWNED))
         widen_pool(api, watches + workers * 4 + 4)
         self.rest = Rest(api)
@@ -115,6 +118,9 @@ class Reconciler:
         self._reported: dict[tuple[JobKey, str, str], str] = {}
         self._reported_lock = threading.Lock()
         self.metrics.queue_depth.set_function(lambda: len(self.queue))
+        self.metrics.cached_jobs.set_function(lambda: len(self.jobs))
+        for kind, informer in self.owned.items():
+            self.metrics.cached_objects.labels(kind).set_function(informer.__len__)
 
     # Lifecycle -----------------------------------------------------------------------------------
 
@@ -192,6 +198,8 @@ class Reconciler:
     def _resync_loop(self) -> None:
         while not self._stop.is_set() and not self.ready:
             self._stop.wait(0.05)
+        if self.on_synced is not None:
+            self.on_synced()
         last: float | None = None
         was_leader = False
         while not self._stop.is_set():

@@ -14,6 +14,7 @@ from pathlib import Path
 from volcano_job_webhook import logs
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.client import api_client
+from volcano_job_webhook.kube.informer import settle_memory
 from volcano_job_webhook.plugins import Chain, default_registry
 
 from .controller import Reconciler
@@ -65,6 +66,7 @@ def run(
         workers=workers,
         is_leader=is_leader,
         metrics=metrics,
+        on_synced=settle_memory,
     )
     rec = reconciler
     health = HealthServer(

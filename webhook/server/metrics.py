@@ -42,7 +42,8 @@ class WebhookMetrics:
         for name in ("requests", "latency", "patches", "lookups"):
             metric = getattr(self, name)
             metric.labels = _cached_labels(metric)
-        self.cached = Gauge("volcano_webhook_jobs_cached", "Volcano Jobs held in memory", registry=self.registry)
+        self.cached = Gauge("volcano_webhook_cached_jobs", "Volcano Jobs held in memory (a finished one as its identity only)",
+                            registry=self.registry)
         if cached_jobs is not None:
             self.cached.set_function(cached_jobs)
         self.certificate_expiry: Gauge | None = None

@@ -44,11 +44,12 @@ def jobs_dir(settings: WebhookSettings) -> Path:
 def make_source(settings: WebhookSettings) -> JobSource:
     if settings.job_source == "kube":
         from volcano_job_webhook.kube.client import api_client
+        from volcano_job_webhook.kube.informer import settle_memory
 
         from .jobs.kube import KubeJobSource
 
         return KubeJobSource(api_client(settings.kubeconfig), settings.namespaces, lookup_ttl=settings.job_lookup_ttl_seconds,
-                             not_found_ttl=settings.job_not_found_ttl_seconds)
+                             not_found_ttl=settings.job_not_found_ttl_seconds, on_synced=settle_memory)
     return DirectoryJobSource(jobs_dir(settings), max_file_bytes=settings.max_job_file_bytes)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kubernetes import client
@@ -38,8 +38,8 @@ class KubeJobSource:
 
     def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), get_timeout: float = 2.0,
                  *, lookup_ttl: float = 5.0, not_found_ttl: float = 1.0, max_fetched: int = 10_000,
-                 max_decoded: int = 256) -> None:
-        self.informer = JobInformer(api, namespaces)
+                 max_decoded: int = 256, on_synced: Callable[[], None] | None = None) -> None:
+        self.informer = JobInformer(api, namespaces, on_synced=on_synced)
         self.custom = client.CustomObjectsApi(api)
         self.get_timeout = get_timeout
         self.lookup_ttl = lookup_ttl
