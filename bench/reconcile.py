@@ -58,9 +58,11 @@ def bench_job(namespace: str, name: str, keys: tuple[str, str] | None = None) ->
     def task(task_name: str, replicas: int) -> dict[str, Any]:
         return {"name": task_name, "replicas": replicas, "template": {"spec": {
             "containers": [{"name": task_name, "image": "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"}]}}}
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
+    # Named in our annotation, as beside Volcano's own controller (which runs spec.plugins itself).
+    plugins = {"svc": [], "ssh": ssh, "pytorch": ["--master=master", "--worker=worker", "--port=23456"]}
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": name, "namespace": namespace, "annotations": {"volcano-job-webhook/plugins": json.dumps(plugins)}},
             "spec": {"minAvailable": 4, "schedulerName": "volcano", "queue": "default",
-                     "plugins": {"svc": [], "ssh": ssh, "pytorch": ["--master=master", "--worker=worker", "--port=23456"]},
                      "tasks": [task("master", 1), task("worker", 3)]}}
 
 

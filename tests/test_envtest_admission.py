@@ -19,6 +19,7 @@ the same way, and compare it with the Pod created for real through the webhook.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,6 +47,7 @@ from tests.envtest import (
     new_namespace,
     read,
     replace,
+    request,
     start_product,
     status_message,
     wait_until,
@@ -110,12 +112,19 @@ class Registered:
 
 @pytest.fixture(scope="module")
 def webhook(envtest: EnvTest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
-    """``serve --job-source=kube`` as user volcano-job-webhook, ready (its Job cache synced)."""
+    """``serve --job-source=kube`` as user volcano-job-webhook, ready (its Job cache synced).
+
+    No Volcano controller runs beside this API server: the Pods are the test's, made as Volcano's
+    controller builds them but not wired by its plugins, so the webhook is told to run every plugin
+    (``volcano_controller_plugins: []``, docs/install.md#who-runs-what). The scenarios beside
+    Volcano's own controller are tests/test_beside_volcano_scenarios.py."""
     workdir = tmp_path_factory.mktemp("webhook")
     certs, port = workdir / "certs", free_port()
+    config = workdir / "config.yaml"
+    config.write_text("volcano_controller_plugins: []\n", encoding="utf-8")
     started = datetime.now(UTC)
     process = start_product([
-        "serve", "--host=127.0.0.1", f"--port={port}", f"--certs-dir={certs}", "--job-source=kube",
+        "serve", f"--config={config}", "--host=127.0.0.1", f"--port={port}", f"--certs-dir={certs}", "--job-source=kube",
         f"--kubeconfig={envtest.kubeconfig(WEBHOOK_USER)}", "--log-level=debug",
     ], workdir / "serve.log")
     base_url = f"https://127.0.0.1:{port}"
@@ -366,3 +375,30 @@ def test_the_webhook_makes_only_granted_calls_and_none_is_refused(
     assert {e.permission for e in made} == {("batch.volcano.sh", "jobs", verb) for verb in ("list", "watch", "get")}
     assert {e.permission for e in made} <= rbac_permissions()
     assert [e for e in made if e.code in (401, 403)] == []
+
+
+def test_a_cached_job_is_answered_from_the_cache_and_a_finished_one_is_asked_for(
+    registered: Registered, envtest: EnvTest, kube_admin: kube_client.ApiClient, kube_namespace: str
+) -> None:
+    """The webhook holds a live Job as a packed record and wires its Pods without asking the API
+    server; a finished Job it holds as its identity only, so the rare late Pod of one costs a GET."""
+    stored = create(kube_admin, example_job(EXAMPLES / "jobs" / "env-job.yaml", kube_namespace))
+    job = Job.from_object(stored)
+    time.sleep(1.0)  # the watch event reaches the webhook's cache
+    since = datetime.now(UTC)
+    wired = create(kube_admin, make_pod(job, "worker", 0))
+    assert any(e["name"] == "VK_TASK_INDEX" for e in wired["spec"]["containers"][0].get("env") or [])
+    time.sleep(0.5)
+    gets = [e for e in envtest.audit_events(WEBHOOK_USER, since=since) if e.verb == "get" and e.namespace == kube_namespace]
+    assert gets == [], "answered from the cache"
+    request(kube_admin, "PATCH", f"/apis/{JOB_API_VERSION}/namespaces/{kube_namespace}/jobs/{job.name}/status",
+            body={"status": {"state": {"phase": "Completed"}}}, content_type="application/merge-patch+json")
+    time.sleep(1.0)
+    since = datetime.now(UTC)
+    late = create(kube_admin, make_pod(job, "worker", 1))
+    assert any(e["name"] == "VK_TASK_INDEX" for e in late["spec"]["containers"][0].get("env") or [])
+
+    def asked() -> list[AuditEvent]:
+        return [e for e in envtest.audit_events(WEBHOOK_USER, since=since)
+                if e.verb == "get" and e.namespace == kube_namespace and e.name == job.name]
+    wait_until(asked, 10, "the webhook's GET of the finished Job in the audit log")

@@ -62,6 +62,14 @@ def example_job(name: str, namespace: str) -> dict[str, Any]:
     return job
 
 
+def annotated(job: dict[str, Any]) -> dict[str, Any]:
+    """``job`` with its plugins named in our annotation instead of ``spec.plugins``, as a job beside
+    Volcano's own controller names the plugins we run (docs/install.md#who-runs-what)."""
+    plugins = job["spec"].pop("plugins")
+    job["metadata"].setdefault("annotations", {})["volcano-job-webhook/plugins"] = json.dumps(plugins)
+    return job
+
+
 def svc_job(namespace: str, name: str, tasks: dict[str, int]) -> dict[str, Any]:
     return {
         "apiVersion": JOB_API_VERSION, "kind": "Job", "metadata": {"name": name, "namespace": namespace},
@@ -466,7 +474,8 @@ def test_the_reconcile_command_releases_its_lease_and_exits_promptly_on_sigterm(
                 return None
 
         wait_until(ready, 30, f"the reconciler ready and leading:\n{process.log(tail=20)}")
-        create(kube_admin, example_job("svc", namespace))
+        # Named in our annotation: the command leaves spec.plugins to Volcano's own controller.
+        create(kube_admin, annotated(example_job("svc", namespace)))
         wait_until(lambda: len(objects(kube_admin, namespace)) == 3, 15, "the job's objects")
         time.sleep(1.0)  # its watches are open and idle: stopping must not wait for their next event
         process.popen.send_signal(signal.SIGTERM)
@@ -479,3 +488,67 @@ def test_the_reconcile_command_releases_its_lease_and_exits_promptly_on_sigterm(
         process.stop()
     held = read(kube_admin, "coordination.k8s.io/v1", "Lease", *lease)
     assert held is not None and not held["spec"].get("holderIdentity"), "the Lease released for a standby"
+
+
+# The caches as records (webhook/kube/records.py, reconciler/kinds.py) -----------------------------
+
+
+def test_a_finished_job_keeps_no_objects_and_gets_none_again(envtest: EnvTest, kube_admin: Any, namespace: str,
+                                                             start_reconciler: Callable[..., Reconciler]) -> None:
+    """Completed (Volcano's controller writes it through the status subresource): our objects go, as
+    Volcano's own do, and later status writes make nothing again — no object, no key."""
+    start_reconciler(namespace)
+    create(kube_admin, example_job("mpi", namespace))
+    wait_until(lambda: len(objects(kube_admin, namespace)) == 4, 15, "the job's objects")
+    status_path = resource_path(kube_admin, JOB_API_VERSION, "Job", namespace, "mpi-demo") + "/status"
+    request(kube_admin, "PATCH", status_path, body={"status": {"state": {"phase": "Completed"}}},
+            content_type="application/merge-patch+json")
+    wait_until(lambda: not objects(kube_admin, namespace), 15, "the finished job's objects gone")
+    since = now()
+    for succeeded in (1, 2, 3):
+        request(kube_admin, "PATCH", status_path, body={"status": {"succeeded": succeeded}}, content_type="application/merge-patch+json")
+    time.sleep(1.0)
+    assert not objects(kube_admin, namespace)
+    assert [r for r in product_requests(envtest, since, namespace) if r[0] in WRITES] == []
+
+
+def test_a_relist_repairs_what_changed_while_the_reconciler_was_cut_off(envtest: EnvTest, kube_admin: Any, namespace: str,
+                                                                         start_reconciler: Callable[..., Reconciler]) -> None:
+    """Its watches broken (a TCP proxy between it and the API server cut), then mended: the informers
+    list again, page by page into the caches, and what changed meanwhile is repaired — a ConfigMap
+    edited, a Service deleted."""
+    from urllib.parse import urlsplit
+
+    from tests.servers import TcpProxy
+
+    address = urlsplit(envtest.host)
+    proxy = TcpProxy((address.hostname or "127.0.0.1", address.port or 443))
+    try:
+        api = envtest.api_client(WEBHOOK_USER)
+        api.configuration.host = f"https://127.0.0.1:{proxy.port}"
+        reconciler = Reconciler(api, Chain(), namespaces=[namespace], resync_seconds=3600)
+        reconciler.start()
+        try:
+            wait_until(lambda: reconciler.ready, 15, "the reconciler's caches to sync")
+            create(kube_admin, example_job("mpi", namespace))
+            wait_until(lambda: len(objects(kube_admin, namespace)) == 4, 15, "the job's objects")
+            hosts = dict(objects(kube_admin, namespace)[("ConfigMap", "mpi-demo-svc")]["data"])
+            relists = reconciler.jobs.relists
+            proxy.cut()
+            cm = read(kube_admin, "v1", "ConfigMap", "mpi-demo-svc", namespace)
+            assert cm is not None
+            cm["data"]["mpiworker.host"] = "intruder\n"
+            replace(kube_admin, cm)
+            delete(kube_admin, "v1", "Service", "mpi-demo", namespace)
+            time.sleep(1.0)
+            proxy.mend()
+
+            def repaired() -> bool:
+                got = objects(kube_admin, namespace)
+                return ("Service", "mpi-demo") in got and got[("ConfigMap", "mpi-demo-svc")]["data"] == hosts
+            wait_until(repaired, 30, "the edit and the deletion repaired after the relist")
+            assert reconciler.jobs.relists > relists
+        finally:
+            reconciler.stop()
+    finally:
+        proxy.close()
