@@ -116,8 +116,15 @@ class PreparedJob:
         ``volcano_wired``: the Pod comes from Volcano's controller, which has wired it with the
         plugins it runs (:attr:`volcano`); only ours run. Otherwise every plugin runs, as the Pod
         would be once both have (the offline commands)."""
+        return self._run(pod, self.ours if volcano_wired else self.applied)
+
+    def volcano_part(self, pod: Obj) -> Mutation:
+        """``pod`` as Volcano's controller creates it: wired by the plugins it runs, and no other
+        (what our webhook receives; ``volcano-webhook review``)."""
+        return self._run(pod, tuple(p for p in self.applied if p.name in self.volcano))
+
+    def _run(self, pod: Obj, plugins: tuple[Plugin, ...]) -> Mutation:
         job = self.job
-        plugins = self.ours if volcano_wired else self.applied
         name = task_name(pod)
         task = job.task(name)
         if task is None:

@@ -86,8 +86,11 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, message):
 
 
 def test_bad_plugin_argument_names_job_plugin_and_argument(capsys, tmp_path):
+    # In our annotation: ``resources`` shows what the reconciler makes, which leaves spec.plugins
+    # (and whatever is wrong with them) to Volcano's controller.
     job = yaml.safe_load((EXAMPLES / "jobs" / "ray-job.yaml").read_text())
-    job["spec"]["plugins"]["ray"] = ["--clientport=1"]
+    del job["spec"]["plugins"]
+    job["metadata"]["annotations"] = {"volcano-job-webhook/plugins": json.dumps({"ray": ["--clientport=1"]})}
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     code, _, err = run(capsys, "resources", "--job", str(tmp_path / "job.yaml"))
     assert code == 2
@@ -195,3 +198,67 @@ def test_standard_input_that_goes_silent_is_given_up(monkeypatch):
         with pytest.raises(DocumentError, match=r"nothing read from standard input for 0\.2 s"):
             read_stdin(idle=0.2)
     os.close(write_end)
+
+
+def unordered(value: object) -> object:
+    """``value`` with every list of named entries (env, volumes, mounts, ports, containers) sorted."""
+    if isinstance(value, dict):
+        return {k: unordered(v) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [unordered(v) for v in value]
+        if all(isinstance(v, dict) and ("name" in v or "mountPath" in v) for v in items):
+            return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
+        return items
+    return value
+
+
+def test_the_offline_commands_run_the_chain_serve_runs(capsys, tmp_path, monkeypatch):
+    """With the cluster's settings (a config file: jobs from the cluster, so Volcano's controller runs
+    spec.plugins; a plugin every job gets), ``review`` gives the Pod as Volcano's controller sends it,
+    the webhook built from the same settings patches it, and the result is what ``mutate`` prints;
+    ``resources`` prints what the reconciler of those settings makes."""
+    import asyncio
+
+    import httpx
+    import jsonpatch
+
+    from volcano_job_webhook.config import load_settings
+    from volcano_job_webhook.server.app import create_app
+    from volcano_job_webhook.server.jobs import DirectoryJobSource
+
+    config = tmp_path / "config.yaml"
+    config.write_text("job_source: kube\ndefault_plugins: {hostfile: []}\n")
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    job = jobs / "pytorch-job.yaml"
+    job.write_text((EXAMPLES / "jobs" / "pytorch-job.yaml").read_text())
+    code, out, _ = run(capsys, "review", "--job", str(job), "--task", "worker", "--index", "1", "--config", str(config))
+    assert code == 0
+    review = json.loads(out)
+    sent = review["request"]["object"]
+    assert "MASTER_ADDR" in [e["name"] for e in sent["spec"]["containers"][0]["env"]], "wired by Volcano's pytorch"
+    assert "hostfile" not in json.dumps(sent), "not by ours"
+
+    async def answer() -> dict:
+        source = DirectoryJobSource(jobs, interval=0)
+        app = create_app(source, load_settings(str(config)).chain())
+        async with app.lifespan():
+            await source.loaded()
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
+                return (await c.post("/mutate", json=review)).json()["response"]
+
+    response = asyncio.run(answer())
+    served = jsonpatch.apply_patch(sent, json.loads(base64.b64decode(response["patch"])))
+    code, out, _ = run(capsys, "mutate", "--job", str(job), "--task", "worker", "--index", "1", "--config", str(config))
+    # The same Pod; only the order of entries differs (in two passes Volcano's plugins run first; in
+    # Volcano the order is a Go map's anyway).
+    assert code == 0 and unordered(json.loads(out)) == unordered(served)
+    code, out, err = run(capsys, "resources", "--job", str(job), "--config", str(config))
+    assert code == 0
+    # svc comes in as pytorch's dependency without spec.plugins naming it: ours to run.
+    assert [(o["kind"], o["metadata"]["name"]) for o in yaml.safe_load_all(out)] == [
+        ("ConfigMap", "pytorch-demo-svc"), ("Service", "pytorch-demo"), ("NetworkPolicy", "pytorch-demo"),
+        ("ConfigMap", "pytorch-demo-hostfile")]
+    assert err.startswith("note: pytorch run by Volcano's controller")
+    code, _, err = run(capsys, "mutate", "--job", str(job), "--task", "worker", "--config", str(tmp_path / "typo.yaml"))
+    assert code == 2 and "typo.yaml does not exist" in err

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
-from volcano_job_webhook.plugins import BUILTIN_ORDER, ChainConfig, Settings
+from volcano_job_webhook.plugins import BUILTIN_ORDER, Chain, ChainConfig, Settings, default_registry
 from volcano_job_webhook.plugins.base import DEFAULT_HOSTS_ENV_LIMIT
 from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
 
@@ -117,6 +117,11 @@ class WebhookSettings(BaseSettings):
             return frozenset(self.volcano_controller_plugins)
         return frozenset(VOLCANO_PLUGINS) if on_cluster else frozenset()
 
+    def chain(self, on_cluster: bool | None = None) -> Chain:
+        """The plugin chain these settings make: the installed plugins, configured — the one way
+        every command (``serve``, ``reconcile`` and the offline ones) builds it."""
+        return Chain(default_registry(), self.chain_config(on_cluster))
+
     def chain_config(self, on_cluster: bool | None = None) -> ChainConfig:
         """The chain's configuration. ``on_cluster``: Volcano's controller may run beside us (by
         default when Jobs come from the cluster)."""
@@ -132,6 +137,10 @@ class WebhookSettings(BaseSettings):
 
 def load_settings(config_file: str | None = None, **overrides: Any) -> WebhookSettings:
     """Settings from flags (``overrides``, None values dropped), environment and the YAML file."""
+    named = config_file or os.environ.get(CONFIG_ENV)
+    if named and not Path(named).is_file():
+        # pydantic-settings reads a missing file as empty: a typo would run on the defaults.
+        raise ConfigError(f"config file {named} does not exist or is not a file")
     token = _config_file.set(config_file)
     try:
         return WebhookSettings(**{k: v for k, v in overrides.items() if v is not None})

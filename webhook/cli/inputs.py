@@ -1,10 +1,14 @@
-"""The Job a command works on, refused when it is too big to build offline."""
+"""What the offline commands share: the Job they work on (refused when it is too big to build
+offline), and the chain, built from the settings exactly as ``serve`` and ``reconcile`` build it."""
 
 from __future__ import annotations
 
+import argparse
+
 from volcano_job_webhook import documents
+from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.limits import check_replicas
-from volcano_job_webhook.plugins import Job
+from volcano_job_webhook.plugins import Chain, Job
 
 
 def load_job(source: str) -> Job:
@@ -13,3 +17,12 @@ def load_job(source: str) -> Job:
     job = documents.load_job(source)
     check_replicas(job)
     return job
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML settings file, as for serve and reconcile (also VOLCANO_WEBHOOK_CONFIG)")
+
+
+def chain_from(args: argparse.Namespace, on_cluster: bool | None = None) -> Chain:
+    """The chain of the settings in ``--config``, the environment and the defaults."""
+    return load_settings(args.config).chain(on_cluster)

@@ -1,4 +1,5 @@
-"""``volcano-webhook mutate``: print a Pod as the plugin chain wires it (or the JSON patch)."""
+"""``volcano-webhook mutate``: print a Pod as the plugin chain wires it (or the JSON patch): the chain
+``serve`` builds from the same settings (``--config``, ``VOLCANO_WEBHOOK_*``)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ import sys
 from typing import Any
 
 from volcano_job_webhook.documents import load_object
-from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.server.patch import make_patch
 
 from .errors import CommandError
-from .inputs import load_job
+from .inputs import add_config_argument, chain_from, load_job
 
 
 def add_parser(sub: Any) -> None:
@@ -23,6 +23,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--task", help="instead of a Pod file: the task whose Pod to build as Volcano's controller does")
     parser.add_argument("--index", type=int, default=0, help="replica index with --task (default 0)")
     parser.add_argument("--patch", action="store_true", help="print the RFC 6902 JSON patch instead of the Pod")
+    add_config_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -34,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
         pod = make_pod(job, args.task, args.index)
     else:
         raise CommandError("give a POD file, or --task (and --index) to build the Pod as Volcano's controller does")
-    result = Chain().mutate(job, pod)
+    # Every plugin, Volcano's controller's and ours: the Pod as it runs on the cluster.
+    result = chain_from(args).prepare(job).mutate(pod)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     out = make_patch(pod, result.pod) if args.patch else result.pod

@@ -15,7 +15,6 @@ from volcano_job_webhook import logs
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.client import api_client
 from volcano_job_webhook.kube.informer import settle_memory
-from volcano_job_webhook.plugins import Chain, default_registry
 
 from .controller import Reconciler
 from .health import HealthServer
@@ -60,7 +59,7 @@ def run(
 
     reconciler = Reconciler(
         api,
-        Chain(default_registry(), settings.chain_config(on_cluster=True)),
+        settings.chain(on_cluster=True),
         namespaces=settings.namespaces,
         resync_seconds=resync_seconds,
         workers=workers,

@@ -13,7 +13,6 @@ from volcano_job_webhook import logs
 from volcano_job_webhook.certs.files import ensure_certs
 from volcano_job_webhook.certs.tls import build_server
 from volcano_job_webhook.config import ConfigError, WebhookSettings
-from volcano_job_webhook.plugins import Chain, default_registry
 
 from .app import create_app
 from .connections import ConnectionGuard, ConnectionLimits, GuardCollector, guarded_protocol
@@ -96,7 +95,7 @@ def run(settings: WebhookSettings) -> None:
     paths = ensure_certs(settings.certs_dir, settings.service_name, settings.service_namespace)
     log.info("serving certificate %s; CA bundle for the webhook registration: %s", paths.cert, paths.ca_cert)
     print(f"CA bundle: {paths.ca_cert}", flush=True)
-    app = create_app(source, Chain(default_registry(), settings.chain_config()), max_body_bytes=settings.max_body_bytes,
+    app = create_app(source, settings.chain(), max_body_bytes=settings.max_body_bytes,
                      audit=settings.enforcement == "audit")
     guard, options = server_options(connection_limits(settings))
     app.metrics.registry.register(GuardCollector(guard))
