@@ -14,6 +14,12 @@ written in the Lease (the holder's clock may be off by any amount):
 * a leader counts its renewal from the moment it *sent* it, and stops leading ``renew_deadline``
   later unless a renewal succeeded meanwhile. With ``renew_deadline < lease_duration``, it has
   stopped writing before any other candidate can have seen its Lease expire.
+
+Why not the client's ``kubernetes.leaderelection`` (with its ``LeaseLock``): its ``run()`` leads once
+and returns (a replica that lost the Lease cannot stand by for it again without a new elector); it
+cannot be stopped (its loops sleep, and ``acquire`` never returns while another holds the Lease), so
+it can neither release the Lease on SIGTERM nor let the process stop within two seconds; it measures
+on the wall clock; and it has no "am I leading now" that the writers can ask before each attempt.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.client import api_client
 from volcano_job_webhook.kube.informer import settle_memory
 
-from .controller import Reconciler
 from .health import HealthServer
 from .leader import LeaderElector
+from .manager import Reconciler
 from .metrics import ReconcilerMetrics
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,64 @@
+"""Warning Events on a Job, so ``kubectl describe`` says why its objects are not as asked — client-go's
+``EventRecorder`` for the few reasons the reconciler has, each said once per Job and message."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from volcano_job_webhook.kube.records import JobRecord
+from volcano_job_webhook.kube.rest import Rest
+from volcano_job_webhook.plugins.keys import JOB_API_VERSION, JobKey
+
+from .controller import describe
+from .kinds import EVENT
+from .metrics import ReconcilerMetrics
+
+log = logging.getLogger(__name__)
+COMPONENT = "volcano-job-webhook-reconciler"
+
+
+class EventRecorder:
+    """Records Warning Events on Jobs while ``may_record()``; a warning already said on a Job (by
+    uid) with the same message is not said again — a job's status changes many times while its
+    Pods start, and none of that makes the warning news."""
+
+    def __init__(self, rest: Rest, metrics: ReconcilerMetrics, may_record: Callable[[], bool]) -> None:
+        self.rest = rest
+        self.metrics = metrics
+        self.may_record = may_record
+        self._said: dict[tuple[JobKey, str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def warn(self, job: JobRecord, reason: str, subject: str, message: str) -> None:
+        namespace, name = job.key
+        said = f"{job.uid}\0{message}"
+        with self._lock:
+            if self._said.get((job.key, reason, subject)) == said:
+                return
+            self._said[(job.key, reason, subject)] = said
+        if not self.may_record():
+            return
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": JOB_API_VERSION, "kind": "Job", "name": name, "namespace": namespace,
+                               "uid": job.uid, "resourceVersion": str(job.version)},
+            "reason": reason, "message": message[:1024], "type": "Warning",
+            "source": {"component": COMPONENT},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            self.metrics.api_requests.labels("create", "Event").inc()
+            self.rest.create(EVENT, namespace, body)
+        except Exception as exc:
+            log.info("could not record event %s on job %s/%s: %s", reason, namespace, name, describe(exc))
+
+    def forget(self, key: JobKey) -> None:
+        """The Job is gone: what was said of it may be said again of a Job of that name."""
+        with self._lock:
+            for said in [s for s in self._said if s[0] == key]:
+                del self._said[said]
