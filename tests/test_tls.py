@@ -32,7 +32,8 @@ from tests.conftest import EXAMPLES, ROOT
 from tests.envtest import wait_until
 from tests.servers import in_thread
 from volcano_job_webhook.certs import ensure_certs, generate_ca, generate_serving_cert
-from volcano_job_webhook.certs.tls import CertReloader, HTTPSServer, build_server, make_server_context
+from volcano_job_webhook.certs.reload import CertReloader, make_server_context
+from volcano_job_webhook.server.https import HTTPSServer, build_server
 from volcano_job_webhook.server.metrics import WebhookMetrics
 
 
@@ -270,7 +271,7 @@ def test_the_poll_picks_up_a_renewal_by_ensure_certs_under_load(certs):
 
 
 def test_half_written_mismatched_or_missing_pairs_are_ignored_then_retried(certs, caplog):
-    caplog.set_level(logging.INFO, logger="volcano_job_webhook.certs.tls")
+    caplog.set_level(logging.INFO, logger="volcano_job_webhook.certs.reload")
     with running(certs, interval=0.05) as server:
         old = served_serial(server.port, certs / "ca.crt")
         ca_cert, ca_key = (certs / "ca.crt").read_bytes(), (certs / "ca.key").read_bytes()
@@ -366,9 +367,9 @@ def test_recorded_reviews_through_the_real_https_server(certs):
 
 
 def test_reload_without_memfd_uses_a_private_temporary_directory(certs, monkeypatch):
-    import volcano_job_webhook.certs.tls as tls
+    import volcano_job_webhook.certs.reload as reload
 
-    monkeypatch.setattr(tls, "_memory_files", lambda blobs: None)
+    monkeypatch.setattr(reload, "_memory_files", lambda blobs: None)
     reloader = CertReloader(certs / "tls.crt", certs / "tls.key")
     new = swap_in_new_cert(certs)
     assert reloader.reload_now() is True

@@ -23,7 +23,7 @@ dropped without a word (a TCP reset), because they are dropped to free memory no
 goodbye the client may never send.
 
 Idle keep-alive connections close after uvicorn's ``timeout_keep_alive``; the TLS handshake is
-bounded by :mod:`.listener` and :class:`~volcano_job_webhook.certs.tls.HTTPSServer`. Memory freed
+bounded by :mod:`.listener` and :class:`~.https.HTTPSServer`. Memory freed
 when clients go away is handed back to the OS by :class:`~.memory.MemoryTrimmer`.
 """
 
