@@ -4,6 +4,7 @@ ignored, client certificates, the expiry metric."""
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import logging
@@ -446,3 +447,19 @@ def test_the_expiry_metric_follows_each_reload(certs):
     assert reloader.reload_now() is True
     expiry = x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes()).not_valid_after_utc
     assert exported() == (expiry - now).total_seconds() < 0
+
+
+def test_certs_imports_nothing_of_the_server():
+    """Imports go one way: the server serves the reloader's context; certificates know no HTTP."""
+    forbidden = ("volcano_job_webhook.server", "volcano_job_webhook.cli", "uvicorn", "httptools", "fastapi", "starlette")
+    for path in sorted((ROOT / "webhook" / "certs").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):  # relative ones made absolute: ``from ..server`` too
+                base = ["volcano_job_webhook", "certs"][: 3 - node.level] if node.level else []
+                names = [".".join([*base, node.module] if node.module else base)]
+            else:
+                continue
+            bad = [name for name in names if name.startswith(forbidden)]
+            assert not bad, f"{path.relative_to(ROOT)}:{node.lineno} imports {bad}"

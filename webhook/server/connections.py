@@ -156,7 +156,10 @@ class ConnectionGuard:
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the bounds of :class:`ConnectionGuard`. Use
-    :func:`guarded_protocol` to get a class bound to one guard (uvicorn builds protocols itself)."""
+    :func:`guarded_protocol` to get a class bound to one guard (uvicorn builds protocols itself).
+
+    The methods extended here and the state read are uvicorn's internals, not its API: the uvicorn
+    pin in pyproject.toml and tests/test_uvicorn_internals.py keep them in step."""
 
     guard: ConnectionGuard
 

@@ -7,6 +7,13 @@ else: no plaintext listener is ever opened. How the context reaches uvicorn:
 hands ``config.ssl`` to every ``loop.create_server``. Because the factory returns the same object
 whenever it is called, nothing can swap in a context of uvicorn's own making, and
 :class:`HTTPSServer` refuses to start if ``config.ssl`` is anything else.
+
+Beyond that hook the server stands on uvicorn's internals (``Server.startup``/``shutdown`` and
+their ``sockets`` parameter, ``Server.servers``, the ``loop.create_server`` call inside
+``startup``), and :mod:`.connections` subclasses uvicorn's ``HttpToolsProtocol``. None of that is
+public API: pyproject.toml pins uvicorn to the releases the tests ran on, and
+tests/test_uvicorn_internals.py checks each internal by name, so an upgrade that moves one fails
+there instead of serving without a limit.
 """
 
 from __future__ import annotations
