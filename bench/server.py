@@ -17,10 +17,10 @@ from fastapi.responses import Response
 
 from volcano_job_webhook import logs
 from volcano_job_webhook.certs import ensure_certs
-from volcano_job_webhook.certs.tls import serve
 from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import AdmissionEndpoint, create_app
+from volcano_job_webhook.server.https import serve
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 from volcano_job_webhook.server.review import AdmissionRequest, AdmissionResponse, parse_review, review_response
 from volcano_job_webhook.server.run import connection_limits, server_options

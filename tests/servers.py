@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from volcano_job_webhook.certs.issue import generate_ca, generate_serving_cert
-from volcano_job_webhook.certs.tls import HTTPSServer, build_server
+from volcano_job_webhook.server.https import HTTPSServer, build_server
 
 
 @contextmanager

@@ -22,10 +22,10 @@ from tests.conftest import EXAMPLES
 from tests.envtest import wait_until
 from tests.servers import in_thread
 from volcano_job_webhook.certs import ensure_certs
-from volcano_job_webhook.certs.tls import HTTPSServer, build_server
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, GuardedHttpToolsProtocol
+from volcano_job_webhook.server.https import HTTPSServer, build_server
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 from volcano_job_webhook.server.run import server_options
 

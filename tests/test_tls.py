@@ -4,6 +4,7 @@ ignored, client certificates, the expiry metric."""
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import logging
@@ -32,7 +33,8 @@ from tests.conftest import EXAMPLES, ROOT
 from tests.envtest import wait_until
 from tests.servers import in_thread
 from volcano_job_webhook.certs import ensure_certs, generate_ca, generate_serving_cert
-from volcano_job_webhook.certs.tls import CertReloader, HTTPSServer, build_server, make_server_context
+from volcano_job_webhook.certs.reload import CertReloader, make_server_context
+from volcano_job_webhook.server.https import HTTPSServer, build_server
 from volcano_job_webhook.server.metrics import WebhookMetrics
 
 
@@ -270,7 +272,7 @@ def test_the_poll_picks_up_a_renewal_by_ensure_certs_under_load(certs):
 
 
 def test_half_written_mismatched_or_missing_pairs_are_ignored_then_retried(certs, caplog):
-    caplog.set_level(logging.INFO, logger="volcano_job_webhook.certs.tls")
+    caplog.set_level(logging.INFO, logger="volcano_job_webhook.certs.reload")
     with running(certs, interval=0.05) as server:
         old = served_serial(server.port, certs / "ca.crt")
         ca_cert, ca_key = (certs / "ca.crt").read_bytes(), (certs / "ca.key").read_bytes()
@@ -366,9 +368,9 @@ def test_recorded_reviews_through_the_real_https_server(certs):
 
 
 def test_reload_without_memfd_uses_a_private_temporary_directory(certs, monkeypatch):
-    import volcano_job_webhook.certs.tls as tls
+    import volcano_job_webhook.certs.reload as reload
 
-    monkeypatch.setattr(tls, "_memory_files", lambda blobs: None)
+    monkeypatch.setattr(reload, "_memory_files", lambda blobs: None)
     reloader = CertReloader(certs / "tls.crt", certs / "tls.key")
     new = swap_in_new_cert(certs)
     assert reloader.reload_now() is True
@@ -445,3 +447,19 @@ def test_the_expiry_metric_follows_each_reload(certs):
     assert reloader.reload_now() is True
     expiry = x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes()).not_valid_after_utc
     assert exported() == (expiry - now).total_seconds() < 0
+
+
+def test_certs_imports_nothing_of_the_server():
+    """Imports go one way: the server serves the reloader's context; certificates know no HTTP."""
+    forbidden = ("volcano_job_webhook.server", "volcano_job_webhook.cli", "uvicorn", "httptools", "fastapi", "starlette")
+    for path in sorted((ROOT / "webhook" / "certs").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):  # relative ones made absolute: ``from ..server`` too
+                base = ["volcano_job_webhook", "certs"][: 3 - node.level] if node.level else []
+                names = [".".join([*base, node.module] if node.module else base)]
+            else:
+                continue
+            bad = [name for name in names if name.startswith(forbidden)]
+            assert not bad, f"{path.relative_to(ROOT)}:{node.lineno} imports {bad}"

@@ -3,8 +3,9 @@
 A request flows one way: :mod:`.review` parses it, a :mod:`.handlers` handler checks the object's
 shape (:mod:`.shape`), looks the job up in a job source (:mod:`.jobs`), runs the plugin chain and
 diffs the Pod (:mod:`.patch`); :mod:`.app` serves it over HTTP with :mod:`.metrics`; :mod:`.run`
-starts the whole process, accepting connections under the limits of :mod:`.listener` and
-:mod:`.connections` and handing memory back with :mod:`.memory`.
+starts the whole process: the HTTPS-only uvicorn server of :mod:`.https`, accepting connections
+under the limits of :mod:`.listener` and :mod:`.connections` and handing memory back with
+:mod:`.memory`.
 """
 
 from .app import AdmissionEndpoint, WebhookServer, create_app

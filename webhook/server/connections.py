@@ -23,7 +23,7 @@ dropped without a word (a TCP reset), because they are dropped to free memory no
 goodbye the client may never send.
 
 Idle keep-alive connections close after uvicorn's ``timeout_keep_alive``; the TLS handshake is
-bounded by :mod:`.listener` and :class:`~volcano_job_webhook.certs.tls.HTTPSServer`. Memory freed
+bounded by :mod:`.listener` and :class:`~.https.HTTPSServer`. Memory freed
 when clients go away is handed back to the OS by :class:`~.memory.MemoryTrimmer`.
 """
 
@@ -156,7 +156,10 @@ class ConnectionGuard:
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the bounds of :class:`ConnectionGuard`. Use
-    :func:`guarded_protocol` to get a class bound to one guard (uvicorn builds protocols itself)."""
+    :func:`guarded_protocol` to get a class bound to one guard (uvicorn builds protocols itself).
+
+    The methods extended here and the state read are uvicorn's internals, not its API: the uvicorn
+    pin in pyproject.toml and tests/test_uvicorn_internals.py keep them in step."""
 
     guard: ConnectionGuard
 

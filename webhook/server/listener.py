@@ -4,7 +4,7 @@ asyncio's (and uvloop's) server accepts every connection the kernel hands it and
 handshake at once: measured, 2,000 TCP connections that never sent a ClientHello cost the server
 104 MB (an SSL object and buffers each), uncounted and untimed until the handshake timeout, and a
 flood of handshakes is all the event loop does. :func:`guarded_create_server` takes the place of
-``loop.create_server`` (uvicorn calls it; :class:`~volcano_job_webhook.certs.tls.HTTPSServer`
+``loop.create_server`` (uvicorn calls it; :class:`~.https.HTTPSServer`
 binds it): one task accepts on each listening socket and, for every socket accepted,
 
 * makes room under ``max_connections`` (handshakes under way count too) by dropping the

@@ -11,11 +11,11 @@ from typing import Any
 
 from volcano_job_webhook import logs
 from volcano_job_webhook.certs.files import ensure_certs
-from volcano_job_webhook.certs.tls import build_server
 from volcano_job_webhook.config import ConfigError, WebhookSettings
 
 from .app import create_app
 from .connections import ConnectionGuard, ConnectionLimits, GuardCollector, guarded_protocol
+from .https import build_server
 from .jobs import DirectoryJobSource, JobSource
 from .listener import guarded_create_server
 from .memory import CollectorPacer, MemoryTrimmer, tune_malloc
