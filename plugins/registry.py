@@ -10,21 +10,21 @@ from functools import cache
 from importlib.metadata import entry_points
 
 from .base import Plugin
-from .env import EnvPlugin
-from .hcclrank import HcclRankPlugin
-from .hostfile import HostfilePlugin
-from .jax import JaxPlugin
+from .builtin.env import EnvPlugin
+from .builtin.hcclrank import HcclRankPlugin
+from .builtin.hostfile import HostfilePlugin
+from .builtin.jax import JaxPlugin
+from .builtin.mpi import MPIPlugin
+from .builtin.paddle import PaddlePlugin
+from .builtin.pytorch import PytorchPlugin
+from .builtin.ray import RayPlugin
+from .builtin.ssh import SSHPlugin
+from .builtin.svc import SvcPlugin
+from .builtin.tensorflow import TensorflowPlugin
+from .builtin.torchrun import TorchrunPlugin
+from .builtin.waitfor import WaitforPlugin
+from .builtin.xgboost import XGBoostPlugin
 from .keys import VOLCANO_PLUGINS
-from .mpi import MPIPlugin
-from .paddle import PaddlePlugin
-from .pytorch import PytorchPlugin
-from .ray import RayPlugin
-from .ssh import SSHPlugin
-from .svc import SvcPlugin
-from .tensorflow import TensorflowPlugin
-from .torchrun import TorchrunPlugin
-from .waitfor import WaitforPlugin
-from .xgboost import XGBoostPlugin
 
 ENTRY_POINT_GROUP = "volcano_webhook.plugins"
 # Volcano's registration order (factory.go), the one fixed order its source shows (docs/volcano-behaviour.md#plugin-order).

@@ -38,18 +38,18 @@ from volcano_job_webhook.plugins.budget import (
     env_value_limit,
     task_hosts,
 )
-from volcano_job_webhook.plugins.hostfile import HostfilePlugin
-from volcano_job_webhook.plugins.jax import JaxPlugin
-from volcano_job_webhook.plugins.mpi import MPIPlugin
-from volcano_job_webhook.plugins.paddle import PaddlePlugin
+from volcano_job_webhook.plugins.builtin.hostfile import HostfilePlugin
+from volcano_job_webhook.plugins.builtin.jax import JaxPlugin
+from volcano_job_webhook.plugins.builtin.mpi import MPIPlugin
+from volcano_job_webhook.plugins.builtin.paddle import PaddlePlugin
+from volcano_job_webhook.plugins.builtin.pytorch import PytorchPlugin
+from volcano_job_webhook.plugins.builtin.ssh import SSHPlugin
+from volcano_job_webhook.plugins.builtin.svc import SvcPlugin
+from volcano_job_webhook.plugins.builtin.tensorflow import TensorflowPlugin
+from volcano_job_webhook.plugins.builtin.torchrun import TorchrunPlugin
+from volcano_job_webhook.plugins.builtin.waitfor import WaitforPlugin
+from volcano_job_webhook.plugins.builtin.xgboost import XGBoostPlugin
 from volcano_job_webhook.plugins.podgen import make_pod
-from volcano_job_webhook.plugins.pytorch import PytorchPlugin
-from volcano_job_webhook.plugins.ssh import SSHPlugin
-from volcano_job_webhook.plugins.svc import SvcPlugin
-from volcano_job_webhook.plugins.tensorflow import TensorflowPlugin
-from volcano_job_webhook.plugins.torchrun import TorchrunPlugin
-from volcano_job_webhook.plugins.waitfor import WaitforPlugin
-from volcano_job_webhook.plugins.xgboost import XGBoostPlugin
 from volcano_job_webhook.server.review import admission_review
 
 BILLION = 10**9

@@ -178,14 +178,14 @@ def test_torchrun_port_follows_the_pytorch_plugin_the_chain_runs(defaults, port)
 def test_quantities_as_kubernetes_reads_them(text, value):
     from decimal import Decimal
 
-    from volcano_job_webhook.plugins.quantity import parse_quantity
+    from volcano_job_webhook.plugins.builtin.quantity import parse_quantity
 
     assert parse_quantity(text) == Decimal(value)
 
 
 @pytest.mark.parametrize("text", ["two", "-1", "1KB", "", "1.2.3", True, None, "1 k"])
 def test_malformed_quantities_are_refused(text):
-    from volcano_job_webhook.plugins.quantity import parse_quantity
+    from volcano_job_webhook.plugins.builtin.quantity import parse_quantity
 
     with pytest.raises(ValueError):
         parse_quantity(text)

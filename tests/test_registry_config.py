@@ -26,7 +26,7 @@ def fake_entry_points(group: str) -> list[EntryPoint]:
     return [
         EntryPoint("greet", f"{__name__}:GreetPlugin", group),
         EntryPoint("broken", "no_such_module:Nothing", group),
-        EntryPoint("env", "volcano_job_webhook.plugins.env:EnvPlugin", group),
+        EntryPoint("env", "volcano_job_webhook.plugins.builtin.env:EnvPlugin", group),
     ]
 
 

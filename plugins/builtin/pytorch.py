@@ -8,9 +8,9 @@ container (``--wait-master-enabled``).
 
 from __future__ import annotations
 
-from .base import Plugin, PodContext
-from .flags import Flag, port_flag
-from .pod import containers, ensure_envs, ensure_port
+from ..base import Plugin, PodContext
+from ..flags import Flag, port_flag
+from ..pod import containers, ensure_envs, ensure_port
 
 PORT_NAME = "pytorchjob-port"
 WAIT_CONTAINER = "wait-for-master"

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from .base import Plugin, PodContext
-from .flags import Flag, port_flag
+from ..base import Plugin, PodContext
+from ..flags import Flag, port_flag
+from ..job import Task
+from ..pod import Obj
 from .group import first_task, member_index, offsets, reject_reserved_env, size, wire_members
-from .job import Task
-from .pod import Obj
 
 PORT_NAME = "paddle-port"
 DEFAULT_PORT = 6768

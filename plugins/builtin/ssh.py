@@ -16,10 +16,10 @@ from typing import cast
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from .base import Digest, Existing, Mount, Plugin, PodContext
-from .budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
-from .flags import Flag, port_flag
-from .pod import Obj, ensure_mount, ensure_volume
+from ..base import Digest, Existing, Mount, Plugin, PodContext
+from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
+from ..flags import Flag, port_flag
+from ..pod import Obj, ensure_mount, ensure_volume
 
 DEFAULT_PATH = "/root/.ssh"
 KEY_FILES = ("id_rsa", "id_rsa.pub", "authorized_keys", "config")

@@ -30,12 +30,12 @@ import shlex
 from functools import cached_property
 from typing import Any
 
-from .base import Plugin, PodContext
-from .budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
-from .errors import FlagError
-from .flags import Flag, parse_flags
-from .job import Task
-from .pod import Obj, containers, spec
+from ..base import Plugin, PodContext
+from ..budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
+from ..errors import FlagError
+from ..flags import Flag, parse_flags
+from ..job import Task
+from ..pod import Obj, containers, spec
 from .pytorch import DEFAULT_WAIT_IMAGE, PytorchPlugin
 from .pytorch import WAIT_CONTAINER as PYTORCH_WAIT
 from .svc import SvcPlugin

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from functools import cached_property
 
-from .base import Plugin, PodContext
-from .budget import ENV_LIMIT_TEXT, digits, env_value_limit, task_hosts
-from .flags import Flag, port_flag
-from .job import Task
-from .pod import containers, ensure_env
+from ..base import Plugin, PodContext
+from ..budget import ENV_LIMIT_TEXT, digits, env_value_limit, task_hosts
+from ..flags import Flag, port_flag
+from ..job import Task
+from ..pod import containers, ensure_env
 
 # Go's json.Marshal writes tfClusterSpec's fields in this order and leaves out empty ones.
 ROLES = ("ps", "worker", "chief", "evaluator")

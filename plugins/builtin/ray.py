@@ -13,11 +13,11 @@ anywhere; the head command is kept here (README, "Where we differ").
 
 from __future__ import annotations
 
-from .base import Existing, Plugin, PodContext
-from .flags import Flag, port_flag
-from .job import Task
-from .keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY, TASK_SPEC_KEY
-from .pod import Obj, containers, ensure_port
+from ..base import Existing, Plugin, PodContext
+from ..flags import Flag, port_flag
+from ..job import Task
+from ..keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY, TASK_SPEC_KEY
+from ..pod import Obj, containers, ensure_port
 
 
 def head_service_name(job_name: str) -> str:

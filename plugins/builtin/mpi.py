@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from .base import Plugin, PodContext
-from .budget import ENV_LIMIT_TEXT, env_value_limit, task_hosts
-from .flags import Flag, port_flag
-from .pod import ensure_env, ensure_port
+from ..base import Plugin, PodContext
+from ..budget import ENV_LIMIT_TEXT, env_value_limit, task_hosts
+from ..flags import Flag, port_flag
+from ..pod import ensure_env, ensure_port
 from .svc import MOUNT_PATH, host_file_key
 
 PORT_NAME = "mpijob-port"

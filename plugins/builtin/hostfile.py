@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from .base import Existing, Mount, Plugin, PodContext
-from .budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
-from .flags import Flag
-from .job import Task
-from .pod import Obj, ensure_envs, ensure_mount, ensure_volume
+from ..base import Existing, Mount, Plugin, PodContext
+from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
+from ..flags import Flag
+from ..job import Task
+from ..pod import Obj, ensure_envs, ensure_mount, ensure_volume
 from .quantity import gpu_limit
 
 FORMATS = ("openmpi", "intel", "mpich", "deepspeed")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from .base import Plugin, PodContext
-from .job import Task
-from .pod import Obj, containers, ensure_envs, ensure_port
+from ..base import Plugin, PodContext
+from ..job import Task
+from ..pod import Obj, containers, ensure_envs, ensure_port
 
 
 def first_task(plugin: Plugin, flag: str, no_pod_0: str = "there is no Pod 0 to be rank 0") -> Task:

@@ -36,8 +36,8 @@ from typing import Any
 
 import orjson
 
-from .base import Existing, Mount, Plugin, PodContext
-from .budget import (
+from ..base import Existing, Mount, Plugin, PodContext
+from ..budget import (
     ARG_LIMIT_TEXT,
     DATA_LIMIT,
     DATA_LIMIT_TEXT,
@@ -53,10 +53,10 @@ from .budget import (
     stored_map,
     task_hosts,
 )
-from .errors import FlagError
-from .flags import Flag, parse_flags
-from .keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY
-from .pod import Obj, containers, ensure_envs, ensure_mount, ensure_volume, spec
+from ..errors import FlagError
+from ..flags import Flag, parse_flags
+from ..keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY
+from ..pod import Obj, containers, ensure_envs, ensure_mount, ensure_volume, spec
 from .pytorch import DEFAULT_WAIT_IMAGE, PytorchPlugin
 
 MOUNT_PATH = "/etc/volcano"

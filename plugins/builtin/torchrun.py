@@ -38,10 +38,10 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
-from .base import Plugin, PodContext
-from .errors import FlagError
-from .flags import Flag, parse_flags
-from .pod import Obj, containers, ensure_envs, ensure_port
+from ..base import Plugin, PodContext
+from ..errors import FlagError
+from ..flags import Flag, parse_flags
+from ..pod import Obj, containers, ensure_envs, ensure_port
 from .quantity import gpu_limit, parse_quantity, requested, whole
 
 PORT_NAME = "torchrun-port"
