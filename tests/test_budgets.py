@@ -50,6 +50,7 @@ from volcano_job_webhook.plugins.builtin.torchrun import TorchrunPlugin
 from volcano_job_webhook.plugins.builtin.waitfor import WaitforPlugin
 from volcano_job_webhook.plugins.builtin.xgboost import XGBoostPlugin
 from volcano_job_webhook.plugins.podgen import make_pod
+from volcano_job_webhook.plugins.registry import BUILTINS
 from volcano_job_webhook.server.review import admission_review
 
 BILLION = 10**9
@@ -175,7 +176,7 @@ def billion_job(plugin: str) -> Job:
     return make_job({plugin: ARGS.get(plugin, [])}, tasks)
 
 
-SVC_PLUGINS = ["mpi", "tensorflow", "svc", "pytorch", "torchrun", "hostfile", "jax", "ray", "paddle", "xgboost", "waitfor"]
+SVC_PLUGINS = [name for name, cls in BUILTINS.items() if name == "svc" or "svc" in cls.requires]
 
 
 @pytest.mark.parametrize("plugin", SVC_PLUGINS)

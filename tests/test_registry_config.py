@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import tomllib
 from importlib.metadata import EntryPoint
 
 import pytest
 
+from tests.conftest import ROOT
 from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.plugins import Chain, Flag, Job, Plugin, PodContext, registry
+from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
 from volcano_job_webhook.plugins.pod import containers, ensure_envs
 
 
@@ -36,6 +39,7 @@ def test_third_party_plugins_load_from_entry_points_and_run_after_the_builtins(m
     registry.load_entry_points(reg)
     assert "greet" in reg and "broken" not in reg
     assert "plugin entry point broken = no_such_module:Nothing not loaded" in caplog.text
+    assert "plugin entry point env = volcano_job_webhook.plugins.builtin.env:EnvPlugin not loaded: env is a built-in" in caplog.text
     job = Job.from_object({"metadata": {"name": "j"}, "spec": {
         "plugins": {"greet": ["--greeting=hi"]}, "tasks": [{"name": "w", "replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}]}})
     chain = Chain(reg)
@@ -43,6 +47,17 @@ def test_third_party_plugins_load_from_entry_points_and_run_after_the_builtins(m
     pod = {"metadata": {"name": "j-w-0", "annotations": {"volcano.sh/task-spec": "w"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
     env = chain.mutate(job, pod).pod["spec"]["containers"][0]["env"]
     assert env[-1] == {"name": "GREETING", "value": "hi"}
+
+
+def test_the_registry_is_the_one_list_of_builtins() -> None:
+    """Each built-in is plugins/builtin/<name>.py, Volcano's eight are among them, and none is an entry
+    point as well (a second list, which the registry would skip)."""
+    for name, cls in registry.BUILTINS.items():
+        assert cls.__module__ == f"volcano_job_webhook.plugins.builtin.{name}"
+    assert set(VOLCANO_PLUGINS) <= set(registry.BUILTINS)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    advertised = project.get("entry-points", {}).get(registry.ENTRY_POINT_GROUP, {})
+    assert not set(advertised) & set(registry.BUILTINS), advertised
 
 
 def test_settings_flags_over_environment_over_yaml(tmp_path, monkeypatch):
