@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import ROOT
 from volcano_job_webhook.config import load_settings
-from volcano_job_webhook.plugins import Chain, Flag, Job, Plugin, PodContext, registry
+from volcano_job_webhook.plugins import Chain, ChainConfig, Flag, Job, Plugin, PodContext, registry
 from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
 from volcano_job_webhook.plugins.pod import containers, ensure_envs
 
@@ -58,6 +58,24 @@ def test_the_registry_is_the_one_list_of_builtins() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     advertised = project.get("entry-points", {}).get(registry.ENTRY_POINT_GROUP, {})
     assert not set(advertised) & set(registry.BUILTINS), advertised
+
+
+def test_a_plugin_knows_its_peers_from_its_constructor() -> None:
+    """The chain gives every plugin the plugins it runs beside (server defaults included); built on
+    its own, a plugin knows the job's spec.plugins."""
+    from volcano_job_webhook.plugins.builtin.torchrun import TorchrunPlugin
+
+    job = Job.from_object({"metadata": {"name": "j"}, "spec": {
+        "plugins": {"pytorch": ["--port=1111"]},
+        "tasks": [{"name": "master", "replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}]}})
+    alone = TorchrunPlugin(job, [])
+    assert alone.peers == {"pytorch": ["--port=1111"]} and alone.port == 1111
+    assert TorchrunPlugin(job, [], peers={"torchrun": []}).port == 29500
+    chain = Chain(config=ChainConfig(defaults={"torchrun": [], "pytorch": ["--port=2222"]}))
+    built = {p.name: p for p in chain.plugins(job)}
+    assert built["torchrun"].peers == {"torchrun": [], "pytorch": ["--port=1111"], "svc": []}
+    assert built["torchrun"].port == 1111
+    assert all(p.peers is built["pytorch"].peers for p in built.values())
 
 
 def test_settings_flags_over_environment_over_yaml(tmp_path, monkeypatch):
