@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from importlib.metadata import EntryPoint
 
@@ -9,9 +10,8 @@ import pytest
 
 from tests.conftest import ROOT
 from volcano_job_webhook.config import load_settings
-from volcano_job_webhook.plugins import Chain, ChainConfig, Flag, Job, Plugin, PodContext, registry
+from volcano_job_webhook.plugins import Chain, ChainConfig, Flag, Job, Plugin, PodContext, containers, ensure_envs, registry
 from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
-from volcano_job_webhook.plugins.pod import containers, ensure_envs
 
 
 class GreetPlugin(Plugin):
@@ -100,13 +100,13 @@ def test_bad_settings_are_refused(tmp_path):
 
 
 def test_the_readme_third_party_example_runs_as_written():
-    """The README's third-party plugin, executed from the README itself, wires a Pod in a chain."""
-    from tests.conftest import ROOT
-
+    """The README's third-party plugin, executed from the README itself, imports only the public
+    API and wires a Pod in a chain."""
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Third-party plugins"):]
     code = section[section.index("```python") + len("```python"):]
     code = code[:code.index("```")]
+    assert re.findall(r"^(?:from|import) (\S+)", code, re.MULTILINE) == ["volcano_job_webhook.plugins"]
     namespace: dict[str, object] = {}
     exec(compile(code, "README.md", "exec"), namespace)
     cls = namespace["MyPlugin"]
@@ -119,3 +119,5 @@ def test_the_readme_third_party_example_runs_as_written():
     result = Chain(reg).mutate(job, pod)
     assert {"name": "GREETING", "value": "hi"} in result.pod["spec"]["containers"][0]["env"]
     assert result.plugins == ["svc", "myplugin"], "svc comes in through requires, built-ins first"
+    quiet = Job.from_object({**job.raw, "spec": {**job.raw["spec"], "plugins": {"myplugin": ["--greeting="]}}})
+    assert "job default/j: plugin myplugin: --greeting is empty" in Chain(reg).check(quiet)
