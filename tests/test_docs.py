@@ -1,5 +1,5 @@
-"""The docs keep up with the code: what they list, they list from the registry's built-ins, so a new
-built-in without its documentation fails here."""
+"""The docs keep up with the code: every built-in the registry lists has its documentation, and the
+map of the code names every module of plugins/, so a new built-in or module without them fails here."""
 
 from __future__ import annotations
 
@@ -17,3 +17,14 @@ def test_every_builtin_has_its_section_in_volcano_behaviour(name: str) -> None:
     assert f"| [{name}](#{name}) |" in BEHAVIOUR, "a row in its Contents"
     assert f"\n| `{name}` |" in BEHAVIOUR, "a row in 'What each plugin touches'"
     assert f"`plugins/builtin/{name}.py`" in BEHAVIOUR, "its section names its module"
+
+
+def test_architecture_names_every_module_of_plugins() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text[text.index("## plugins/"):]
+    section = section[:section.index("\n## ")]
+    folder = ROOT / "plugins"
+    modules = {path.relative_to(folder).as_posix() for path in folder.rglob("*.py")} - {"builtin/__init__.py"}
+    assert {f"builtin/{name}.py" for name in BUILTINS} <= modules
+    missing = sorted(module for module in modules if f"`{module}`" not in section)
+    assert not missing, f"docs/architecture.md's plugins/ section does not name {missing}"
