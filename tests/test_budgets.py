@@ -542,14 +542,16 @@ def test_same_volume_at_the_same_path_is_no_conflict() -> None:
     assert result.pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "big-svc", "mountPath": "/etc/volcano", "readOnly": True}]
 
 
-def test_hostfile_path_equal_to_ssh_path_is_refused_at_validate() -> None:
+def test_hostfile_path_equal_to_ssh_path_is_refused_at_validate_and_by_the_reconciler() -> None:
     job = make_job({"ssh": [], "hostfile": ["--path=/root/.ssh"]}, [("master", 1), ("worker", 2)])
-    with pytest.raises(PluginError) as info:
-        Chain().check(job)
-    assert str(info.value) == (
+    refusal = (
         "job default/big: plugin hostfile: --path: mounts volume 'big-hostfile' at '/root/.ssh', where plugin ssh mounts "
         "volume 'big-ssh'; the API server requires a container's mount paths to be unique"
     )
+    for call in (Chain().check, Chain().resources):
+        with pytest.raises(PluginError) as info:
+            call(job)
+        assert str(info.value) == refusal
 
 
 # ---------------------------------------------------------------------------------------------
