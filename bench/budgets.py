@@ -37,10 +37,10 @@ from volcano_job_webhook.plugins import (
     default_registry,
 )
 from volcano_job_webhook.plugins.podgen import make_pod
+from volcano_job_webhook.plugins.registry import BUILTINS
 
 ROOT = Path(__file__).resolve().parent.parent
-PLUGINS = ("mpi", "tensorflow", "svc", "ssh", "pytorch", "torchrun", "hostfile", "jax", "paddle", "xgboost", "waitfor", "ray", "env",
-           "hcclrank")
+PLUGINS = tuple(BUILTINS)
 ARGS = {"waitfor": ["--tasks=worker"]}
 REPLICAS = 10**9
 TARGET_MS = 10.0

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from tests.envtest import WEBHOOK_USER, EnvTest, Process, find_assets, free_port, new_namespace, start_product, wait_until  # noqa: E402
 from volcano_job_webhook.kube.informer import JOB, Informer  # noqa: E402
 from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
-from volcano_job_webhook.plugins.ssh import generate_key_pair  # noqa: E402
+from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair  # noqa: E402
 from volcano_job_webhook.reconciler.kinds import MANAGED_SELECTOR, OWNED  # noqa: E402
 
 JOBS = JOB

@@ -1,19 +1,35 @@
 """Volcano's job plugins as pure functions of a job and a Pod.
 
+This package's ``__all__`` is the public API, for running the chain and for writing a plugin (README,
+"Third-party plugins"): import from here, not from the modules behind it, which may move as the
+built-ins moved to ``builtin/``.
+
 >>> chain = Chain()
 >>> result = chain.mutate(Job.from_object(job_dict), pod_dict)   # result.pod, result.warnings
 >>> objects = chain.resources(Job.from_object(job_dict))         # ConfigMaps, Services, ...
 """
 
-from .base import Plugin, PodContext, Settings
+from .base import Digest, Existing, Mount, Plugin, PodContext, Settings
 from .chain import Chain, ChainConfig, Mutation, PreparedJob
 from .errors import FlagError, PluginError
 from .flags import Flag, port_flag
+from .helpers import (
+    peer_options,
+    plugin_error,
+    plugin_warning,
+    require_hostnames,
+    require_mount_free,
+    require_name,
+    require_port_free,
+    template_containers,
+)
 from .job import Job, Task
 from .keys import MANAGED_BY, MANAGED_BY_LABEL, PLUGINS_ANNOTATION
-from .registry import BUILTIN_ORDER, ENTRY_POINT_GROUP, Registry, default_registry
+from .pod import Obj, containers, ensure_env, ensure_envs, ensure_mount, ensure_port, ensure_volume, spec
+from .registry import BUILTIN_ORDER, BUILTINS, ENTRY_POINT_GROUP, Registry, default_registry
 
 __all__ = [
+    "BUILTINS",
     "BUILTIN_ORDER",
     "ENTRY_POINT_GROUP",
     "MANAGED_BY",
@@ -21,10 +37,14 @@ __all__ = [
     "PLUGINS_ANNOTATION",
     "Chain",
     "ChainConfig",
+    "Digest",
+    "Existing",
     "Flag",
     "FlagError",
     "Job",
+    "Mount",
     "Mutation",
+    "Obj",
     "Plugin",
     "PluginError",
     "PodContext",
@@ -32,6 +52,21 @@ __all__ = [
     "Registry",
     "Settings",
     "Task",
+    "containers",
     "default_registry",
+    "ensure_env",
+    "ensure_envs",
+    "ensure_mount",
+    "ensure_port",
+    "ensure_volume",
+    "peer_options",
+    "plugin_error",
+    "plugin_warning",
     "port_flag",
+    "require_hostnames",
+    "require_mount_free",
+    "require_name",
+    "require_port_free",
+    "spec",
+    "template_containers",
 ]

@@ -1,28 +1,31 @@
 """The contract every plugin keeps, built-in or third-party.
 
-A plugin is a class with a ``name``, its Go-style ``flags``, the plugins it ``requires`` (added like
-Volcano's job admission adds svc and ssh), and three hooks:
+A plugin is a class with a ``name``, its Go-style ``flags`` and the plugins it ``requires`` (added
+like Volcano's job admission adds svc and ssh). The chain builds one per job, as
+``cls(job, args, settings, peers=...)``, and calls its hooks:
 
 * ``check()``: job-level validation, run at ``/validate`` and before every Pod; raises
   :class:`PluginError`, returns warnings;
 * ``mutate(ctx)``: change one Pod of the job in place, idempotently;
 * ``resources(existing)``: the side objects the job needs (ConfigMaps, Services, ...), as the reconciler
-  will create them.
+  will create them;
+* ``injected_init_containers()`` and ``mounts()``: what the chain must know of it before any Pod
+  (init containers other plugins leave alone, mount paths no other plugin may take).
 
-One instance is made per job and argument list; it holds no state between calls and does no I/O.
+An instance holds no state between calls and does no I/O. What plugins use besides the contract
+(errors naming the job, template checks, a peer's arguments) is in :mod:`.helpers`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from . import names
 from .errors import FlagError, PluginError
 from .flags import Flag, parse_flags, shown
 from .job import Job, Task
-from .pod import Obj, containers, mount_conflict, port_conflict, task_index
+from .pod import Obj, containers, task_index
 
 DEFAULT_HOSTS_ENV_LIMIT = 100_000
 # Live side objects the reconciler found for a job, by (kind, name); only ones this project manages.
@@ -115,18 +118,22 @@ class Mount(NamedTuple):
 
 
 class Plugin:
-    """Base class for plugins. Subclasses set ``name``, ``flags`` and override the hooks they need."""
+    """Base class for plugins. Subclasses set ``name``, ``flags`` and override the hooks they need.
+
+    ``peers`` is every plugin the chain runs for the job, with its arguments (server defaults and
+    dependencies included), this one among them; built on its own, a plugin knows only the job's
+    ``spec.plugins``. Read a peer's arguments with :func:`~.helpers.peer_options`."""
 
     name: ClassVar[str] = ""
     flags: ClassVar[tuple[Flag, ...]] = ()
     requires: ClassVar[tuple[str, ...]] = ()
-    # Every plugin the chain runs for this job, with its arguments (server defaults and dependencies
-    # included); the chain sets it. None when a plugin is built on its own.
-    peers: Mapping[str, Sequence[str]] | None = None
 
-    def __init__(self, job: Job, args: Sequence[str], settings: Settings | None = None) -> None:
+    def __init__(
+        self, job: Job, args: Sequence[str], settings: Settings | None = None, *, peers: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
         self.job = job
         self.settings = settings or Settings()
+        self.peers: Mapping[str, Sequence[str]] = job.plugins if peers is None else peers
         if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
             raise PluginError(job.key, self.name, "arguments", f"must be a list of strings, got {shown(args)}")
         try:
@@ -154,57 +161,3 @@ class Plugin:
         """The side objects this plugin wants for the job (Volcano's ``OnJobAdd``). ``existing``
         holds the live objects of the same job, for state that must survive (SSH keys)."""
         return []
-
-    # Helpers shared by the plugins.
-
-    def error(self, field: str, reason: str) -> PluginError:
-        return PluginError(self.job.key, self.name, field, reason)
-
-    def warning(self, text: str) -> str:
-        return f"job {self.job.key}: plugin {self.name}: {text}"
-
-    def require_name(self, rule: str, value: str, what: str) -> None:
-        """Raise unless ``value`` satisfies the naming ``rule`` (``label``, ``dns1035`` or ``subdomain``)."""
-        check = {"label": names.dns1123_label, "dns1035": names.dns1035_label, "subdomain": names.dns1123_subdomain}[rule]
-        problem = check(value)
-        if problem:
-            raise self.error(what, problem)
-
-    def template_containers(self, task: Task, *, init: bool = True) -> Iterator[tuple[str, Obj]]:
-        """A task template's containers (and init containers), each with its field path."""
-        spec = task.template.get("spec") or {}
-        where = f"spec.tasks[{task.position}].template.spec"
-        for key in ("containers", "initContainers") if init else ("containers",):
-            found = spec.get(key)
-            for i, container in enumerate(found if isinstance(found, list) else []):
-                if isinstance(container, dict):
-                    yield f"{where}.{key}[{i}]", container
-
-    def require_mount_free(self, tasks: Iterable[Task], mount: Mount, *, init: bool = True) -> None:
-        """At ``check()``: no container of these tasks' templates mounts another volume at
-        ``mount.path`` (the same rule :func:`pod.ensure_mount` applies to each Pod)."""
-        for task in tasks:
-            for where, container in self.template_containers(task, init=init):
-                problem = mount_conflict(container, mount.volume, mount.path)
-                if problem and mount.field.startswith("-"):  # the path is the argument's choice
-                    raise self.error(mount.field, f"{where}: {problem}")
-                if problem:
-                    raise self.error(f"{where}.volumeMounts", problem)
-
-    def require_port_free(self, tasks: Iterable[Task], name: str, number: int, *, init: bool = False) -> None:
-        """At ``check()``: the port ``name``/``number`` can be added to every container of these
-        tasks' templates (the same rule :func:`pod.ensure_port` applies to each Pod)."""
-        for task in tasks:
-            for where, container in self.template_containers(task, init=init):
-                problem = port_conflict(container, name, number)
-                if problem:
-                    raise self.error(f"{where}.ports", problem)
-
-    def require_hostnames(self, task: Task) -> None:
-        """Every hostname and subdomain the task's Pods will get must be DNS-1123 labels."""
-        if task.hostname:
-            self.require_name("label", task.hostname, f"spec.tasks[{task.position}].template.spec.hostname")
-        elif task.replicas:
-            # The longest pod name of the task is the one with the highest index.
-            self.require_name("label", self.job.pod_name(task.name, task.replicas - 1), f"hostname of task {task.name!r}")
-        self.require_name("label", task.subdomain or self.job.name, f"subdomain of task {task.name!r}")

@@ -17,7 +17,7 @@ The limits, as measured against kube-apiserver v1.36 and etcd 3.6 (README, "Limi
   a JSON size under this limit is safe (for a Pod this is the limit that bites first: the 3 MiB
   request-body limit applies to what the controller sent, before our patch).
 * ``GENERATED_LIMIT``: ours, not Kubernetes': the most host-file bytes svc has each Pod's init
-  container write past its ConfigMap (``plugins/svc.py``). Kubernetes documents clusters of at most
+  container write past its ConfigMap (``plugins/builtin/svc.py``). Kubernetes documents clusters of at most
   150,000 Pods; 32 MiB holds the host files of any job of up to 262,144 Pods whatever its names (a
   domain name is at most 63 + 1 + 63 bytes, plus its newline), so the limit refuses only jobs no
   cluster runs, while bounding what every Pod writes to its node's disk and how long its start

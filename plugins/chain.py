@@ -40,13 +40,9 @@ class ChainConfig:
     volcano_plugins: frozenset[str] = frozenset()
 
 
-def copy_json(value: Obj) -> Obj:
-    """A deep copy of a JSON document; several times faster than ``copy.deepcopy`` on the hot path."""
-    return _sized_copy(value)[0]
-
-
 def _sized_copy(value: Obj) -> tuple[Obj, int]:
-    """A deep copy of a JSON document and its size as compact JSON (0 when it is not plain JSON)."""
+    """A deep copy of a JSON document (several times faster than ``copy.deepcopy`` on the hot path)
+    and its size as compact JSON (0 when it is not plain JSON)."""
     try:
         raw = orjson.dumps(value)
         return orjson.loads(raw), len(raw)
@@ -305,8 +301,7 @@ class Chain:
             if self.config.allowed is not None and name not in self.config.allowed and name not in volcano:
                 raise PluginError(job.key, name, "plugin", f"plugin {name!r} is not allowed by this server")
             if not lenient:
-                plugin = cls(job, list(args), self.config.settings)
-                plugin.peers = merged
+                plugin = cls(job, list(args), self.config.settings, peers=merged)
                 warnings.extend(plugin.check())
                 built.append(plugin)
                 continue
@@ -317,11 +312,10 @@ class Chain:
                     f"only logs this and runs the plugin with the {len(kept)} argument(s) before it"
                 )
             try:
-                plugin = cls(job, kept, self.config.settings)
+                plugin = cls(job, kept, self.config.settings, peers=merged)
             except PluginError as exc:  # a plugin's own constructor may refuse more than its flags
                 warnings.append(f"{exc} (run by Volcano's controller, which does not check this)")
                 continue
-            plugin.peers = merged
             try:
                 warnings.extend(plugin.check())
             except PluginError as exc:

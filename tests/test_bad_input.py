@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from volcano_job_webhook.plugins.registry import BUILTINS
 from volcano_job_webhook.server.review import admission_review
 
 pytestmark = pytest.mark.anyio
@@ -62,7 +63,7 @@ CASES = {
     "unknown plugin": (
         pod("unknown-plugin", "worker", 0),
         denied("unknown plugin", "job default/unknown-plugin: plugin horovod: plugin: unknown plugin 'horovod' "
-                                 "(known: env, hcclrank, hostfile, jax, mpi, paddle, pytorch, ray, ssh, svc, tensorflow, torchrun, waitfor, xgboost)"),
+                                 f"(known: {', '.join(sorted(BUILTINS))})"),
     ),
     "unknown argument": (
         pod("bad-flag", "master", 0),

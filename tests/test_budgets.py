@@ -38,18 +38,19 @@ from volcano_job_webhook.plugins.budget import (
     env_value_limit,
     task_hosts,
 )
-from volcano_job_webhook.plugins.hostfile import HostfilePlugin
-from volcano_job_webhook.plugins.jax import JaxPlugin
-from volcano_job_webhook.plugins.mpi import MPIPlugin
-from volcano_job_webhook.plugins.paddle import PaddlePlugin
+from volcano_job_webhook.plugins.builtin.hostfile import HostfilePlugin
+from volcano_job_webhook.plugins.builtin.jax import JaxPlugin
+from volcano_job_webhook.plugins.builtin.mpi import MPIPlugin
+from volcano_job_webhook.plugins.builtin.paddle import PaddlePlugin
+from volcano_job_webhook.plugins.builtin.pytorch import PytorchPlugin
+from volcano_job_webhook.plugins.builtin.ssh import SSHPlugin
+from volcano_job_webhook.plugins.builtin.svc import SvcPlugin
+from volcano_job_webhook.plugins.builtin.tensorflow import TensorflowPlugin
+from volcano_job_webhook.plugins.builtin.torchrun import TorchrunPlugin
+from volcano_job_webhook.plugins.builtin.waitfor import WaitforPlugin
+from volcano_job_webhook.plugins.builtin.xgboost import XGBoostPlugin
 from volcano_job_webhook.plugins.podgen import make_pod
-from volcano_job_webhook.plugins.pytorch import PytorchPlugin
-from volcano_job_webhook.plugins.ssh import SSHPlugin
-from volcano_job_webhook.plugins.svc import SvcPlugin
-from volcano_job_webhook.plugins.tensorflow import TensorflowPlugin
-from volcano_job_webhook.plugins.torchrun import TorchrunPlugin
-from volcano_job_webhook.plugins.waitfor import WaitforPlugin
-from volcano_job_webhook.plugins.xgboost import XGBoostPlugin
+from volcano_job_webhook.plugins.registry import BUILTINS
 from volcano_job_webhook.server.review import admission_review
 
 BILLION = 10**9
@@ -175,7 +176,7 @@ def billion_job(plugin: str) -> Job:
     return make_job({plugin: ARGS.get(plugin, [])}, tasks)
 
 
-SVC_PLUGINS = ["mpi", "tensorflow", "svc", "pytorch", "torchrun", "hostfile", "jax", "ray", "paddle", "xgboost", "waitfor"]
+SVC_PLUGINS = [name for name, cls in BUILTINS.items() if name == "svc" or "svc" in cls.requires]
 
 
 @pytest.mark.parametrize("plugin", SVC_PLUGINS)
@@ -541,14 +542,16 @@ def test_same_volume_at_the_same_path_is_no_conflict() -> None:
     assert result.pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "big-svc", "mountPath": "/etc/volcano", "readOnly": True}]
 
 
-def test_hostfile_path_equal_to_ssh_path_is_refused_at_validate() -> None:
+def test_hostfile_path_equal_to_ssh_path_is_refused_at_validate_and_by_the_reconciler() -> None:
     job = make_job({"ssh": [], "hostfile": ["--path=/root/.ssh"]}, [("master", 1), ("worker", 2)])
-    with pytest.raises(PluginError) as info:
-        Chain().check(job)
-    assert str(info.value) == (
+    refusal = (
         "job default/big: plugin hostfile: --path: mounts volume 'big-hostfile' at '/root/.ssh', where plugin ssh mounts "
         "volume 'big-ssh'; the API server requires a container's mount paths to be unique"
     )
+    for call in (Chain().check, Chain().resources):
+        with pytest.raises(PluginError) as info:
+            call(job)
+        assert str(info.value) == refusal
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,9 @@ from tests.conftest import EXAMPLES
 from tests.schema import validate_object, validate_pod
 from volcano_job_webhook.cli import main
 from volcano_job_webhook.plugins import Job
+from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
 from volcano_job_webhook.plugins.podgen import make_pod
+from volcano_job_webhook.plugins.registry import BUILTINS
 from volcano_job_webhook.server.review import admission_review
 
 pytestmark = pytest.mark.anyio
@@ -115,7 +117,7 @@ async def test_bad_arguments_are_denied_at_apply_and_at_admission(client, jobs_d
     assert denied["allowed"] is False and denied["status"]["message"] == verdict["status"]["message"]
 
 
-@pytest.mark.parametrize("name", ["torchrun", "hostfile", "jax", "xgboost", "paddle", "waitfor"])
+@pytest.mark.parametrize("name", [name for name in BUILTINS if name not in VOLCANO_PLUGINS])
 async def test_examples_are_admitted_and_wired(client, name):
     job = example(name)
     verdict = await answer(client, admission_review(job, uid="v"), "/validate")
@@ -178,14 +180,14 @@ def test_torchrun_port_follows_the_pytorch_plugin_the_chain_runs(defaults, port)
 def test_quantities_as_kubernetes_reads_them(text, value):
     from decimal import Decimal
 
-    from volcano_job_webhook.plugins.quantity import parse_quantity
+    from volcano_job_webhook.plugins.builtin.quantity import parse_quantity
 
     assert parse_quantity(text) == Decimal(value)
 
 
 @pytest.mark.parametrize("text", ["two", "-1", "1KB", "", "1.2.3", True, None, "1 k"])
 def test_malformed_quantities_are_refused(text):
-    from volcano_job_webhook.plugins.quantity import parse_quantity
+    from volcano_job_webhook.plugins.builtin.quantity import parse_quantity
 
     with pytest.raises(ValueError):
         parse_quantity(text)

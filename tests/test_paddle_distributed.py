@@ -27,7 +27,7 @@ import yaml
 
 from tests.envtest import free_port
 from tests.wiring import injected_env, set_plugin_arg
-from volcano_job_webhook.plugins.paddle import RESERVED
+from volcano_job_webhook.plugins.builtin.paddle import RESERVED
 
 launch_context = pytest.importorskip("paddle.distributed.launch.context")
 

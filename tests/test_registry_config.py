@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
 from importlib.metadata import EntryPoint
 
 import pytest
 
+from tests.conftest import ROOT
 from volcano_job_webhook.config import load_settings
-from volcano_job_webhook.plugins import Chain, Flag, Job, Plugin, PodContext, registry
-from volcano_job_webhook.plugins.pod import containers, ensure_envs
+from volcano_job_webhook.plugins import Chain, ChainConfig, Flag, Job, Plugin, PodContext, containers, ensure_envs, registry
+from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
 
 
 class GreetPlugin(Plugin):
@@ -26,7 +29,7 @@ def fake_entry_points(group: str) -> list[EntryPoint]:
     return [
         EntryPoint("greet", f"{__name__}:GreetPlugin", group),
         EntryPoint("broken", "no_such_module:Nothing", group),
-        EntryPoint("env", "volcano_job_webhook.plugins.env:EnvPlugin", group),
+        EntryPoint("env", "volcano_job_webhook.plugins.builtin.env:EnvPlugin", group),
     ]
 
 
@@ -36,6 +39,7 @@ def test_third_party_plugins_load_from_entry_points_and_run_after_the_builtins(m
     registry.load_entry_points(reg)
     assert "greet" in reg and "broken" not in reg
     assert "plugin entry point broken = no_such_module:Nothing not loaded" in caplog.text
+    assert "plugin entry point env = volcano_job_webhook.plugins.builtin.env:EnvPlugin not loaded: env is a built-in" in caplog.text
     job = Job.from_object({"metadata": {"name": "j"}, "spec": {
         "plugins": {"greet": ["--greeting=hi"]}, "tasks": [{"name": "w", "replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}]}})
     chain = Chain(reg)
@@ -43,6 +47,35 @@ def test_third_party_plugins_load_from_entry_points_and_run_after_the_builtins(m
     pod = {"metadata": {"name": "j-w-0", "annotations": {"volcano.sh/task-spec": "w"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
     env = chain.mutate(job, pod).pod["spec"]["containers"][0]["env"]
     assert env[-1] == {"name": "GREETING", "value": "hi"}
+
+
+def test_the_registry_is_the_one_list_of_builtins() -> None:
+    """Each built-in is plugins/builtin/<name>.py, Volcano's eight are among them, and none is an entry
+    point as well (a second list, which the registry would skip)."""
+    for name, cls in registry.BUILTINS.items():
+        assert cls.__module__ == f"volcano_job_webhook.plugins.builtin.{name}"
+    assert set(VOLCANO_PLUGINS) <= set(registry.BUILTINS)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    advertised = project.get("entry-points", {}).get(registry.ENTRY_POINT_GROUP, {})
+    assert not set(advertised) & set(registry.BUILTINS), advertised
+
+
+def test_a_plugin_knows_its_peers_from_its_constructor() -> None:
+    """The chain gives every plugin the plugins it runs beside (server defaults included); built on
+    its own, a plugin knows the job's spec.plugins."""
+    from volcano_job_webhook.plugins.builtin.torchrun import TorchrunPlugin
+
+    job = Job.from_object({"metadata": {"name": "j"}, "spec": {
+        "plugins": {"pytorch": ["--port=1111"]},
+        "tasks": [{"name": "master", "replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}]}})
+    alone = TorchrunPlugin(job, [])
+    assert alone.peers == {"pytorch": ["--port=1111"]} and alone.port == 1111
+    assert TorchrunPlugin(job, [], peers={"torchrun": []}).port == 29500
+    chain = Chain(config=ChainConfig(defaults={"torchrun": [], "pytorch": ["--port=2222"]}))
+    built = {p.name: p for p in chain.plugins(job)}
+    assert built["torchrun"].peers == {"torchrun": [], "pytorch": ["--port=1111"], "svc": []}
+    assert built["torchrun"].port == 1111
+    assert all(p.peers is built["pytorch"].peers for p in built.values())
 
 
 def test_settings_flags_over_environment_over_yaml(tmp_path, monkeypatch):
@@ -67,13 +100,13 @@ def test_bad_settings_are_refused(tmp_path):
 
 
 def test_the_readme_third_party_example_runs_as_written():
-    """The README's third-party plugin, executed from the README itself, wires a Pod in a chain."""
-    from tests.conftest import ROOT
-
+    """The README's third-party plugin, executed from the README itself, imports only the public
+    API and wires a Pod in a chain."""
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Third-party plugins"):]
     code = section[section.index("```python") + len("```python"):]
     code = code[:code.index("```")]
+    assert re.findall(r"^(?:from|import) (\S+)", code, re.MULTILINE) == ["volcano_job_webhook.plugins"]
     namespace: dict[str, object] = {}
     exec(compile(code, "README.md", "exec"), namespace)
     cls = namespace["MyPlugin"]
@@ -86,3 +119,5 @@ def test_the_readme_third_party_example_runs_as_written():
     result = Chain(reg).mutate(job, pod)
     assert {"name": "GREETING", "value": "hi"} in result.pod["spec"]["containers"][0]["env"]
     assert result.plugins == ["svc", "myplugin"], "svc comes in through requires, built-ins first"
+    quiet = Job.from_object({**job.raw, "spec": {**job.raw["spec"], "plugins": {"myplugin": ["--greeting="]}}})
+    assert "job default/j: plugin myplugin: --greeting is empty" in Chain(reg).check(quiet)

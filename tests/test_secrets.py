@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
 from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.plugins.ssh import generate_key_pair
+from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair
 from volcano_job_webhook.reconciler import Reconciler
 from volcano_job_webhook.server.review import admission_review
 

@@ -1,5 +1,5 @@
 """svc past the ConfigMap's 1 MiB: jobs of up to 100,000 Pods and more, every Pod's
-``/etc/volcano`` holding the files Volcano's ConfigMap would hold (``plugins/svc.py``).
+``/etc/volcano`` holding the files Volcano's ConfigMap would hold (``plugins/builtin/svc.py``).
 
 The init container's script runs for real, under ``/bin/sh`` with this machine's tools and under
 busybox's ``sh`` with nothing but busybox's applets on ``PATH`` (as in the ``busybox`` image), on a

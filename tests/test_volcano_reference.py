@@ -29,9 +29,9 @@ import pytest
 import yaml
 
 from tests import volcano_reference as vr
-from volcano_job_webhook.plugins import pytorch as pytorch_module
-from volcano_job_webhook.plugins import ray as ray_module
-from volcano_job_webhook.plugins import svc as svc_module
+from volcano_job_webhook.plugins.builtin import pytorch as pytorch_module
+from volcano_job_webhook.plugins.builtin import ray as ray_module
+from volcano_job_webhook.plugins.builtin import svc as svc_module
 
 VCREF = vr.vcref_path()
 HAVE_VCREF = VCREF is not None and os.access(VCREF, os.X_OK)

@@ -32,14 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from volcano_job_webhook.plugins import Chain, Job, PluginError
+from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair
 from volcano_job_webhook.plugins.flags import parse_flags
+from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.plugins.registry import default_registry
-from volcano_job_webhook.plugins.ssh import generate_key_pair
 
 Obj = dict[str, Any]
 VOLCANO_REF_ENV = "VOLCANO_REF"
-VOLCANO_PLUGINS = ("ssh", "env", "svc", "tensorflow", "mpi", "pytorch", "hcclrank", "ray")
 
 
 def vcref_path() -> str | None:

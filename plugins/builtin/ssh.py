@@ -16,10 +16,11 @@ from typing import cast
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from .base import Digest, Existing, Mount, Plugin, PodContext
-from .budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
-from .flags import Flag, port_flag
-from .pod import Obj, ensure_mount, ensure_volume
+from ..base import Digest, Existing, Mount, Plugin, PodContext
+from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
+from ..flags import Flag, port_flag
+from ..helpers import plugin_error, plugin_warning, require_mount_free, require_name
+from ..pod import Obj, ensure_mount, ensure_volume
 
 DEFAULT_PATH = "/root/.ssh"
 KEY_FILES = ("id_rsa", "id_rsa.pub", "authorized_keys", "config")
@@ -66,18 +67,18 @@ class SSHPlugin(Plugin):
     )
 
     def check(self) -> list[str]:
-        self.require_name("label", secret_name(self.job.name), "volume name")
+        require_name(self, "label", secret_name(self.job.name), "volume name")
         path = self.options["ssh-key-file-path"]
         if not path.startswith("/"):
-            raise self.error("--ssh-key-file-path", f"{path!r} is not an absolute path")
-        self.require_mount_free(self.job.tasks, self.mounts()[0])
+            raise plugin_error(self, "--ssh-key-file-path", f"{path!r} is not an absolute path")
+        require_mount_free(self, self.job.tasks, self.mounts()[0])
         warnings = []
         if self._config_left_out:
-            warnings.append(self.warning(self._config_left_out))
+            warnings.append(plugin_warning(self, self._config_left_out))
         if self.options["ssh-public-key"] and not self.options["ssh-private-key"]:
-            warnings.append(self.warning("--ssh-public-key is ignored without --ssh-private-key; keys are generated"))
+            warnings.append(plugin_warning(self, "--ssh-public-key is ignored without --ssh-private-key; keys are generated"))
         elif self.options["ssh-private-key"] and not self.options["ssh-public-key"]:
-            warnings.append(self.warning("--ssh-private-key without --ssh-public-key leaves id_rsa.pub and authorized_keys empty"))
+            warnings.append(plugin_warning(self, "--ssh-private-key without --ssh-public-key leaves id_rsa.pub and authorized_keys empty"))
         return warnings
 
     def mounts(self) -> list[Mount]:
@@ -106,7 +107,7 @@ class SSHPlugin(Plugin):
         keys = self._key_bytes()
         header = sum(len(line) + 1 for line in CONFIG_HEADER)
         if keys + header > DATA_LIMIT:
-            raise self.error("--ssh-private-key", f"the keys are {keys} bytes; the Secret {secret_name(self.job.name)!r} would be over {DATA_LIMIT_TEXT}")
+            raise plugin_error(self, "--ssh-private-key", f"the keys are {keys} bytes; the Secret {secret_name(self.job.name)!r} would be over {DATA_LIMIT_TEXT}")
         size = self.config_size()
         if keys + size <= DATA_LIMIT:
             return ""
@@ -118,7 +119,7 @@ class SSHPlugin(Plugin):
 
     def mutate(self, ctx: PodContext) -> None:
         name = secret_name(self.job.name)
-        self.require_name("label", name, "volume name")
+        require_name(self, "label", name, "volume name")
         path = self.options["ssh-key-file-path"]
         volume = {
             "name": name,
@@ -131,11 +132,11 @@ class SSHPlugin(Plugin):
         }
         problem = ensure_volume(ctx.pod, volume)
         if problem:
-            raise self.error("spec.volumes", problem)
+            raise plugin_error(self, "spec.volumes", problem)
         for where, container in ctx.located_containers():
             problem = ensure_mount(container, {"name": name, "mountPath": path, "subPath": SUB_PATH})
             if problem:
-                raise self.error("--ssh-key-file-path", f"{where}: {problem}")
+                raise plugin_error(self, "--ssh-key-file-path", f"{where}: {problem}")
 
     def ssh_config(self) -> str:
         """Volcano's ``generateSSHConfig``: no host-key checks, then a ``Host`` block per Pod (left

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 from functools import cached_property
 
-from .base import Plugin, PodContext
-from .budget import ENV_LIMIT_TEXT, digits, env_value_limit, task_hosts
-from .flags import Flag, port_flag
-from .job import Task
-from .pod import containers, ensure_env
+from ..base import Plugin, PodContext
+from ..budget import ENV_LIMIT_TEXT, digits, env_value_limit, task_hosts
+from ..flags import Flag, port_flag
+from ..helpers import plugin_error, plugin_warning
+from ..job import Task
+from ..pod import containers, ensure_env
 
 # Go's json.Marshal writes tfClusterSpec's fields in this order and leaves out empty ones.
 ROLES = ("ps", "worker", "chief", "evaluator")
@@ -38,13 +39,14 @@ class TensorflowPlugin(Plugin):
 
     def check(self) -> list[str]:
         if self._single():
-            return [self.warning("the job has one task with one replica, which gets no TF_CONFIG (as in Volcano)")]
+            return [plugin_warning(self, "the job has one task with one replica, which gets no TF_CONFIG (as in Volcano)")]
         self._require_fits(*self.largest_tf_config())
         return []
 
     def _require_fits(self, size: int, task: Task | None) -> None:
         if size > env_value_limit("TF_CONFIG"):
-            raise self.error(
+            raise plugin_error(
+                self,
                 f"spec.tasks[{task.position}].replicas" if task else "spec.tasks",
                 f"TF_CONFIG would be {size} bytes (a cluster of {self._cluster_hosts()} addresses), over {ENV_LIMIT_TEXT}; "
                 "TensorFlow reads the cluster from this variable only",

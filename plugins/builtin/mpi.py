@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from .base import Plugin, PodContext
-from .budget import ENV_LIMIT_TEXT, env_value_limit, task_hosts
-from .flags import Flag, port_flag
-from .pod import ensure_env, ensure_port
+from ..base import Plugin, PodContext
+from ..budget import ENV_LIMIT_TEXT, env_value_limit, task_hosts
+from ..flags import Flag, port_flag
+from ..helpers import plugin_error, plugin_warning, require_port_free
+from ..pod import ensure_env, ensure_port
 from .svc import MOUNT_PATH, host_file_key
 
 PORT_NAME = "mpijob-port"
@@ -35,16 +36,17 @@ class MPIPlugin(Plugin):
     def check(self) -> list[str]:
         # Volcano's job admission rejects this too (admit_job.go: "The specified mpi master task was not found").
         if self.job.task(self.options["master"]) is None:
-            raise self.error("--master", f"the job has no task {self.options['master']!r} (the specified mpi master task was not found)")
+            raise plugin_error(self, "--master", f"the job has no task {self.options['master']!r} (the specified mpi master task was not found)")
         worker = self.job.task(self.options["worker"])
         # Without a worker task the master's Pods are left alone; every other Pod gets the port.
         ported = [t for t in self.job.tasks if worker is not None or t.name != self.options["master"]]
-        self.require_port_free(ported, PORT_NAME, self.options["port"], init=True)
+        require_port_free(self, ported, PORT_NAME, self.options["port"], init=True)
         if worker is None:
-            return [self.warning(f"--worker: the job has no task {self.options['worker']!r}; the master gets no MPI_HOST and no port")]
+            return [plugin_warning(self, f"--worker: the job has no task {self.options['worker']!r}; the master gets no MPI_HOST and no port")]
         size = task_hosts(self.job, worker).joined()
         if size > env_value_limit("MPI_HOST"):
-            return [self.warning(
+            return [plugin_warning(
+                self,
                 f"MPI_HOST left out of the master's containers: the hosts of task {worker.name!r} are {size} bytes, over "
                 f"{ENV_LIMIT_TEXT}; give mpirun --hostfile {MOUNT_PATH}/{host_file_key(worker.name)} instead"
             )]
@@ -68,6 +70,6 @@ class MPIPlugin(Plugin):
         for where, container in ctx.located_containers(init_first=True):
             problem = ensure_port(container, PORT_NAME, self.options["port"])
             if problem:
-                raise self.error(f"{where}.ports", problem)
+                raise plugin_error(self, f"{where}.ports", problem)
             if hosts is not None:
                 ensure_env(container, "MPI_HOST", hosts)

@@ -8,9 +8,10 @@ container (``--wait-master-enabled``).
 
 from __future__ import annotations
 
-from .base import Plugin, PodContext
-from .flags import Flag, port_flag
-from .pod import containers, ensure_envs, ensure_port
+from ..base import Plugin, PodContext
+from ..flags import Flag, port_flag
+from ..helpers import peer_options, plugin_error, plugin_warning, require_port_free, template_containers
+from ..pod import containers, ensure_envs, ensure_port
 
 PORT_NAME = "pytorchjob-port"
 WAIT_CONTAINER = "wait-for-master"
@@ -30,6 +31,14 @@ until {{ nc -z {addr} {port} || echo > /dev/tcp/{addr}/{port}; }} 2>/dev/null; d
   ELAPSED=$((ELAPSED + 2))
 done
 echo "Master node is ready!\""""
+
+
+def wait_image(plugin: Plugin) -> str:
+    """The image of the init containers this project adds beside ``plugin`` (svc's, waitfor's): this
+    plugin's ``--wait-master-image`` when the chain runs it for the job, else its default, so one
+    setting serves them all."""
+    options = peer_options(plugin, PytorchPlugin)
+    return DEFAULT_WAIT_IMAGE if options is None else str(options["wait-master-image"])
 
 
 def _name_taken(container: dict[str, object]) -> str:
@@ -53,15 +62,15 @@ class PytorchPlugin(Plugin):
 
     def check(self) -> list[str]:
         if self.job.task(self.options["master"]) is None:
-            return [self.warning(f"--master: the job has no task {self.options['master']!r}, so pytorch leaves its Pods alone (as Volcano does)")]
+            return [plugin_warning(self, f"--master: the job has no task {self.options['master']!r}, so pytorch leaves its Pods alone (as Volcano does)")]
         if self.options["wait-master-enabled"] and not self.options["wait-master-image"]:
-            raise self.error("--wait-master-image", "must not be empty when --wait-master-enabled is set")
-        self.require_port_free(self.job.tasks, PORT_NAME, self.options["port"])
+            raise plugin_error(self, "--wait-master-image", "must not be empty when --wait-master-enabled is set")
+        require_port_free(self, self.job.tasks, PORT_NAME, self.options["port"])
         worker = self.job.task(self.options["worker"])
         if self.options["wait-master-enabled"] and worker is not None:
-            for where, container in self.template_containers(worker, init=False):
+            for where, container in template_containers(worker, init=False):
                 if container.get("name") == WAIT_CONTAINER:
-                    raise self.error(f"{where}.name", _name_taken(container))
+                    raise plugin_error(self, f"{where}.name", _name_taken(container))
         return []
 
     def injected_init_containers(self) -> frozenset[str]:
@@ -94,7 +103,7 @@ class PytorchPlugin(Plugin):
         for i, container in enumerate(containers(ctx.pod)):
             problem = ensure_port(container, PORT_NAME, port)
             if problem:
-                raise self.error(f"spec.containers[{i}].ports", problem)
+                raise plugin_error(self, f"spec.containers[{i}].ports", problem)
             ensure_envs(container, entries)
 
     def _add_wait_container(self, ctx: PodContext, master_addr: str) -> None:
@@ -103,6 +112,6 @@ class PytorchPlugin(Plugin):
             return
         for i, container in enumerate(containers(ctx.pod)):
             if container.get("name") == WAIT_CONTAINER:
-                raise self.error(f"spec.containers[{i}].name", _name_taken(container))
+                raise plugin_error(self, f"spec.containers[{i}].name", _name_taken(container))
         script = _WAIT_SCRIPT.format(addr=master_addr, port=self.options["port"], timeout=self.options["wait-master-timeout"])
         init.append({"name": WAIT_CONTAINER, "image": self.options["wait-master-image"], "command": ["sh", "-c", script]})

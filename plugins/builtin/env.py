@@ -6,8 +6,8 @@ container. Volcano ignores this plugin's arguments; it has no flags, so any argu
 
 from __future__ import annotations
 
-from .base import Plugin, PodContext
-from .pod import ensure_envs
+from ..base import Plugin, PodContext
+from ..pod import ensure_envs
 
 INDEX_ENV_NAMES = ("VK_TASK_INDEX", "VC_TASK_INDEX")
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from .base import Plugin, PodContext
-from .job import Task
-from .pod import Obj, containers, ensure_envs, ensure_port
+from ..base import Plugin, PodContext
+from ..helpers import plugin_error, plugin_warning
+from ..job import Task
+from ..pod import Obj, containers, ensure_envs, ensure_port
 
 
 def first_task(plugin: Plugin, flag: str, no_pod_0: str = "there is no Pod 0 to be rank 0") -> Task:
@@ -22,9 +23,9 @@ def first_task(plugin: Plugin, flag: str, no_pod_0: str = "there is no Pod 0 to 
     task = plugin.job.tasks[0] if not name else plugin.job.task(name)
     if task is None:
         tasks = ", ".join(t.name for t in plugin.job.tasks)
-        raise plugin.error(f"--{flag}", f"the job has no task {name!r} (tasks: {tasks})")
+        raise plugin_error(plugin, f"--{flag}", f"the job has no task {name!r} (tasks: {tasks})")
     if task.replicas < 1:
-        raise plugin.error(f"--{flag}", f"task {task.name!r} has no replicas, so {no_pod_0}")
+        raise plugin_error(plugin, f"--{flag}", f"task {task.name!r} has no replicas, so {no_pod_0}")
     return task
 
 
@@ -51,7 +52,8 @@ def reject_reserved_env(plugin: Plugin, reserved: Collection[str], why: str) -> 
             for j, entry in enumerate(env if isinstance(env, list) else []):
                 name = entry.get("name") if isinstance(entry, Mapping) else None
                 if isinstance(name, str) and name in reserved:
-                    raise plugin.error(
+                    raise plugin_error(
+                        plugin,
                         f"spec.tasks[{task.position}].template.spec.containers[{i}].env[{j}]",
                         f"{name} is reserved: {why}; remove it from the template and use the plugin's flags",
                     )
@@ -63,7 +65,7 @@ def member_index(plugin: Plugin, ctx: PodContext) -> int:
     index = ctx.index_number(plugin.name)
     if index >= ctx.task.replicas:
         ctx.warnings.append(
-            plugin.warning(f"Pod {ctx.pod_name!r} has index {index}, beyond the {ctx.task.replicas} replicas of task {ctx.task.name!r}")
+            plugin_warning(plugin, f"Pod {ctx.pod_name!r} has index {index}, beyond the {ctx.task.replicas} replicas of task {ctx.task.name!r}")
         )
     return index
 
@@ -76,5 +78,5 @@ def wire_members(plugin: Plugin, ctx: PodContext, entries: list[tuple[str, str |
         if port is not None:
             problem = ensure_port(container, *port)
             if problem:
-                raise plugin.error(f"spec.containers[{i}].ports", problem)
+                raise plugin_error(plugin, f"spec.containers[{i}].ports", problem)
         ensure_envs(container, entries)

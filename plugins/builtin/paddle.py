@@ -31,11 +31,12 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from .base import Plugin, PodContext
-from .flags import Flag, port_flag
+from ..base import Plugin, PodContext
+from ..flags import Flag, port_flag
+from ..helpers import require_port_free
+from ..job import Task
+from ..pod import Obj
 from .group import first_task, member_index, offsets, reject_reserved_env, size, wire_members
-from .job import Task
-from .pod import Obj
 
 PORT_NAME = "paddle-port"
 DEFAULT_PORT = 6768
@@ -67,7 +68,7 @@ class PaddlePlugin(Plugin):
         reject_reserved_env(
             self, RESERVED, "paddle.distributed.launch would take the job's master, node count, rank or id from it instead of the plugin's"
         )
-        self.require_port_free([self.master], PORT_NAME, self.options["port"])
+        require_port_free(self, [self.master], PORT_NAME, self.options["port"])
         return []
 
     def mutate(self, ctx: PodContext) -> None:

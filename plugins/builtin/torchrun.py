@@ -38,10 +38,11 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
-from .base import Plugin, PodContext
-from .errors import FlagError
-from .flags import Flag, parse_flags
-from .pod import Obj, containers, ensure_envs, ensure_port
+from ..base import Plugin, PodContext
+from ..flags import Flag
+from ..helpers import peer_options, plugin_error, plugin_warning, require_port_free
+from ..pod import Obj, containers, ensure_envs, ensure_port
+from .pytorch import PytorchPlugin
 from .quantity import gpu_limit, parse_quantity, requested, whole
 
 PORT_NAME = "torchrun-port"
@@ -84,17 +85,8 @@ class TorchrunPlugin(Plugin):
     def port(self) -> int:
         if self.options["port"] is not None:
             return int(self.options["port"])
-        # peers includes the server's default plugins; built alone, the job's spec.plugins is all we know.
-        peers = self.peers if self.peers is not None else self.job.plugins
-        args = peers.get("pytorch", ...)
-        if args is ...:
-            return DEFAULT_PORT
-        from .pytorch import PytorchPlugin
-
-        try:
-            return int(parse_flags(PytorchPlugin.flags, list(args or []))["port"])
-        except (FlagError, TypeError) as exc:
-            raise self.error("--port", f"cannot read the pytorch plugin's --port to default to: {exc}") from None
+        pytorch = peer_options(self, PytorchPlugin, field="--port", reason="cannot read the pytorch plugin's --port to default to")
+        return DEFAULT_PORT if pytorch is None else int(pytorch["port"])
 
     @property
     def elastic(self) -> bool:
@@ -134,31 +126,32 @@ class TorchrunPlugin(Plugin):
         master_name, worker_name = self.options["master"], self.options["worker"]
         master = self.job.task(master_name)
         if master is None:
-            raise self.error("--master", f"the job has no task {master_name!r} (torchrun needs a master Pod for node rank 0)")
+            raise plugin_error(self, "--master", f"the job has no task {master_name!r} (torchrun needs a master Pod for node rank 0)")
         if worker_name == master_name:
-            raise self.error("--worker", f"names the master task {master_name!r}; master and worker must be different tasks")
+            raise plugin_error(self, "--worker", f"names the master task {master_name!r}; master and worker must be different tasks")
         if master.replicas != 1:
-            raise self.error(
+            raise plugin_error(
+                self,
                 f"spec.tasks[{master.position}].replicas",
                 f"the master task {master_name!r} has {master.replicas} replicas; torchrun needs exactly 1 (node rank 0)",
             )
         nproc = self.options["nproc-per-node"]
         if nproc != "auto" and not (nproc.isascii() and nproc.isdigit() and int(nproc) >= 1):
-            raise self.error("--nproc-per-node", f"must be auto or a positive integer, got {nproc!r}")
+            raise plugin_error(self, "--nproc-per-node", f"must be auto or a positive integer, got {nproc!r}")
         for flag in ("min-nodes", "max-nodes"):
             value = self.options[flag]
             if value is not None and value < 1:
-                raise self.error(f"--{flag}", f"must be at least 1, got {value}")
+                raise plugin_error(self, f"--{flag}", f"must be at least 1, got {value}")
         if self.options["max-restarts"] is not None and self.options["max-restarts"] < 0:
-            raise self.error("--max-restarts", f"must be 0 or more, got {self.options['max-restarts']}")
+            raise plugin_error(self, "--max-restarts", f"must be 0 or more, got {self.options['max-restarts']}")
         if not self.options["rdzv-backend"]:
-            raise self.error("--rdzv-backend", "must not be empty")
+            raise plugin_error(self, "--rdzv-backend", "must not be empty")
         _ = self.port  # a pytorch --port that does not parse surfaces here
         self._check_reserved()
-        self.require_port_free([t for t in (master, self.job.task(worker_name)) if t], PORT_NAME, self.port)
+        require_port_free(self, [t for t in (master, self.job.task(worker_name)) if t], PORT_NAME, self.port)
         warnings = []
         if self.job.task(worker_name) is None:
-            warnings.append(self.warning(f"--worker: the job has no task {worker_name!r}; only the master runs (PET_NNODES counts it alone)"))
+            warnings.append(plugin_warning(self, f"--worker: the job has no task {worker_name!r}; only the master runs (PET_NNODES counts it alone)"))
         if self.elastic:
             warnings.extend(self._check_bounds())
         return warnings
@@ -170,12 +163,12 @@ class TorchrunPlugin(Plugin):
             if self.options["max-nodes"] is None:
                 which = f"the job's node count {count} (master + worker replicas, the default for --max-nodes)"
             elif self.options["min-nodes"] is None:
-                raise self.error("--max-nodes", f"{high} is less than the job's node count {count} (master + worker replicas, the default for --min-nodes)")
+                raise plugin_error(self, "--max-nodes", f"{high} is less than the job's node count {count} (master + worker replicas, the default for --min-nodes)")
             else:
                 which = f"--max-nodes {high}"
-            raise self.error("--min-nodes", f"{low} is more than {which}")
+            raise plugin_error(self, "--min-nodes", f"{low} is more than {which}")
         if not low <= count <= high:
-            return [self.warning(f"the job runs {count} nodes (master + worker replicas), outside --min-nodes..--max-nodes {low}:{high}")]
+            return [plugin_warning(self, f"the job runs {count} nodes (master + worker replicas), outside --min-nodes..--max-nodes {low}:{high}")]
         return []
 
     def _check_reserved(self) -> None:
@@ -188,7 +181,8 @@ class TorchrunPlugin(Plugin):
                 for j, entry in enumerate(env if isinstance(env, list) else []):
                     name = entry.get("name") if isinstance(entry, Mapping) else None
                     if isinstance(name, str) and name.startswith(RESERVED_PREFIX):
-                        raise self.error(
+                        raise plugin_error(
+                            self,
                             f"spec.tasks[{task.position}].template.spec.containers[{i}].env[{j}]",
                             f"{name} is reserved: the torchrun plugin sets the PET_* variables torchrun reads; "
                             "remove it from the template and use the plugin's flags",
@@ -224,10 +218,10 @@ class TorchrunPlugin(Plugin):
                 try:
                     nproc = auto_nproc(container, f"spec.containers[{i}]")
                 except ValueError as exc:
-                    raise self.error("--nproc-per-node=auto", str(exc)) from None
+                    raise plugin_error(self, "--nproc-per-node=auto", str(exc)) from None
             else:
                 nproc = fixed
             problem = ensure_port(container, PORT_NAME, port)
             if problem:
-                raise self.error(f"spec.containers[{i}].ports", problem)
+                raise plugin_error(self, f"spec.containers[{i}].ports", problem)
             ensure_envs(container, [*common, ("PET_NPROC_PER_NODE", str(nproc), None), *extra])

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from .base import Plugin, PodContext
-from .flags import Flag, port_flag
+from ..base import Plugin, PodContext
+from ..flags import Flag, port_flag
+from ..helpers import require_port_free
+from ..job import Task
+from ..pod import Obj
 from .group import first_task, member_index, offsets, size, wire_members
-from .job import Task
-from .pod import Obj
 
 PORT_NAME = "jax-port"
 
@@ -50,7 +51,7 @@ class JaxPlugin(Plugin):
         return offsets(self.job.tasks, self.coordinator)
 
     def check(self) -> list[str]:
-        self.require_port_free([self.coordinator], PORT_NAME, self.options["port"])
+        require_port_free(self, [self.coordinator], PORT_NAME, self.options["port"])
         return []
 
     def mutate(self, ctx: PodContext) -> None:

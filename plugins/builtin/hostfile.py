@@ -27,11 +27,12 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from .base import Existing, Mount, Plugin, PodContext
-from .budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
-from .flags import Flag
-from .job import Task
-from .pod import Obj, ensure_envs, ensure_mount, ensure_volume
+from ..base import Existing, Mount, Plugin, PodContext
+from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
+from ..flags import Flag
+from ..helpers import plugin_error, require_mount_free, require_name
+from ..job import Task
+from ..pod import Obj, ensure_envs, ensure_mount, ensure_volume
 from .quantity import gpu_limit
 
 FORMATS = ("openmpi", "intel", "mpich", "deepspeed")
@@ -73,29 +74,30 @@ class HostfilePlugin(Plugin):
     def check(self) -> list[str]:
         fmt = self.options["format"]
         if fmt not in FORMATS:
-            raise self.error("--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
+            raise plugin_error(self, "--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
         slots = self.options["slots"]
         if slots != "auto" and not (slots.isascii() and slots.isdigit() and int(slots) >= 1):
-            raise self.error("--slots", f"must be auto or a positive integer, got {slots!r}")
+            raise plugin_error(self, "--slots", f"must be auto or a positive integer, got {slots!r}")
         path = self.path
         if not path.startswith("/") or path.endswith("/") or ".." in path.split("/") or ":" in path:
-            raise self.error("--path", f"must be an absolute path to a file (no trailing '/', '..' or ':'), got {path!r}")
+            raise plugin_error(self, "--path", f"must be an absolute path to a file (no trailing '/', '..' or ':'), got {path!r}")
         master, worker = self.options["master"], self.options["worker"]
         if master == worker:
-            raise self.error("--worker", f"names the master task {master!r}; master and worker must be different tasks")
+            raise plugin_error(self, "--worker", f"names the master task {master!r}; master and worker must be different tasks")
         if self.job.task(master) is None:
-            raise self.error("--master", f"the job has no task {master!r} (the launcher that reads the host file)")
+            raise plugin_error(self, "--master", f"the job has no task {master!r} (the launcher that reads the host file)")
         if self.job.task(worker) is None:
-            raise self.error("--worker", f"the job has no task {worker!r} (the Pods the host file lists)")
-        self.require_name("label", config_map_name(self.job.name), "volume name")
-        self.require_name("subdomain", config_map_name(self.job.name), "ConfigMap name")
+            raise plugin_error(self, "--worker", f"the job has no task {worker!r} (the Pods the host file lists)")
+        require_name(self, "label", config_map_name(self.job.name), "volume name")
+        require_name(self, "subdomain", config_map_name(self.job.name), "ConfigMap name")
         for task in self._listed():
             self._slots(task)  # a malformed GPU limit fails here, not in the reconciler
-        self.require_mount_free(self._pod_tasks(), self.mounts()[0])
+        require_mount_free(self, self._pod_tasks(), self.mounts()[0])
         size = self.hostfile_size()
         if size > DATA_LIMIT:
             largest = max(self._listed(), key=lambda t: t.replicas)
-            raise self.error(
+            raise plugin_error(
+                self,
                 f"spec.tasks[{largest.position}].replicas",
                 f"the host file would be {size} bytes ({sum(task_hosts(self.job, t).count for t in self._listed())} hosts), "
                 f"over {DATA_LIMIT_TEXT}; the ConfigMap {config_map_name(self.job.name)!r} cannot hold it",
@@ -129,7 +131,7 @@ class HostfilePlugin(Plugin):
         try:
             gpus = gpu_limit(first, f"spec.tasks[{task.position}].template.spec.containers[0]")
         except ValueError as exc:
-            raise self.error("--slots=auto", str(exc)) from None
+            raise plugin_error(self, "--slots=auto", str(exc)) from None
         return gpus or 1
 
     @cached_property
@@ -150,13 +152,13 @@ class HostfilePlugin(Plugin):
         name = config_map_name(self.job.name)
         problem = ensure_volume(ctx.pod, {"name": name, "configMap": {"name": name}})
         if problem:
-            raise self.error("spec.volumes", problem)
+            raise plugin_error(self, "spec.volumes", problem)
         path = self.path
         env: list[tuple[str, str | None, Obj | None]] = [(var, path if value is None else value, None) for var, value in ENV[self.options["format"]]] if is_master else []
         for where, container in ctx.located_containers():
             problem = ensure_mount(container, {"name": name, "mountPath": path, "subPath": KEY, "readOnly": True})
             if problem:
-                raise self.error("--path", f"{where}: {problem}")
+                raise plugin_error(self, "--path", f"{where}: {problem}")
             if env:
                 ensure_envs(container, env)
 

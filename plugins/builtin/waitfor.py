@@ -28,16 +28,15 @@ from __future__ import annotations
 
 import shlex
 from functools import cached_property
-from typing import Any
 
-from .base import Plugin, PodContext
-from .budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
-from .errors import FlagError
-from .flags import Flag, parse_flags
-from .job import Task
-from .pod import Obj, containers, spec
-from .pytorch import DEFAULT_WAIT_IMAGE, PytorchPlugin
+from ..base import Plugin, PodContext
+from ..budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
+from ..flags import Flag
+from ..helpers import peer_options, plugin_error, plugin_warning, template_containers
+from ..job import Task
+from ..pod import Obj, containers, spec
 from .pytorch import WAIT_CONTAINER as PYTORCH_WAIT
+from .pytorch import PytorchPlugin, wait_image
 from .svc import SvcPlugin
 
 WAIT_CONTAINER = "wait-for-tasks"
@@ -132,25 +131,13 @@ class WaitforPlugin(Plugin):
             task = self.job.task(name)
             if task is None:
                 known = ", ".join(t.name for t in self.job.tasks)
-                raise self.error(flag, f"the job has no task {name!r} (tasks: {known})")
+                raise plugin_error(self, flag, f"the job has no task {name!r} (tasks: {known})")
             out.append(task)
         return out
 
-    def _peer_options(self, plugin: type[Plugin]) -> dict[str, Any] | None:
-        """``plugin``'s parsed arguments as the chain runs it for this job, or None when it does not."""
-        peers = self.peers if self.peers is not None else self.job.plugins
-        args = peers.get(plugin.name, ...)
-        if args is ...:
-            return None
-        try:
-            return parse_flags(plugin.flags, list(args or []))
-        except (FlagError, TypeError) as exc:
-            raise self.error(f"plugin {plugin.name}", f"cannot read its arguments: {exc}") from None
-
     @cached_property
     def image(self) -> str:
-        pytorch = self._peer_options(PytorchPlugin)
-        return str(pytorch["wait-master-image"]) if pytorch else DEFAULT_WAIT_IMAGE
+        return wait_image(self)
 
     @property
     def port(self) -> int | None:
@@ -161,31 +148,34 @@ class WaitforPlugin(Plugin):
 
     def check(self) -> list[str]:
         if not _names(self.options["tasks"]):
-            raise self.error("--tasks", "name the tasks whose Pods to wait for, comma-separated (e.g. --tasks=worker)")
+            raise plugin_error(self, "--tasks", "name the tasks whose Pods to wait for, comma-separated (e.g. --tasks=worker)")
         if not self.waiters:
-            raise self.error("--waiters", "no task is left to wait: every task is in --tasks; name the waiting tasks")
+            raise plugin_error(self, "--waiters", "no task is left to wait: every task is in --tasks; name the waiting tasks")
         if not self.image:
-            raise self.error("image", "the pytorch plugin's --wait-master-image, which waitfor's init container uses, is empty")
+            raise plugin_error(self, "image", "the pytorch plugin's --wait-master-image, which waitfor's init container uses, is empty")
         self._check_deadlock()
         for task in self.waiters:
             for i, container in enumerate((task.template.get("spec") or {}).get("initContainers") or []):
                 if isinstance(container, dict) and container.get("name") == WAIT_CONTAINER:
-                    raise self.error(
+                    raise plugin_error(
+                        self,
                         f"spec.tasks[{task.position}].template.spec.initContainers[{i}]",
                         f"the name {WAIT_CONTAINER!r} is the waitfor plugin's init container; rename it",
                     )
-            for where, container in self.template_containers(task, init=False):
+            for where, container in template_containers(task, init=False):
                 if container.get("name") == WAIT_CONTAINER:
-                    raise self.error(f"{where}.name", _name_taken())
+                    raise plugin_error(self, f"{where}.name", _name_taken())
         # The script is one argument of sh -c: one string the kernel passes whole, or not at all.
         if len(self.script) + 1 > ENV_STRING_LIMIT:
-            raise self.error(
+            raise plugin_error(
+                self,
                 "--tasks",
                 f"the wait script for {len(self.tasks)} tasks would be {len(self.script)} bytes, over {ARG_LIMIT_TEXT}; "
                 "wait for fewer tasks",
             )
         return [
-            self.warning(
+            plugin_warning(
+                self,
                 f"task {task.name!r} has subdomain {task.subdomain!r}, not the job's headless Service "
                 f"{self.job.name!r}: its Pods resolve only if a Service of that name exists"
             )
@@ -194,7 +184,7 @@ class WaitforPlugin(Plugin):
         ]
 
     def _check_deadlock(self) -> None:
-        svc = self._peer_options(SvcPlugin) or {}
+        svc = peer_options(self, SvcPlugin) or {}
         if not self.port and svc.get("publish-not-ready-addresses"):
             return  # a Pod resolves from its first init container on: no one waits for a Ready Pod
         why = (
@@ -205,12 +195,13 @@ class WaitforPlugin(Plugin):
         waited = {t.name for t in self.tasks}
         for task in self.waiters:
             if task.name in waited:
-                raise self.error("--waiters", f"task {task.name!r} would wait for its own Pods, and {why}: they would wait until --timeout")
-        pytorch = self._peer_options(PytorchPlugin)
+                raise plugin_error(self, "--waiters", f"task {task.name!r} would wait for its own Pods, and {why}: they would wait until --timeout")
+        pytorch = peer_options(self, PytorchPlugin)
         if pytorch and pytorch["wait-master-enabled"] and pytorch["worker"] in waited:
             master = pytorch["master"]
             if any(t.name == master for t in self.waiters):
-                raise self.error(
+                raise plugin_error(
+                    self,
                     "--waiters",
                     f"task {master!r} would wait for task {pytorch['worker']!r}, whose Pods wait for {master!r} in pytorch's "
                     f"{PYTORCH_WAIT}, and {why}: both would wait until --timeout",
@@ -248,6 +239,6 @@ class WaitforPlugin(Plugin):
             return
         for i, regular in enumerate(containers(ctx.pod)):
             if regular.get("name") == WAIT_CONTAINER:
-                raise self.error(f"spec.containers[{i}].name", _name_taken())
+                raise plugin_error(self, f"spec.containers[{i}].name", _name_taken())
         container: Obj = {"name": WAIT_CONTAINER, "image": self.image, "command": ["sh", "-c", self.script]}
         init.append(container)

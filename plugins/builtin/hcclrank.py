@@ -15,9 +15,9 @@ we differ").
 
 from __future__ import annotations
 
-from .base import Plugin, PodContext
-from .flags import Flag
-from .pod import containers
+from ..base import Plugin, PodContext
+from ..flags import Flag
+from ..pod import containers
 
 RANK_ANNOTATION = "hccl/rankIndex"
 

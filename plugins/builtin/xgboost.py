@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from .base import Plugin, PodContext
-from .flags import Flag, port_flag
+from ..base import Plugin, PodContext
+from ..flags import Flag, port_flag
+from ..helpers import require_port_free
+from ..job import Task
+from ..pod import Obj
 from .group import first_task, member_index, offsets, reject_reserved_env, size, wire_members
-from .job import Task
-from .pod import Obj
 
 PORT_NAME = "xgboost-port"
 DEFAULT_PORT = 9091
@@ -58,7 +59,7 @@ class XGBoostPlugin(Plugin):
     def check(self) -> list[str]:
         _ = self.tracker
         reject_reserved_env(self, RESERVED, "the xgboost plugin sets it, with the other DMLC_* variables of the XGBoost group")
-        self.require_port_free([self.tracker], PORT_NAME, self.options["port"])
+        require_port_free(self, [self.tracker], PORT_NAME, self.options["port"])
         return []
 
     def mutate(self, ctx: PodContext) -> None:

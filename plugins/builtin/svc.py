@@ -36,8 +36,8 @@ from typing import Any
 
 import orjson
 
-from .base import Existing, Mount, Plugin, PodContext
-from .budget import (
+from ..base import Existing, Mount, Plugin, PodContext
+from ..budget import (
     ARG_LIMIT_TEXT,
     DATA_LIMIT,
     DATA_LIMIT_TEXT,
@@ -53,11 +53,11 @@ from .budget import (
     stored_map,
     task_hosts,
 )
-from .errors import FlagError
-from .flags import Flag, parse_flags
-from .keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY
-from .pod import Obj, containers, ensure_envs, ensure_mount, ensure_volume, spec
-from .pytorch import DEFAULT_WAIT_IMAGE, PytorchPlugin
+from ..flags import Flag
+from ..helpers import plugin_error, plugin_warning, require_hostnames, require_mount_free, require_name, template_containers
+from ..keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY
+from ..pod import Obj, containers, ensure_envs, ensure_mount, ensure_volume, spec
+from .pytorch import wait_image
 
 MOUNT_PATH = "/etc/volcano"
 # Jobs whose host files do not all fit the ConfigMap (module docstring).
@@ -164,13 +164,13 @@ class SvcPlugin(Plugin):
 
     def check(self) -> list[str]:
         for task in self.job.tasks:
-            self.require_hostnames(task)
-        self.require_name("label", config_map_name(self.job.name), "volume name")
-        self.require_name("dns1035", self.job.name, "Service name")
+            require_hostnames(self, task)
+        require_name(self, "label", config_map_name(self.job.name), "volume name")
+        require_name(self, "dns1035", self.job.name, "Service name")
         if self._plan.generated:
-            self.require_name("label", hosts_volume_name(self.job.name), "volume name")
+            require_name(self, "label", hosts_volume_name(self.job.name), "volume name")
             self._check_init_container()
-        self.require_mount_free(self.job.tasks, self.mounts()[0])
+        require_mount_free(self, self.job.tasks, self.mounts()[0])
         return list(self._plan.warnings)
 
     def mounts(self) -> list[Mount]:
@@ -210,7 +210,8 @@ class SvcPlugin(Plugin):
             keys -= len(host_file_key(name))
             entries -= 1
         if not _fits(keys, values, entries):
-            raise self.error(
+            raise plugin_error(
+                self,
                 "spec.tasks",
                 f"the ConfigMap {cm!r} would hold the counts (VC_<TASK>_NUM) of {len(hosts)} tasks even with every host file "
                 f"written in the Pods: {_over(keys, values, entries)}",
@@ -219,14 +220,16 @@ class SvcPlugin(Plugin):
         if written > GENERATED_LIMIT:
             largest = job.task(generated[0])
             assert largest is not None
-            raise self.error(
+            raise plugin_error(
+                self,
                 f"spec.tasks[{largest.position}].replicas",
                 f"the host files ({MOUNT_PATH}/<task>.host) would be {files} bytes; the {written} bytes of them the ConfigMap "
                 f"{cm!r} cannot hold would be written in every Pod, over {GENERATED_LIMIT_TEXT}; task {largest.name!r} alone "
                 f"has {length[largest.name]} bytes for {hosts[largest.name].count} hosts",
             )
         warnings = [
-            self.warning(
+            plugin_warning(
+                self,
                 f"task {name!r}: {MOUNT_PATH}/{host_file_key(name)} ({length[name]} bytes for {hosts[name].count} hosts) "
                 f"left out of the ConfigMap {cm!r}, which cannot hold it; every Pod's init container {INIT_CONTAINER!r} "
                 f"writes it; {hosts_env_name(name)} left out of the ConfigMap and of every container"
@@ -239,7 +242,8 @@ class SvcPlugin(Plugin):
         for name in sorted(kept, key=lambda n: (-length[n], n)):
             if _fits(keys, values, entries + len(kept)):
                 break
-            warnings.append(self.warning(
+            warnings.append(plugin_warning(
+                self,
                 f"task {name!r}: {hosts_env_name(name)} left out of the ConfigMap {cm!r} and of every container: "
                 f"with it the ConfigMap would be {_over(keys, values, entries + len(kept))}; read "
                 f"{MOUNT_PATH}/{host_file_key(name)} instead"
@@ -260,7 +264,8 @@ class SvcPlugin(Plugin):
             else:
                 in_env.add(name)
                 continue
-            warnings.append(self.warning(
+            warnings.append(plugin_warning(
+                self,
                 f"task {name!r}: {env_name} left out: its host list is {size} bytes, {reason}; "
                 f"read {MOUNT_PATH}/{host_file_key(name)} instead"
             ))
@@ -271,16 +276,7 @@ class SvcPlugin(Plugin):
 
     @cached_property
     def image(self) -> str:
-        """The pytorch plugin's ``--wait-master-image`` when the chain runs it for the job, else its
-        default: one image setting for every init container the project adds (waitfor reads it too)."""
-        peers = self.peers if self.peers is not None else self.job.plugins
-        args = peers.get(PytorchPlugin.name, ...)
-        if args is ...:
-            return DEFAULT_WAIT_IMAGE
-        try:
-            return str(parse_flags(PytorchPlugin.flags, list(args or []))["wait-master-image"])
-        except (FlagError, TypeError) as exc:
-            raise self.error(f"plugin {PytorchPlugin.name}", f"cannot read its arguments: {exc}") from None
+        return wait_image(self)
 
     @cached_property
     def script(self) -> str:
@@ -321,18 +317,19 @@ class SvcPlugin(Plugin):
 
     def _check_init_container(self) -> None:
         if not self.image:
-            raise self.error("image", f"the pytorch plugin's --wait-master-image, which svc's init container {INIT_CONTAINER!r} uses, is empty")
+            raise plugin_error(self, "image", f"the pytorch plugin's --wait-master-image, which svc's init container {INIT_CONTAINER!r} uses, is empty")
         # The script is one argument of sh -c: one string the kernel passes whole, or not at all.
         if len(self.script) + 1 > ENV_STRING_LIMIT:
-            raise self.error(
+            raise plugin_error(
+                self,
                 "spec.tasks",
                 f"the script of the init container {INIT_CONTAINER!r}, writing {len(self._plan.generated)} host files, would "
                 f"be {len(self.script)} bytes, over {ARG_LIMIT_TEXT}",
             )
         for task in self.job.tasks:
-            for where, container in self.template_containers(task):
+            for where, container in template_containers(task):
                 if container.get("name") == INIT_CONTAINER:
-                    raise self.error(f"{where}.name", _name_taken())
+                    raise plugin_error(self, f"{where}.name", _name_taken())
 
     def _add_init_container(self, ctx: PodContext) -> None:
         """First of the init containers, so that the template's own ones see /etc/volcano filled."""
@@ -340,7 +337,7 @@ class SvcPlugin(Plugin):
         init = spec(ctx.pod).setdefault("initContainers", [])
         for i, container in enumerate(containers(ctx.pod)):
             if container.get("name") == INIT_CONTAINER:
-                raise self.error(f"spec.containers[{i}].name", _name_taken())
+                raise plugin_error(self, f"spec.containers[{i}].name", _name_taken())
         for i, container in enumerate(init):
             if isinstance(container, dict) and container.get("name") == INIT_CONTAINER:
                 if not _same_container(container, wanted):
@@ -377,7 +374,8 @@ class SvcPlugin(Plugin):
             added += sum(size for name, size in self._env_bytes.items() if name not in present)
         if ctx.input_bytes + added <= STORE_LIMIT:
             return True
-        ctx.warnings.append(self.warning(
+        ctx.warnings.append(plugin_warning(
+            self,
             f"Pod {ctx.pod_name!r}: the VC_<TASK>_HOSTS and VC_<TASK>_NUM variables of the job's {len(self.job.tasks)} tasks "
             f"would add {added} bytes to a Pod of {ctx.input_bytes} bytes, over {STORE_LIMIT_TEXT}; left out: read "
             f"them as files in {MOUNT_PATH}, or set --inject-hosts-env=false"
@@ -390,8 +388,8 @@ class SvcPlugin(Plugin):
             pod_spec["hostname"] = ctx.pod_name
         if not pod_spec.get("subdomain"):
             pod_spec["subdomain"] = self.job.name
-        self.require_name("label", pod_spec["hostname"], "spec.hostname")
-        self.require_name("label", pod_spec["subdomain"], "spec.subdomain")
+        require_name(self, "label", pod_spec["hostname"], "spec.hostname")
+        require_name(self, "label", pod_spec["subdomain"], "spec.subdomain")
 
         cm_name = config_map_name(self.job.name)
         # check() has already made sure the volume names are valid labels.
@@ -404,7 +402,7 @@ class SvcPlugin(Plugin):
         for volume_obj in volumes:
             problem = ensure_volume(ctx.pod, volume_obj)
             if problem:
-                raise self.error("spec.volumes", problem)
+                raise plugin_error(self, "spec.volumes", problem)
         env = self._env if self._env and self._env_fits(ctx) else []
         for where, container in ctx.located_containers():
             if container.get("name") == INIT_CONTAINER and self._plan.generated:
@@ -413,7 +411,7 @@ class SvcPlugin(Plugin):
                 ensure_envs(container, env)
             problem = ensure_mount(container, dict(mount))
             if problem:
-                raise self.error(f"{where}.volumeMounts", problem)
+                raise plugin_error(self, f"{where}.volumeMounts", problem)
         if self._plan.generated:
             self._add_init_container(ctx)
 

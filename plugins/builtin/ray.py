@@ -13,11 +13,12 @@ anywhere; the head command is kept here (README, "Where we differ").
 
 from __future__ import annotations
 
-from .base import Existing, Plugin, PodContext
-from .flags import Flag, port_flag
-from .job import Task
-from .keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY, TASK_SPEC_KEY
-from .pod import Obj, containers, ensure_port
+from ..base import Existing, Plugin, PodContext
+from ..flags import Flag, port_flag
+from ..helpers import plugin_error, plugin_warning, require_name, template_containers
+from ..job import Task
+from ..keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY, TASK_SPEC_KEY
+from ..pod import Obj, containers, ensure_port
 
 
 def head_service_name(job_name: str) -> str:
@@ -49,13 +50,14 @@ class RayPlugin(Plugin):
     def check(self) -> list[str]:
         head = self.job.task(self.options["head"])
         if head is None:
-            raise self.error("--head", f"the job has no head task {self.options['head']!r}")
-        self.require_name("dns1035", head_service_name(self.job.name), "head Service name")
+            raise plugin_error(self, "--head", f"the job has no head task {self.options['head']!r}")
+        require_name(self, "dns1035", head_service_name(self.job.name), "head Service name")
         self._require_distinct_ports()
         self._require_ports_free(head, self.options["headContainer"])
         warnings = []
         if self.head_is_worker():
-            warnings.append(self.warning(
+            warnings.append(plugin_warning(
+                self,
                 f"--head and --worker name the same task {self.options['head']!r} and --headContainer and "
                 f"--workerContainer the same container {self.options['headContainer']!r}: it runs the ray head "
                 "(Volcano would run a worker there that waits for a head no Pod starts)"
@@ -63,7 +65,7 @@ class RayPlugin(Plugin):
         for flag, task_flag in (("headContainer", "head"), ("workerContainer", "worker")):
             task = self.job.task(self.options[task_flag])
             if task and not any(c.get("name") == self.options[flag] for c in task.containers if isinstance(c, dict)):
-                warnings.append(self.warning(f"--{flag}: task {task.name!r} has no container named {self.options[flag]!r}; it gets no ray command"))
+                warnings.append(plugin_warning(self, f"--{flag}: task {task.name!r} has no container named {self.options[flag]!r}; it gets no ray command"))
         return warnings
 
     def _require_distinct_ports(self) -> None:
@@ -75,7 +77,8 @@ class RayPlugin(Plugin):
         for flag in ("port", "dashboardPort", "clientPort"):
             number = self.options[flag]
             if number in seen:
-                raise self.error(
+                raise plugin_error(
+                    self,
                     f"--{flag}",
                     f"{number} is also --{seen[number]}: the head Service cannot carry one port number twice",
                 )
@@ -83,19 +86,19 @@ class RayPlugin(Plugin):
 
     def _require_ports_free(self, head: Task, container: str) -> None:
         """The head container's ports, in order: an earlier one may take a number a later one skips."""
-        for where, found in self.template_containers(head, init=False):
+        for where, found in template_containers(head, init=False):
             if found.get("name") != container:
                 continue
             trial: Obj = {"name": container, "ports": [dict(p) for p in found.get("ports") or [] if isinstance(p, dict)]}
             for name, number in self.ports():
                 problem = ensure_port(trial, name, number)
                 if problem:
-                    raise self.error(f"{where}.ports", problem)
+                    raise plugin_error(self, f"{where}.ports", problem)
 
     def mutate(self, ctx: PodContext) -> None:
         head = self.job.task(self.options["head"])
         if head is None:
-            raise self.error("--head", f"the job has no head task {self.options['head']!r}")
+            raise plugin_error(self, "--head", f"the job has no head task {self.options['head']!r}")
         is_head = ctx.task.name == self.options["head"]
         # Volcano's two checks are independent: a task that is both head and worker gets both.
         is_worker = ctx.task.name == self.options["worker"] and not self.head_is_worker()
@@ -113,7 +116,7 @@ class RayPlugin(Plugin):
                 for port_name, number in self.ports():
                     problem = ensure_port(container, port_name, number)
                     if problem:
-                        raise self.error(f"spec.containers[{i}].ports", problem)
+                        raise plugin_error(self, f"spec.containers[{i}].ports", problem)
                 container["command"] = ["sh", "-c", head_command]
             if is_worker and name == self.options["workerContainer"]:
                 container["command"] = ["sh", "-c", worker_command]

@@ -1,0 +1,92 @@
+"""What plugins use besides the contract: errors and warnings that name the job and the plugin,
+``check()``-time rules about the job's pod templates, and a peer plugin's arguments.
+
+Plain functions of the plugin (or of what they read), so that :class:`~.base.Plugin` stays the
+contract the chain calls; built-in and third-party plugins use the same ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from . import names
+from .base import Mount, Plugin
+from .errors import FlagError, PluginError
+from .flags import parse_flags
+from .job import Task
+from .pod import Obj, mount_conflict, port_conflict
+
+
+def plugin_error(plugin: Plugin, field: str, reason: str) -> PluginError:
+    """An error naming ``plugin``'s job, the plugin and the argument or field at fault."""
+    return PluginError(plugin.job.key, plugin.name, field, reason)
+
+
+def plugin_warning(plugin: Plugin, text: str) -> str:
+    return f"job {plugin.job.key}: plugin {plugin.name}: {text}"
+
+
+def require_name(plugin: Plugin, rule: str, value: str, what: str) -> None:
+    """Raise unless ``value`` satisfies the naming ``rule`` (``label``, ``dns1035`` or ``subdomain``)."""
+    check = {"label": names.dns1123_label, "dns1035": names.dns1035_label, "subdomain": names.dns1123_subdomain}[rule]
+    problem = check(value)
+    if problem:
+        raise plugin_error(plugin, what, problem)
+
+
+def template_containers(task: Task, *, init: bool = True) -> Iterator[tuple[str, Obj]]:
+    """A task template's containers (and init containers), each with its field path."""
+    spec = task.template.get("spec") or {}
+    where = f"spec.tasks[{task.position}].template.spec"
+    for key in ("containers", "initContainers") if init else ("containers",):
+        found = spec.get(key)
+        for i, container in enumerate(found if isinstance(found, list) else []):
+            if isinstance(container, dict):
+                yield f"{where}.{key}[{i}]", container
+
+
+def require_mount_free(plugin: Plugin, tasks: Iterable[Task], mount: Mount, *, init: bool = True) -> None:
+    """At ``check()``: no container of these tasks' templates mounts another volume at
+    ``mount.path`` (the same rule :func:`pod.ensure_mount` applies to each Pod)."""
+    for task in tasks:
+        for where, container in template_containers(task, init=init):
+            problem = mount_conflict(container, mount.volume, mount.path)
+            if problem and mount.field.startswith("-"):  # the path is the argument's choice
+                raise plugin_error(plugin, mount.field, f"{where}: {problem}")
+            if problem:
+                raise plugin_error(plugin, f"{where}.volumeMounts", problem)
+
+
+def require_port_free(plugin: Plugin, tasks: Iterable[Task], name: str, number: int, *, init: bool = False) -> None:
+    """At ``check()``: the port ``name``/``number`` can be added to every container of these
+    tasks' templates (the same rule :func:`pod.ensure_port` applies to each Pod)."""
+    for task in tasks:
+        for where, container in template_containers(task, init=init):
+            problem = port_conflict(container, name, number)
+            if problem:
+                raise plugin_error(plugin, f"{where}.ports", problem)
+
+
+def require_hostnames(plugin: Plugin, task: Task) -> None:
+    """Every hostname and subdomain the task's Pods will get must be DNS-1123 labels."""
+    job = plugin.job
+    if task.hostname:
+        require_name(plugin, "label", task.hostname, f"spec.tasks[{task.position}].template.spec.hostname")
+    elif task.replicas:
+        # The longest pod name of the task is the one with the highest index.
+        require_name(plugin, "label", job.pod_name(task.name, task.replicas - 1), f"hostname of task {task.name!r}")
+    require_name(plugin, "label", task.subdomain or job.name, f"subdomain of task {task.name!r}")
+
+
+def peer_options(plugin: Plugin, peer: type[Plugin], *, field: str = "", reason: str = "cannot read its arguments") -> dict[str, Any] | None:
+    """``peer``'s arguments, parsed, as the chain runs it beside ``plugin`` for the job; None when
+    it does not run. Arguments that do not parse are ``plugin``'s error, on ``field`` (default
+    ``plugin <peer>``)."""
+    args = plugin.peers.get(peer.name, ...)
+    if args is ...:
+        return None
+    try:
+        return parse_flags(peer.flags, list(args or []))
+    except (FlagError, TypeError) as exc:
+        raise plugin_error(plugin, field or f"plugin {peer.name}", f"{reason}: {exc}") from None
