@@ -197,3 +197,40 @@ def test_a_write_answer_arriving_after_the_deletion_does_not_bring_the_object_ba
         assert informer.store(written) is False and informer.get("default", "cm") is None
     finally:
         informer.stop()
+
+
+def test_what_the_first_list_finds_waits_behind_a_change():
+    """The first list's objects are queued at low priority (a resync's), watch events at high: a job
+    created while a hundred thousand listed ones wait is reconciled next."""
+    from types import SimpleNamespace
+
+    from volcano_job_webhook.kube.informer import LISTED
+    from volcano_job_webhook.reconciler import Controller
+
+    controller = Controller(SimpleNamespace(), {}, lambda key: None)  # type: ignore[arg-type]
+    for i in range(1000):
+        controller.on_primary(LISTED, SimpleNamespace(key=("default", f"listed-{i}")))
+    controller.on_primary("ADDED", SimpleNamespace(key=("default", "new")))
+    assert controller.queue.get(timeout=0) == ("default", "new")
+    assert controller.queue.get(timeout=0) == ("default", "listed-0")
+
+
+def test_the_first_list_reports_listed_and_a_relist_reports_changes(server: FakeApiServer):
+    from volcano_job_webhook.kube.informer import LISTED, Informer
+    from volcano_job_webhook.reconciler.kinds import OWNED
+
+    core = client.CoreV1Api(server.api_client())
+    core.create_namespaced_config_map("default", {"metadata": {"name": "before"}})
+    seen: list[tuple[str, str]] = []
+    informer = Informer(server.api_client(), OWNED["ConfigMap"], transform=OwnedRecord,
+                        on_event=lambda kind, record: seen.append((kind, record.key[1])))
+    informer.start()
+    try:
+        wait_for(lambda: informer.synced, what="synced")
+        server.expire_history()
+        core.create_namespaced_config_map("default", {"metadata": {"name": "during"}})
+        server.close_watches()
+        wait_for(lambda: ("ADDED", "during") in seen, what="the relist's event")
+        assert seen[0] == (LISTED, "before") and (LISTED, "during") not in seen
+    finally:
+        informer.stop()

@@ -57,6 +57,8 @@ class Record(Protocol):
 
 
 R = TypeVar("R", bound=Record)
+# The event of an object the first list of a namespace found.
+LISTED = "LISTED"
 EventHandler = Callable[[str, Any], None]
 JOB = Resource(JOB_KIND, JOB_API_VERSION, JOB_PLURAL)
 PAGE = 500
@@ -90,7 +92,8 @@ class Informer(Generic[R]):
 
     ``on_event(type, record)`` is called from the informer's threads with ``ADDED``, ``MODIFIED`` or
     ``DELETED`` for every change, including those found by a re-list; not for an object the cache
-    already holds at that version. A deletion the watch saw is reported with the object as it was
+    already holds at that version. What the first list finds is reported as :data:`LISTED`: it is
+    what was there, not a change. A deletion the watch saw is reported with the object as it was
     deleted (a plain dict, ``managedFields`` removed) when ``deleted_objects`` is set, for a handler
     that needs more than the record kept.
     """
@@ -205,7 +208,7 @@ class Informer(Generic[R]):
             if not bucket:
                 del self._index[index]
 
-    def _relist(self, namespace: str) -> int:
+    def _relist(self, namespace: str, first: bool = False) -> int:
         """List one namespace (or all) page by page into the cache, reporting what changed; then
         drop what the list no longer has. Objects newer than the list (stored from a write
         meanwhile) stay: the watch will report them. Returns the list's resourceVersion."""
@@ -219,7 +222,7 @@ class Informer(Generic[R]):
                     existed = record.key in self._items
                     seen.add(record.key)
                     if self._put(record):
-                        events.append(("MODIFIED" if existed else "ADDED", record))
+                        events.append((LISTED if first else "MODIFIED" if existed else "ADDED", record))
             for kind, record in events:
                 self._emit(kind, record)
         gone: list[R] = []
@@ -297,7 +300,8 @@ class Informer(Generic[R]):
         while not self._stop.is_set():
             try:
                 if not rv:
-                    rv = str(self._relist(namespace))
+                    listed_before = namespace in self._synced
+                    rv = str(self._relist(namespace, first=not listed_before))
                     self.relists += 1
                     first = not self.synced
                     self._synced.add(namespace)

@@ -21,7 +21,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from volcano_job_webhook.kube.informer import Informer
+from volcano_job_webhook.kube.informer import LISTED, Informer
 
 from .metrics import ReconcilerMetrics
 from .workqueue import WorkQueue
@@ -70,14 +70,16 @@ class Controller:
     # Event handlers the informers call -----------------------------------------------------------
 
     def on_primary(self, event: str, record: Any) -> None:
-        self.queue.add(record.key)
+        # What the first list finds is no news (as controller-runtime's priority queue treats its
+        # initial list): low priority, so a change made meanwhile is not behind all of them.
+        self.queue.add(record.key, low=event == LISTED)
 
     def owned_handler(self, kind: str, handler: OwnedHandler) -> Callable[[str, Any], None]:
         """The ``on_event`` of ``kind``'s informer: ``handler`` names the key, which is queued."""
         def on_event(event: str, obj: Any) -> None:
             key = handler(kind, event, obj)
             if key is not None:
-                self.queue.add(key)
+                self.queue.add(key, low=event == LISTED)
         return on_event
 
     # Lifecycle -----------------------------------------------------------------------------------
