@@ -8,10 +8,10 @@ from __future__ import annotations
 import base64
 import json
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import pytest
 from kubernetes import client
 
@@ -69,6 +69,17 @@ def test_a_job_record_keeps_what_plugins_read_and_nothing_else():
     assert len(json.dumps(obj)) > 3000 and record.packed_size < 1200, record.packed_size
 
 
+def test_the_packing_dictionary_learns_the_first_objects_and_reads_every_blob():
+    from volcano_job_webhook.kube.records import Packer
+
+    packer = Packer(b'{"apiVersion":"v1"}', learn=3)
+    objects = [{"image": "registry.example.com/team/trainer:2026.11", "n": i} for i in range(6)]
+    blobs = [packer.pack(obj) for obj in objects]
+    assert [blob[0] for blob in blobs] == [0, 0, 0, 1, 1, 1], "the first three with the vocabulary, then with what they taught"
+    assert len(blobs[4]) < len(blobs[1]) / 2
+    assert [packer.unpack(blob) for blob in blobs] == objects
+
+
 def test_a_finished_job_is_kept_as_its_identity():
     record = JobRecord(training_job(phase="Completed"))
     assert record.finished and record.packed_size == 0
@@ -84,7 +95,9 @@ def test_an_owned_record_holds_no_key_and_no_host_file():
                            "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "j", "uid": "ju", "controller": True}]},
               "data": {"id_rsa": base64.b64encode(key.encode()).decode(), "config": base64.b64encode(b"Port 22").decode()}}
     record = OwnedRecord(secret)
-    assert b"QUFBQUFB" not in zlib.decompress(record._blob), "the key itself is not kept"
+    from volcano_job_webhook.reconciler.kinds import OBJECTS
+
+    assert b"QUFBQUFB" not in orjson.dumps(OBJECTS.unpack(record._blob)), "the key itself is not kept"
     assert record.owner == ("default", "j") and record.owner_uid == "ju"
     data = record.object()["data"]
     assert isinstance(data["id_rsa"], Digest) and data["id_rsa"] == digest(secret["data"]["id_rsa"])
@@ -234,3 +247,27 @@ def test_the_first_list_reports_listed_and_a_relist_reports_changes(server: Fake
         assert seen[0] == (LISTED, "before") and (LISTED, "during") not in seen
     finally:
         informer.stop()
+
+
+def test_the_index_holds_one_key_or_several_and_follows_changes():
+    from types import SimpleNamespace
+
+    from volcano_job_webhook.kube.informer import Informer
+    from volcano_job_webhook.reconciler.kinds import OWNED
+
+    informer = Informer(client.ApiClient(), OWNED["ConfigMap"], transform=lambda o: o, index=lambda r: r.owner)  # type: ignore[arg-type,return-value]
+
+    def record(name: str, owner: str, version: int) -> SimpleNamespace:
+        return SimpleNamespace(key=("ns", name), version=version, owner=owner)
+
+    def owned(owner: str) -> list[str]:
+        return sorted(r.key[1] for r in informer.by_index(owner))
+
+    for r in (record("a-svc", "a", 1), record("a-hostfile", "a", 2), record("b-svc", "b", 3)):
+        informer._put(r)  # type: ignore[arg-type]
+    assert owned("a") == ["a-hostfile", "a-svc"] and owned("b") == ["b-svc"]
+    informer._put(record("a-svc", "b", 4))  # type: ignore[arg-type]  # its owner changed
+    assert owned("a") == ["a-hostfile"] and owned("b") == ["a-svc", "b-svc"]
+    informer._drop(("ns", "a-hostfile"), 10)
+    informer._drop(("ns", "b-svc"), 10)
+    assert owned("a") == [] and owned("b") == ["a-svc"] and sorted(informer.index_keys()) == ["b"]

@@ -123,7 +123,9 @@ class Informer(Generic[R]):
         self.on_synced = on_synced
         self.watch_timeout = watch_timeout
         self._items: dict[JobKey, R] = {}
-        self._index: dict[Hashable, dict[JobKey, R]] = {}
+        # Index value → the key of the one object with it, or a set of keys when there are more
+        # (an owner has one object of a kind, mostly: a dict each would cost more than the records).
+        self._index: dict[Hashable, JobKey | set[JobKey]] = {}
         # The version at which the watch or a list last saw each recently deleted object go, so a
         # write's answer that comes later cannot bring it back into the cache.
         self._deleted: OrderedDict[JobKey, int] = OrderedDict()
@@ -151,7 +153,10 @@ class Informer(Generic[R]):
 
     def by_index(self, key: Hashable) -> list[R]:
         with self._lock:
-            return list((self._index.get(key) or {}).values())
+            found = self._index.get(key)
+            if found is None:
+                return []
+            return [self._items[k] for k in found] if isinstance(found, set) else [self._items[found]]
 
     def index_keys(self) -> list[Hashable]:
         with self._lock:
@@ -183,7 +188,13 @@ class Informer(Generic[R]):
         if self.index_of is not None:
             index = self.index_of(record)
             if index is not None:
-                self._index.setdefault(index, {})[key] = record
+                held = self._index.get(index)
+                if held is None:
+                    self._index[index] = key
+                elif isinstance(held, set):
+                    held.add(key)
+                elif held != key:
+                    self._index[index] = {held, key}
         return True
 
     def _drop(self, key: JobKey, rv: int) -> R | None:
@@ -202,11 +213,17 @@ class Informer(Generic[R]):
         if self.index_of is None:
             return
         index = self.index_of(record)
-        bucket = self._index.get(index) if index is not None else None
-        if bucket is not None:
-            bucket.pop(key, None)
-            if not bucket:
+        held = self._index.get(index) if index is not None else None
+        if held is None:
+            return
+        if isinstance(held, set):
+            held.discard(key)
+            if len(held) == 1:
+                self._index[index] = next(iter(held))
+            elif not held:
                 del self._index[index]
+        elif held == key:
+            del self._index[index]
 
     def _relist(self, namespace: str, first: bool = False) -> int:
         """List one namespace (or all) page by page into the cache, reporting what changed; then

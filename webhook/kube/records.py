@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import sys
-import zlib
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
+import zstandard
 
 from volcano_job_webhook.plugins.base import Digest
 from volcano_job_webhook.plugins.keys import FINISHED_PHASES, JobKey
@@ -50,12 +51,55 @@ def intern_key(obj: Mapping[str, Any]) -> JobKey:
     return (sys.intern(str(meta.get("namespace") or "default")), sys.intern(str(meta.get("name") or "")))
 
 
-def pack(obj: Any) -> bytes:
-    return zlib.compress(orjson.dumps(obj), 6)
+class Packer:
+    """Objects as compressed JSON, with a dictionary: the vocabulary of their kind to begin with,
+    then that and the first ``learn`` objects packed — the cluster's own images, commands and
+    variable names, which most of its jobs share. A blob says which dictionary packed it, so both
+    stay readable; zstd objects are per thread (they are not thread-safe)."""
 
+    def __init__(self, vocabulary: bytes, learn: int = 8, limit: int = 96 * 1024) -> None:
+        self._dictionaries = [zstandard.ZstdCompressionDict(vocabulary, dict_type=zstandard.DICT_TYPE_RAWCONTENT)]
+        self._vocabulary = vocabulary
+        self._learn = learn
+        self._limit = limit
+        self._samples: list[bytes] = []
+        self._lock = threading.Lock()
+        self._local = threading.local()
 
-def unpack(blob: bytes) -> Any:
-    return orjson.loads(zlib.decompress(blob))
+    def _tools(self, generation: int) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+        tools: dict[int, tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]] | None = getattr(self._local, "tools", None)
+        if tools is None:
+            tools = self._local.tools = {}
+        found = tools.get(generation)
+        if found is None:
+            dictionary = self._dictionaries[generation]
+            found = tools[generation] = (
+                zstandard.ZstdCompressor(level=3, dict_data=dictionary, write_content_size=False, write_checksum=False,
+                                         write_dict_id=False),
+                zstandard.ZstdDecompressor(dict_data=dictionary),
+            )
+        return found
+
+    def pack(self, obj: Any) -> bytes:
+        data = orjson.dumps(obj)
+        generation = len(self._dictionaries) - 1
+        if generation == 0 and len(self._samples) < self._learn:
+            self._sample(data)
+        return bytes((generation,)) + self._tools(generation)[0].compress(data)
+
+    def unpack(self, blob: bytes) -> Any:
+        # No content size in the frame (it would cost bytes per object): read as a stream.
+        return orjson.loads(self._tools(blob[0])[1].decompressobj().decompress(blob[1:]))
+
+    def _sample(self, data: bytes) -> None:
+        with self._lock:
+            if len(self._dictionaries) > 1 or len(self._samples) >= self._learn:
+                return
+            self._samples.append(data)
+            if len(self._samples) == self._learn:
+                # zstd matches nearest the end best: the samples after the vocabulary.
+                learned = (self._vocabulary + b"".join(self._samples))[-self._limit:]
+                self._dictionaries.append(zstandard.ZstdCompressionDict(learned, dict_type=zstandard.DICT_TYPE_RAWCONTENT))
 
 
 def digest(value: str) -> Digest:
@@ -120,6 +164,28 @@ def _job_body(obj: Mapping[str, Any]) -> Obj:
     return body
 
 
+def _job_vocabulary() -> bytes:
+    """What Volcano Jobs have in common, as JSON: the dictionary's start."""
+    container = {"name": "main", "image": "", "imagePullPolicy": "IfNotPresent", "command": ["python", "-m"], "args": [],
+                 "env": [{"name": "", "value": ""}, {"name": "", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                 "resources": {"limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}, "requests": {"cpu": "1", "memory": "1Gi"}},
+                 "volumeMounts": [{"name": "", "mountPath": "/"}], "ports": [{"name": "", "containerPort": 8080, "protocol": "TCP"}]}
+    template = {"metadata": {"labels": {}, "annotations": {}}, "spec": {
+        "containers": [container], "initContainers": [container], "restartPolicy": "OnFailure", "schedulerName": "volcano",
+        "volumes": [{"name": "", "persistentVolumeClaim": {"claimName": ""}}, {"name": "", "configMap": {"name": ""}},
+                    {"name": "", "emptyDir": {}}], "nodeSelector": {}, "tolerations": [], "imagePullSecrets": []}}
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "", "namespace": "default", "uid": "", "resourceVersion": "", "labels": {},
+                        "annotations": {"volcano-job-webhook/plugins": '{"env": [], "svc": [], "pytorch": ["--master=master"]}'}},
+           "spec": {"plugins": {"env": [], "svc": [], "ssh": [], "pytorch": ["--master=master", "--worker=worker", "--port=23456"]},
+                    "tasks": [{"name": "master", "replicas": 1, "template": template}, {"name": "worker", "replicas": 2, "template": template}]},
+           "status": {"state": {"phase": "Running"}, "controlledResources": {"plugin-svc": "svc"}, "version": 0, "retryCount": 0}}
+    return orjson.dumps(job)
+
+
+JOBS = Packer(_job_vocabulary())
+
+
 class JobRecord:
     """A cached Volcano Job: identity, phase, and (unless finished) the fields plugins read, packed."""
 
@@ -138,7 +204,7 @@ class JobRecord:
         # order at this version of the Job (a new version is a new record, so it starts over).
         self.reconciled: int | None = None
         # A finished Job starts no Pod again: nothing of it but its identity is needed.
-        self._blob = None if self.finished else pack(_job_body(obj))
+        self._blob = None if self.finished else JOBS.pack(_job_body(obj))
 
     @property
     def finished(self) -> bool:
@@ -152,7 +218,7 @@ class JobRecord:
     def object(self) -> Obj:
         """The Job as plugins read it (identity and status only, for a finished Job)."""
         if self._blob is not None:
-            return unpack(self._blob)
+            return JOBS.unpack(self._blob)
         meta: Obj = {"name": self.key[1], "namespace": self.key[0], "uid": self.uid, "resourceVersion": str(self.version)}
         return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta,
                 "status": {"state": {"phase": self.phase}}}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from volcano_job_webhook.kube.records import digested, intern_key, pack, resource_version, undigested, unpack
+import orjson
+
+from volcano_job_webhook.kube.records import Packer, digested, intern_key, resource_version, undigested
 from volcano_job_webhook.kube.rest import Resource
 from volcano_job_webhook.plugins.keys import (
     JOB_GROUP,
@@ -67,6 +69,34 @@ _METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "annotatio
 _CONTENT = ("data", "binaryData", "type", "spec", "immutable")
 
 
+def _vocabulary() -> bytes:
+    """What our objects have in common, as JSON (as the plugins make them, as the API server keeps
+    them): the packing dictionary's start."""
+    meta = {"name": "", "namespace": "default", "uid": "", "resourceVersion": "", "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+            "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "", "uid": "",
+                                 "controller": True, "blockOwnerDeletion": True}]}
+    selector = {"volcano.sh/job-name": "", "volcano.sh/job-namespace": "default", "volcano.sh/task-spec": ""}
+    objects = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+         "data": {"VC_MASTER_HOSTS": "", "VC_MASTER_NUM": "1", "VC_WORKER_HOSTS": "", "VC_WORKER_NUM": "2",
+                  "master.host": "", "worker.host": "", "hostfile": " slots=1\n"}},
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta,
+         "data": {"id_rsa": "", "id_rsa.pub": "", "authorized_keys": "", "config": ""}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+         "spec": {"clusterIP": "None", "clusterIPs": ["None"], "selector": selector, "publishNotReadyAddresses": True,
+                  "ports": [{"name": "placeholder-volcano", "port": 1, "protocol": "TCP", "targetPort": 1}],
+                  "type": "ClusterIP", "sessionAffinity": "None", "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+                  "internalTrafficPolicy": "Cluster"}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta,
+         "spec": {"podSelector": {"matchLabels": selector}, "ingress": [{"from": [{"podSelector": {"matchLabels": selector}}]}],
+                  "policyTypes": ["Ingress"]}},
+    ]
+    return b"".join(orjson.dumps(obj) for obj in objects)
+
+
+OBJECTS = Packer(_vocabulary())
+
+
 class OwnedRecord:
     """A cached object of ours: identity, owner, the paths our field manager owns, and the rest
     packed — long data values (host files, SSH keys) as digests, never the values."""
@@ -83,11 +113,11 @@ class OwnedRecord:
         self.owned = owned_paths(meta.get("managedFields") or [], FIELD_MANAGER)
         body = {k: obj[k] for k in ("apiVersion", "kind", *_CONTENT) if k in obj}
         body["metadata"] = {k: meta[k] for k in _METADATA if k in meta}
-        self._blob = pack(digested(body))
+        self._blob = OBJECTS.pack(digested(body))
 
     def object(self) -> dict[str, Any]:
         """The object as the comparison reads it (:data:`OWNED_FIELDS` set, long values digests)."""
-        obj: dict[str, Any] = undigested(unpack(self._blob))
+        obj: dict[str, Any] = undigested(OBJECTS.unpack(self._blob))
         obj[OWNED_FIELDS] = self.owned
         return obj
 
