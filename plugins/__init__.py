@@ -1,8 +1,8 @@
 """Volcano's job plugins as pure functions of a job and a Pod.
 
-This package's ``__all__`` is the public API, for running the chain and for writing a plugin (README,
-"Third-party plugins"): import from here, not from the modules behind it, which may move as the
-built-ins moved to ``builtin/``.
+This package's ``__all__`` is the public API, for running the chain and for writing a plugin
+(docs/plugins.md#third-party-plugins): import from here, not from the modules behind it, which may
+move as the built-ins moved to ``builtin/``.
 
 >>> chain = Chain()
 >>> result = chain.mutate(Job.from_object(job_dict), pod_dict)   # result.pod, result.warnings

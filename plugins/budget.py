@@ -5,7 +5,7 @@ Building ``MPI_HOST`` or ``TF_CONFIG`` for ``replicas: 1000000000`` (a legal int
 seconds and gigabytes, on a webhook whose ``failurePolicy`` is ``Fail``; the arithmetic below is
 O(tasks) whatever the replicas. Every size is exact (tests compare it with the built string).
 
-The limits, as measured against kube-apiserver v1.36 and etcd 3.6 (README, "Limits"):
+The limits, as measured against kube-apiserver v1.36 and etcd 3.6 (docs/volcano-behaviour.md#limits):
 
 * ``ENV_STRING_LIMIT``: Linux ``MAX_ARG_STRLEN`` (32 pages of 4 KiB) bounds each ``NAME=value\\0``
   string ``execve`` passes, and each argument with its NUL; one byte more and the container cannot

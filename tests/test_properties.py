@@ -3,7 +3,7 @@ with a message naming the job; a wired Pod validates against the Kubernetes sche
 running the chain twice equals running it once; the server never answers 5xx.
 
 CI runs a bounded number of examples; ``HYPOTHESIS_PROFILE=long pytest tests/test_properties.py``
-runs the long fuzz (see the README for its figures).
+runs the long fuzz (docs/benchmarks.md#fuzzing-and-property-tests has its figures).
 """
 
 from __future__ import annotations

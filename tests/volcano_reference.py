@@ -173,7 +173,7 @@ def _bool(rng: random.Random) -> str | None:
 
 
 def _flags(rng: random.Random, plugin: str, tasks: list[str], containers: list[str]) -> list[str]:
-    """Valid arguments for ``plugin`` (Volcano's flags, docs/volcano-behaviour.md#plugins), each flag present or not."""
+    """Valid arguments for ``plugin`` (Volcano's flags: each plugin's "flags" section of docs/volcano-behaviour.md), each flag present or not."""
     chosen: list[tuple[str, str | None]] = []
     booleans = {"publish-not-ready-addresses", "disable-network-policy", "inject-hosts-env", "wait-master-enabled"}
 
@@ -319,8 +319,9 @@ def run_ours(job_obj: Obj) -> Ours:
 
 
 # ---------------------------------------------------------------------------------------------
-# The documented differences, in one place. Each names the README's "Where we differ" entry it
-# stands for and shows how the difference is taken out before comparing: the job vcref gets is
+# The documented differences, in one place. Each names the difference it stands for (README, "Where
+# we differ from Volcano"; docs/volcano-behaviour.md#differences-at-a-glance has each with its
+# reason) and shows how the difference is taken out before comparing: the job vcref gets is
 # rewritten (``rewrite``), Volcano's Pod is adjusted (``adjust``), or the job is one we deny
 # and Volcano admits (``we_deny``: the plugin and argument our error must name) or the reverse
 # (``volcano_denies``).
@@ -474,7 +475,7 @@ DIFFERENCES: tuple[Difference, ...] = (
                volcano_denies=_job_rule_outside_plugins),
 )
 
-# Always applied, to both sides (vcref's README, "Mind when comparing", and README "Where we differ").
+# Always applied, to both sides (vcref's README, "Mind when comparing", and docs/volcano-behaviour.md#idempotency).
 NORMALISATIONS: tuple[tuple[str, str], ...] = (
     ("go-zero-values", "Go drops false, 0, \"\", empty lists and maps under omitempty: absent and zero are the same"),
     ("env-by-name", "env by name, the last entry of a name winning as in the kubelet: we replace in place where Volcano appends a duplicate"),

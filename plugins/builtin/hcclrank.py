@@ -9,8 +9,8 @@ Where that container lists ``RANK`` more than once, the kubelet runs it with the
 copies the first: with pytorch on a template that sets ``RANK`` itself, Volcano appends pytorch's
 after the template's and copies the template's, so every replica of the task gets the same
 ``hccl/rankIndex`` while its processes run with pytorch's ranks. Here pytorch replaces the
-template's entry in place, and the annotation is the rank the container runs with (README, "Where
-we differ").
+template's entry in place, and the annotation is the rank the container runs with
+(docs/volcano-behaviour.md#hcclrank-where-we-differ).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ ClusterIP Service ``<job>-head-svc`` in front of the head.
 Like Volcano, the head and worker roles are two independent checks, so a task named by both
 ``--head`` and ``--worker`` runs a head in one container and a worker in the other. Where both flags
 name the same container too, Volcano's worker command replaces the head command and no head runs
-anywhere; the head command is kept here (README, "Where we differ").
+anywhere; the head command is kept here (docs/volcano-behaviour.md#ray-where-we-differ).
 """
 
 from __future__ import annotations
