@@ -65,7 +65,7 @@ from tests.envtest import (
     wait_until,
     webhook_configurations,
 )
-from tests.manifests_util import DEFAULT_VARIANT
+from tests.kustomize import DEFAULT_VARIANT
 from tests.volcano_controller import JOB_API_VERSION, VolcanoController, controller_ref, path
 
 T = TypeVar("T")

@@ -15,6 +15,7 @@ from kubernetes import client as kube_client
 
 from tests.cluster import RealVolcano, VolcanoCluster, emulated_cluster, find_controller, real_missing
 from tests.envtest import ASSETS_ENV, EnvTest, find_assets, new_namespace
+from tests.kustomize import kubectl_or_skip
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.jobs import DirectoryJobSource
@@ -73,7 +74,8 @@ def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiS
     E.g. ``apiserver_factory(admission_plugins=[OWNER_REFERENCES_ENFORCEMENT])`` behaves like
     OpenShift: setting ``blockOwnerDeletion`` needs ``update`` on the owner's ``finalizers``.
 
-    Skips when ``KUBEBUILDER_ASSETS`` does not name a directory with ``kube-apiserver`` and ``etcd``.
+    Skips when ``KUBEBUILDER_ASSETS`` does not name a directory with ``kube-apiserver`` and ``etcd``,
+    or when no kubectl renders the manifests (tests/kustomize.py).
     """
     servers: dict[frozenset[str], EnvTest] = {}
     failures: dict[frozenset[str], BaseException] = {}  # a server that failed to start is not retried
@@ -82,6 +84,7 @@ def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiS
         assets = find_assets()
         if assets is None:
             pytest.skip(f"{ASSETS_ENV} is not set to a directory with kube-apiserver and etcd")
+        kubectl_or_skip()  # the manifests' RBAC is rendered before each server is of use
         key = frozenset(admission_plugins)
         if key in failures:
             raise RuntimeError("this API server already failed to start in this session") from failures[key]

@@ -59,7 +59,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.manifests_util import DEFAULT_VARIANT, build_variant
+from tests.kustomize import DEFAULT_VARIANT, build_variant
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 BINARIES = ("kube-apiserver", "etcd")

@@ -17,7 +17,8 @@ from kubernetes.client.rest import ApiException
 from kubernetes_validate.utils import latest_version, major_minor
 
 from tests.apiserver import FakeApiServer
-from tests.manifests_util import CERTGEN_SERVICE_ACCOUNT, Grant, build_variant, rbac_grants
+from tests.kustomize import build_variant
+from tests.manifests_util import CERTGEN_SERVICE_ACCOUNT, Grant, rbac_grants
 from volcano_job_webhook.certs.cluster import CertsError, patch_webhooks, read_webhooks, sync
 from volcano_job_webhook.certs.issue import (
     CertBundle,
