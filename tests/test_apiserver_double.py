@@ -358,7 +358,7 @@ def test_injected_500_and_429_with_retry_after(api: FakeApiServer, core: client.
 
 def test_dropped_connection_raises_urllib3_errors(api: FakeApiServer, core: client.CoreV1Api) -> None:
     api.drop_next(1, method="POST")
-    with pytest.raises(urllib3.exceptions.ProtocolError):  # not retried: POST is not idempotent
+    with pytest.raises(urllib3.exceptions.ProtocolError, match="Connection aborted"):  # not retried: POST is not idempotent
         core.create_namespaced_config_map(NS, configmap("a"))
     api.drop_next(1, method="GET")  # urllib3 retries an idempotent GET transparently
     assert core.list_namespaced_config_map(NS).kind == "ConfigMapList"

@@ -464,5 +464,5 @@ def test_the_secrets_written_validate_against_the_kubernetes_schema(cluster, ver
         secret = cluster.get_object("secrets", name, NS)
         kubernetes_validate.validate({"apiVersion": "v1", "kind": "Secret", **secret}, version, strict=True)
     bad = {"apiVersion": "v1", "kind": "Secret", **cluster.get_object("secrets", TLS, NS), "typo": 1}
-    with pytest.raises(kubernetes_validate.ValidationError):
+    with pytest.raises(kubernetes_validate.ValidationError, match="'typo' was unexpected"):
         kubernetes_validate.validate(bad, version, strict=True)

@@ -185,9 +185,14 @@ def test_quantities_as_kubernetes_reads_them(text, value):
     assert parse_quantity(text) == Decimal(value)
 
 
-@pytest.mark.parametrize("text", ["two", "-1", "1KB", "", "1.2.3", True, None, "1 k"])
-def test_malformed_quantities_are_refused(text):
+@pytest.mark.parametrize(("text", "message"), [
+    ("two", "'two' is not a Kubernetes quantity"), ("-1", "'-1' is negative"), ("1KB", "'1KB' is not a Kubernetes quantity"),
+    ("", "'' is not a Kubernetes quantity"), ("1.2.3", "'1.2.3' is not a Kubernetes quantity"),
+    (True, "True is not a quantity"), (None, "None is not a quantity"), ("1 k", "'1 k' is not a Kubernetes quantity"),
+])
+def test_malformed_quantities_are_refused(text, message):
     from volcano_job_webhook.plugins.builtin.quantity import parse_quantity
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as refused:
         parse_quantity(text)
+    assert str(refused.value) == message

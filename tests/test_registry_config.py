@@ -92,10 +92,10 @@ def test_settings_flags_over_environment_over_yaml(tmp_path, monkeypatch):
 def test_bad_settings_are_refused(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("port: 70000\n")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"\nport\n +Input should be less than or equal to 65535"):
         load_settings(str(config))
     config.write_text("prot: 1\n")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"\nprot\n +Extra inputs are not permitted"):
         load_settings(str(config))
 
 
