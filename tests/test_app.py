@@ -154,13 +154,24 @@ async def test_too_long_hostname_is_denied(client, jobs_dir):
     assert "over the DNS-1123 label limit of 63" in message
 
 
-async def test_validate_allows_good_jobs_with_warnings(client):
-    for name in ("pytorch-job-validate.json",):
-        response = await post(client, load(EXAMPLES / "admission" / name), "/validate")
-        assert response == {"uid": load(EXAMPLES / "admission" / name)["request"]["uid"], "allowed": True}
+async def test_validate_allows_a_good_job_without_a_word_and_denies_a_broken_one(client):
+    review = load(EXAMPLES / "admission" / "pytorch-job-validate.json")
+    assert await post(client, review, "/validate") == {"uid": review["request"]["uid"], "allowed": True}
     broken = await post(client, load(EXAMPLES / "admission" / "broken-job-validate.json"), "/validate")
     assert broken["allowed"] is False
     assert broken["status"]["message"] == "job default/pytorch-demo: plugin pytorch: --port: invalid value 'abc': invalid syntax 'abc'"
+
+
+async def test_validate_allows_a_job_the_chain_warns_about_with_the_warnings(client):
+    from volcano_job_webhook.server.review import admission_review
+
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "tf-one", "namespace": "default"},
+           "spec": {"plugins": {"tensorflow": []},
+                    "tasks": [{"name": "worker", "replicas": 1, "template": {"spec": {"containers": [{"name": "tf", "image": "tf:2"}]}}}]}}
+    response = await post(client, admission_review(job, uid="tf-one"), "/validate")
+    assert response == {"uid": "tf-one", "allowed": True, "warnings": [
+        "job default/tf-one: plugin tensorflow: the job has one task with one replica, which gets no TF_CONFIG (as in Volcano)",
+    ]}
 
 
 @pytest.mark.parametrize(
