@@ -65,8 +65,9 @@ from tests.envtest import (
     wait_until,
     webhook_configurations,
 )
+from tests.jobs import job_owner
 from tests.kustomize import DEFAULT_VARIANT
-from tests.volcano_controller import JOB_API_VERSION, VolcanoController, controller_ref, path
+from tests.volcano_controller import JOB_API_VERSION, VolcanoController, path
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -279,7 +280,7 @@ class VolcanoCluster:
         """What ``vcctl job restart`` creates: a Command whose target and controller are the Job."""
         stored = self.get("Job", job)
         assert stored is not None, f"no Job {job} to {action}"
-        ref = controller_ref(stored)
+        ref = job_owner(stored)
         command = {"apiVersion": API_VERSIONS["Command"], "kind": "Command",
                    "metadata": {"generateName": f"{job}-{action.lower()}-", "namespace": self.namespace,
                                 "ownerReferences": [ref]},

@@ -59,6 +59,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.jobs import API_VERSION as JOB_API_VERSION
 from tests.kustomize import DEFAULT_VARIANT, build_variant
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
@@ -76,7 +77,6 @@ BASE_ADMISSION_PLUGINS = ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhoo
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 JOB_CRD = Path(__file__).resolve().parent / "fixtures" / "crd" / "batch.volcano.sh_jobs.yaml"
-JOB_API_VERSION = "batch.volcano.sh/v1alpha1"
 FIELD_MANAGER = "envtest"
 
 T = TypeVar("T")

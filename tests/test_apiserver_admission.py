@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.apiserver import FakeApiServer
 from tests.envtest import create, delete, free_port, read, request, status_message
+from tests.jobs import owner_reference, volcano_job
 from tests.servers import Raw, Slow, TinyWebhook, denying, patching, tiny_webhook
 from volcano_job_webhook.certs.issue import generate_ca
 
@@ -300,16 +301,11 @@ def test_webhook_configurations_themselves_are_never_admitted(k8s: client.ApiCli
 # -- what the double validates and serves for the Volcano scenarios ----------------------------------
 
 
-def owner(name: str, uid: str, *, controller: bool = True) -> dict[str, Any]:
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": name, "uid": uid, "controller": controller,
-            "blockOwnerDeletion": True}
-
-
 def test_two_controller_owner_references_are_invalid(api: FakeApiServer, core: client.CoreV1Api) -> None:
-    one = {"metadata": {"name": "cm", "ownerReferences": [owner("a", "1"), owner("b", "2", controller=False)]}}
+    one = {"metadata": {"name": "cm", "ownerReferences": [owner_reference("a", "1"), owner_reference("b", "2", controller=False)]}}
     core.create_namespaced_config_map(NS, one)
     with pytest.raises(ApiException) as info:
-        core.patch_namespaced_config_map("cm", NS, {"metadata": {"ownerReferences": [owner("a", "1"), owner("b", "2")]}})
+        core.patch_namespaced_config_map("cm", NS, {"metadata": {"ownerReferences": [owner_reference("a", "1"), owner_reference("b", "2")]}})
     assert info.value.status == 422
     body = error_of(info)
     assert body["reason"] == "Invalid" and body["details"]["causes"][0]["field"] == "metadata.ownerReferences"
@@ -341,8 +337,7 @@ def test_status_subresource_writes_only_status(api: FakeApiServer, core: client.
     stored = api.get_object("pods", "p", NS)
     assert stored["status"] == {"phase": "Succeeded"} and stored["metadata"]["labels"] == {"a": "b"}
     custom = client.CustomObjectsApi(k8s)
-    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "j"},
-           "spec": {"tasks": [{"name": "t", "replicas": 1}]}, "status": {"state": {"phase": "Running"}}}
+    job = volcano_job("j", namespace=None, tasks=[{"name": "t", "replicas": 1}], status={"state": {"phase": "Running"}})
     assert "status" not in custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NS, "jobs", job)
     custom.patch_namespaced_custom_object_status("batch.volcano.sh", "v1alpha1", NS, "jobs", "j", {"status": {"state": {"phase": "Pending"}}})
     assert api.get_object("jobs", "j", NS)["status"] == {"state": {"phase": "Pending"}}

@@ -5,6 +5,7 @@ what the fault tests rely on; kube-apiserver itself is tests/envtest.py."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -16,9 +17,13 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from tests.apiserver import FakeApiServer
+from tests.jobs import volcano_job
 
 NS = "default"
 VOLCANO = ("batch.volcano.sh", "v1alpha1")
+
+# The double serves Jobs without a Pod template; a Job here needs none.
+worker_job = functools.partial(volcano_job, namespace=NS, tasks=[{"name": "worker", "replicas": 2}], minAvailable=1)
 
 
 @pytest.fixture
@@ -46,12 +51,6 @@ def custom(k8s: client.ApiClient) -> client.CustomObjectsApi:
 
 def configmap(name: str, labels: dict[str, str] | None = None, **data: str) -> dict:
     return {"metadata": {"name": name, "labels": labels or {}}, "data": data}
-
-
-def volcano_job(name: str) -> dict:
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {"minAvailable": 1, "tasks": [{"name": "worker", "replicas": 2}]}}
 
 
 def status_of(err: ApiException) -> dict:
@@ -291,7 +290,7 @@ def test_bookmarks(api: FakeApiServer, core: client.CoreV1Api) -> None:
 
 def test_volcano_jobs_through_custom_objects_api(api: FakeApiServer, custom: client.CustomObjectsApi) -> None:
     group, version = VOLCANO
-    created = custom.create_namespaced_custom_object(group, version, NS, "jobs", volcano_job("j"))
+    created = custom.create_namespaced_custom_object(group, version, NS, "jobs", worker_job("j"))
     assert created["kind"] == "Job" and created["metadata"]["uid"]
     got = custom.get_namespaced_custom_object(group, version, NS, "jobs", "j")
     assert got["spec"]["tasks"][0]["replicas"] == 2
@@ -307,7 +306,7 @@ def test_volcano_jobs_through_custom_objects_api(api: FakeApiServer, custom: cli
     with pytest.raises(ApiException) as exc:
         custom.get_namespaced_custom_object(group, version, NS, "jobs", "missing")
     assert status_of(exc.value)["message"] == 'jobs.batch.volcano.sh "missing" not found'
-    seeded = api.put_object(volcano_job("seeded") | {"status": {"state": {"phase": "Pending"}}})
+    seeded = api.put_object(worker_job("seeded") | {"status": {"state": {"phase": "Pending"}}})
     assert custom.get_namespaced_custom_object(group, version, NS, "jobs", "seeded")["status"] == seeded["status"]
     assert custom.delete_namespaced_custom_object(group, version, NS, "jobs", "j")["status"] == "Success"
     assert [o["metadata"]["name"] for o in api.objects("jobs")] == ["seeded"]
@@ -411,7 +410,7 @@ def test_request_log_records_verbs_and_resources(api: FakeApiServer, core: clien
     for _ in w.stream(core.list_namespaced_config_map, NS, timeout_seconds=5):
         w.stop()  # the synthetic ADDED for "a"
     core.delete_namespaced_config_map("a", NS)
-    custom.create_namespaced_custom_object(*VOLCANO, NS, "jobs", volcano_job("j"))
+    custom.create_namespaced_custom_object(*VOLCANO, NS, "jobs", worker_job("j"))
     records = api.requests
     assert [r.verb for r in records] == ["create", "get", "list", "update", "patch", "watch", "delete", "create"]
     assert records[2].query == {"labelSelector": "x=y"}

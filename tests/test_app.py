@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES, ROOT
+from tests.jobs import volcano_job
 from tests.schema import validate_pod
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
@@ -165,9 +166,7 @@ async def test_validate_allows_a_good_job_without_a_word_and_denies_a_broken_one
 async def test_validate_allows_a_job_the_chain_warns_about_with_the_warnings(client):
     from volcano_job_webhook.server.review import admission_review
 
-    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "tf-one", "namespace": "default"},
-           "spec": {"plugins": {"tensorflow": []},
-                    "tasks": [{"name": "worker", "replicas": 1, "template": {"spec": {"containers": [{"name": "tf", "image": "tf:2"}]}}}]}}
+    job = volcano_job("tf-one", plugins={"tensorflow": []}, tasks=[("worker", 1)])
     response = await post(client, admission_review(job, uid="tf-one"), "/validate")
     assert response == {"uid": "tf-one", "allowed": True, "warnings": [
         "job default/tf-one: plugin tensorflow: the job has one task with one replica, which gets no TF_CONFIG (as in Volcano)",

@@ -21,6 +21,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.jobs import volcano_job
 from tests.schema import validate_object, validate_pod
 from volcano_job_webhook.plugins import (
     Chain,
@@ -58,18 +59,13 @@ MEMORY_BOUND = 4 * 1024 * 1024  # bytes of Python allocations at peak; the lists
 HEADER = "StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\n"
 
 
-def job_object(plugins: dict[str, list[str]], tasks: list[tuple[str, int]], name: str = "big", **template: Any) -> dict[str, Any]:
-    spec = {"containers": [{"name": "main", "image": "x:1"}], **template}
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": "default", "uid": "u-1"},
-        "spec": {"plugins": plugins, "tasks": [{"name": t, "replicas": r, "template": {"spec": spec}} for t, r in tasks]},
-    }
+def job_object(plugins: dict[str, list[str]], tasks: list[tuple[str, int]], **pod: Any) -> dict[str, Any]:
+    """Job "big": image x:1, ``pod`` more fields of every task's Pod spec."""
+    return volcano_job("big", plugins=plugins, tasks=tasks, uid="u-1", image="x:1", pod=pod)
 
 
-def make_job(plugins: dict[str, list[str]], tasks: list[tuple[str, int]], **template: Any) -> Job:
-    return Job.from_object(job_object(plugins, tasks, **template))
+def make_job(plugins: dict[str, list[str]], tasks: list[tuple[str, int]], **pod: Any) -> Job:
+    return Job.from_object(job_object(plugins, tasks, **pod))
 
 
 @contextmanager

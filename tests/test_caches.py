@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
+from tests.jobs import task, volcano_job
 from volcano_job_webhook.kube.records import JobRecord, digest
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.base import Digest
@@ -36,23 +37,18 @@ def training_job(name: str = "train", phase: str | None = None) -> dict[str, Any
     template = {"metadata": {"labels": {"team": "vision"}}, "spec": {
         "containers": [container], "restartPolicy": "OnFailure",
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}}, {"name": "config", "configMap": {"name": "trainer"}}]}}
-    obj: dict[str, Any] = {
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "default", "uid": "6a1e0c55-0000-4000-8000-000000000001", "resourceVersion": "42",
-                     "annotations": {"volcano-job-webhook/plugins": json.dumps({"hostfile": []})},
-                     "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}]},
-        "spec": {"minAvailable": 3, "schedulerName": "volcano", "queue": "default", "maxRetry": 3,
-                 "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
-                 "plugins": {"env": [], "svc": [], "pytorch": ["--master=master", "--worker=worker", "--port=23456"]},
-                 "tasks": [{"name": "master", "replicas": 1, "minAvailable": 1, "template": template,
-                            "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}]},
-                           {"name": "worker", "replicas": 2, "template": template}]},
-        "status": {"state": {"phase": phase or "Running", "lastTransitionTime": "2026-11-24T00:00:00Z"},
-                   "controlledResources": {"plugin-svc": "svc"}, "version": 1, "retryCount": 0,
-                   "conditions": [{"status": "Running", "lastTransitionTime": "2026-11-24T00:00:00Z"}] * 5,
-                   "running": 3, "minAvailable": 3},
-    }
-    return obj
+    job = volcano_job(
+        name, uid="6a1e0c55-0000-4000-8000-000000000001", annotation={"hostfile": []},
+        plugins={"env": [], "svc": [], "pytorch": ["--master=master", "--worker=worker", "--port=23456"]},
+        tasks=[task("master", 1, template=template, minAvailable=1, policies=[{"event": "TaskCompleted", "action": "CompleteJob"}]),
+               task("worker", 2, template=template)],
+        minAvailable=3, schedulerName="volcano", queue="default", maxRetry=3, policies=[{"event": "PodEvicted", "action": "RestartJob"}],
+        status={"state": {"phase": phase or "Running", "lastTransitionTime": "2026-11-24T00:00:00Z"},
+                "controlledResources": {"plugin-svc": "svc"}, "version": 1, "retryCount": 0,
+                "conditions": [{"status": "Running", "lastTransitionTime": "2026-11-24T00:00:00Z"}] * 5,
+                "running": 3, "minAvailable": 3})
+    job["metadata"].update(resourceVersion="42", managedFields=[{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}])
+    return job
 
 
 def test_a_job_record_keeps_what_plugins_read_and_nothing_else():
@@ -118,10 +114,7 @@ def reconciler(server: FakeApiServer) -> Iterator[Reconciler]:
 
 
 def mpi_job(name: str) -> dict[str, Any]:
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"plugins": {"mpi": [], "svc": [], "ssh": []}, "tasks": [
-                {"name": t, "replicas": n, "template": {"spec": {"containers": [{"name": "main", "image": "mpi"}]}}}
-                for t, n in (("master", 1), ("worker", 4))]}}
+    return volcano_job(name, plugins={"mpi": [], "svc": [], "ssh": []}, tasks=[("master", 1), ("worker", 4)], image="mpi")
 
 
 def live(server: FakeApiServer, resource: str, name: str) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests.jobs import job_owner
 from tests.schema import validate_object, validate_pod
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.registry import BUILTINS
@@ -89,14 +90,7 @@ def _check_generated_keys(name: str, data: dict[str, bytes]) -> None:
 
 def _check_resources(job_obj: dict[str, Any], produced: list[dict[str, Any]], expected: list[dict[str, Any]] | None) -> None:
     meta = job_obj["metadata"]
-    owner = {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    owner = job_owner(job_obj)
     by_key: dict[tuple[str, str], dict[str, Any]] = {}
     for obj in produced:
         validate_object(obj)
@@ -209,9 +203,7 @@ def test_fixture_is_well_formed(case):
     assert ann["scheduling.k8s.io/group-name"] == f"{jm['name']}-{jm['uid']}"
     assert ann["volcano.sh/job-name"] == jm["name"]
     assert ann["volcano.sh/template-uid"] == f"{jm['name']}-{task}"
-    assert pm["ownerReferences"] == [
-        {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": jm["name"], "uid": jm["uid"], "controller": True, "blockOwnerDeletion": True}
-    ]
+    assert pm["ownerReferences"] == [job_owner(job)]
     spec_task = next(t for t in job["spec"]["tasks"] if t["name"] == task)
     assert int(index) < spec_task["replicas"], "index beyond the task's replicas"
 

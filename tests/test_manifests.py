@@ -27,6 +27,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version, major_minor
 
+from tests.jobs import volcano_job
 from tests.kustomize import BASE, COMPONENTS, DEFAULT_VARIANT, MANIFESTS, OVERLAYS, ROOT, VARIANTS, build, build_variant, find_kubectl
 from tests.manifests_util import (
     CERTGEN_SERVICE_ACCOUNT,
@@ -502,7 +503,7 @@ def test_mutating_webhook_leaves_other_pods_alone(base: list[dict[str, Any]]) ->
 
 def test_validating_webhook_selects_volcano_jobs(base: list[dict[str, Any]]) -> None:
     webhook = validating(base)
-    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "j", "namespace": "default"}}
+    job = volcano_job("j")
 
     def request(namespace: str, operation: str, group: str = "batch.volcano.sh", resource: str = "jobs") -> bool:
         return calls_webhook(webhook, job, namespace_object(namespace), group=group, version="v1alpha1",

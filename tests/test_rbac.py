@@ -38,8 +38,9 @@ from tests.envtest import (
     wait_for_bindings,
     wait_until,
 )
+from tests.jobs import example_job
 from tests.manifests_util import rbac_permissions
-from tests.test_reconciler import events, example_job, objects
+from tests.test_reconciler import events, objects
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.reconciler import Reconciler
 from volcano_job_webhook.reconciler.leader import LeaderElector

@@ -22,9 +22,8 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
-from tests.conftest import EXAMPLES, ApiServerFactory
+from tests.conftest import ApiServerFactory
 from tests.envtest import (
     JOB_API_VERSION,
     OWNER_REFERENCES_ENFORCEMENT,
@@ -42,6 +41,7 @@ from tests.envtest import (
     start_product,
     wait_until,
 )
+from tests.jobs import annotated, example_job, task, volcano_job
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.base import Plugin
 from volcano_job_webhook.plugins.flags import Flag
@@ -55,30 +55,10 @@ MANAGED = ("app.kubernetes.io/managed-by", "volcano-job-webhook")
 WRITES = {"create", "update", "patch", "delete"}
 
 
-def example_job(name: str, namespace: str) -> dict[str, Any]:
-    job: dict[str, Any] = yaml.safe_load((EXAMPLES / "jobs" / f"{name}-job.yaml").read_text(encoding="utf-8"))
-    job["metadata"].pop("uid")
-    job["metadata"]["namespace"] = namespace
-    return job
-
-
-def annotated(job: dict[str, Any]) -> dict[str, Any]:
-    """``job`` with its plugins named in our annotation instead of ``spec.plugins``, as a job beside
-    Volcano's own controller names the plugins we run (docs/install.md#who-runs-what)."""
-    plugins = job["spec"].pop("plugins")
-    job["metadata"].setdefault("annotations", {})["volcano-job-webhook/plugins"] = json.dumps(plugins)
-    return job
-
-
 def svc_job(namespace: str, name: str, tasks: dict[str, int]) -> dict[str, Any]:
-    return {
-        "apiVersion": JOB_API_VERSION, "kind": "Job", "metadata": {"name": name, "namespace": namespace},
-        "spec": {"plugins": {"svc": []}, "tasks": [
-            {"name": task, "replicas": replicas,
-             "template": {"spec": {"containers": [{"name": task, "image": "busybox:1.36.1"}]}}}
-            for task, replicas in tasks.items()
-        ]},
-    }
+    """Each task's container named after it."""
+    return volcano_job(name, namespace=namespace, plugins={"svc": []},
+                       tasks=[task(task_name, replicas, container=task_name) for task_name, replicas in tasks.items()])
 
 
 def objects(api: Any, namespace: str, *, ours_only: bool = True) -> dict[tuple[str, str], dict[str, Any]]:

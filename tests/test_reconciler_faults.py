@@ -10,11 +10,10 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-import yaml
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
-from tests.conftest import EXAMPLES
+from tests.jobs import example_job
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.reconciler import Reconciler
 
@@ -31,10 +30,8 @@ def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str =
 
 
 def create_job(server: FakeApiServer, name: str) -> dict:
-    job = yaml.safe_load((EXAMPLES / "jobs" / f"{name}-job.yaml").read_text())
-    job["metadata"].pop("uid", None)
     api = client.CustomObjectsApi(server.api_client())
-    return api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", job)
+    return api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", example_job(name))
 
 
 def state(server: FakeApiServer) -> dict[tuple[str, str], dict]:
