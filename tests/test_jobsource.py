@@ -1,9 +1,10 @@
-"""The directory job source: files read, re-read on change, last good content kept."""
+"""The directory job source: files read, re-read on change, last good content kept. How long loading
+and lookups take is bench/jobsource.py's to measure."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-import time
 
 import httpx
 import pytest
@@ -56,9 +57,7 @@ async def test_bad_files_are_skipped_with_one_warning_each(tmp_path, caplog):
     os.mkfifo(tmp_path / "fifo.yaml")  # would block a plain open() for ever
     source = DirectoryJobSource(tmp_path, interval=0, max_file_bytes=4096)
     source.start()
-    started = time.monotonic()
-    await source.loaded()
-    assert time.monotonic() - started < 5
+    await asyncio.wait_for(source.loaded(), 60)  # a fifo opened for reading would block it for ever
     assert sorted(name for _, name in source._jobs) == ["good"]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert sorted(warnings) == sorted([
@@ -96,10 +95,9 @@ async def test_lookups_answer_from_the_old_table_while_a_file_is_re_read(tmp_pat
     source.start()
     await source.loaded()
     write(tmp_path / "bulk.yaml", many_jobs_yaml(2000))
-    started = time.monotonic()
-    assert await source.get("default", "a") is not None  # starts the re-read, answers at once
-    assert time.monotonic() - started < 0.1
+    assert await source.get("default", "a") is not None  # starts the re-read
     look = source._look
+    # Answered while the re-read still runs, so without waiting for it (how fast: bench/jobsource.py).
     assert look is not None and not look.done(), "the re-read runs in the worker meanwhile"
     await source.loaded()
     assert await source.get("default", "bulk-1999") is not None and await source.get("default", "a") is not None
