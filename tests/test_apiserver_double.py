@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import json
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -381,20 +380,22 @@ def test_restart_keeps_port_and_objects(api: FakeApiServer, core: client.CoreV1A
 
 
 def test_stop_ends_open_watch_promptly(api: FakeApiServer, core: client.CoreV1Api) -> None:
+    """An open watch ends with stop(), cleanly, not at its own timeout (an hour here)."""
     done = threading.Event()
+    failures: list[BaseException] = []
 
     def consume() -> None:
         try:
-            list(watch.Watch().stream(core.list_namespaced_config_map, NS, timeout_seconds=30))
+            list(watch.Watch().stream(core.list_namespaced_config_map, NS, timeout_seconds=3600))
+        except BaseException as exc:
+            failures.append(exc)
         finally:
             done.set()
 
     threading.Thread(target=consume, daemon=True).start()
     assert api.wait_for_watches(1)
-    started = time.monotonic()
     api.stop()
-    assert time.monotonic() - started < 2
-    assert done.wait(2)
+    assert done.wait(30) and failures == []
     api.start()
 
 
