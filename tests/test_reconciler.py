@@ -23,6 +23,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from tests.clock import FakeClock
 from tests.conftest import ApiServerFactory
 from tests.envtest import (
     JOB_API_VERSION,
@@ -390,9 +391,11 @@ def test_a_standby_never_writes_and_takes_over_at_once_when_the_leader_stops(env
                 reconcilers[name].leadership_changed(leading)
         return changed
 
+    # b's clock stands still: a's Lease never expires for b, so b can only lead once a releases it.
+    clocks: dict[str, Callable[[], float]] = {"a": time.monotonic, "b": FakeClock()}
     for name in ("a", "b"):
         electors[name] = LeaderElector(envtest.api_client(WEBHOOK_USER), *lease, name, lease_duration=3, renew_deadline=2,
-                                       retry_period=0.3, on_change=on_change(name))
+                                       retry_period=0.3, on_change=on_change(name), clock=clocks[name])
     electors["a"].start()
     wait_until(lambda: electors["a"].is_leader, 10, "a leads")
     electors["b"].start()
@@ -404,12 +407,10 @@ def test_a_standby_never_writes_and_takes_over_at_once_when_the_leader_stops(env
     assert not electors["b"].is_leader
     assert sent(reconcilers["b"]) == 0, "the standby sent nothing"
     assert sent(reconcilers["a"]) > 0
-    # a stops as on SIGTERM: its Lease is released and b leads long before the lease would expire.
+    # a stops as on SIGTERM: its Lease is released and b leads without waiting it out.
     reconcilers["a"].stop()
     electors["a"].stop()
-    stopped = time.monotonic()
-    wait_until(lambda: electors["b"].is_leader, 5, "b takes over")
-    assert time.monotonic() - stopped < 3, "without waiting out the lease duration"
+    wait_until(lambda: electors["b"].is_leader, 10, "b takes over")
     delete(kube_admin, JOB_API_VERSION, "Job", "svc-demo", kube_namespace)
     wait_until(lambda: not objects(kube_admin, kube_namespace), 15, "b cleans up")
     electors["b"].stop()
@@ -454,11 +455,9 @@ def test_the_reconcile_command_releases_its_lease_and_exits_promptly_on_sigterm(
         wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 3, 15, "the job's objects")
         time.sleep(1.0)  # its watches are open and idle: stopping must not wait for their next event
         process.popen.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
+        # Within half the 20 s a watch left to time out would take; bench/reconcile.py measures the
+        # exit against its 2 s target.
         assert process.popen.wait(10) == 0, process.log(tail=20)
-        # The bench measures the exit time against its 2 s target; here: well under the 20 s a
-        # watch left to time out would take.
-        assert time.monotonic() - sent < 5, process.log(tail=20)
     finally:
         process.stop()
     held = read(kube_admin, "coordination.k8s.io/v1", "Lease", *lease)
