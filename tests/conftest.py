@@ -1,5 +1,6 @@
 """Shared fixtures: the example jobs, a jobs directory to write into, an in-process webhook client,
-a real API server (``envtest``, ``apiserver_factory``, ``kube_admin``, ``kube_namespace``; see
+the API-server double (``api_double``, with ``k8s`` and ``core`` clients of it; see
+tests/apiserver.py), a real API server (``envtest``, ``apiserver_factory``, ``kube_admin``, ``kube_namespace``; see
 tests/envtest.py), and a cluster where Volcano's job controller runs (``volcano_cluster``,
 ``real_volcano_cluster``, ``emulated_volcano_cluster``; see tests/cluster.py)."""
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 from kubernetes import client as kube_client
 
+from tests.apiserver import FakeApiServer
 from tests.cluster import RealVolcano, VolcanoCluster, emulated_cluster, find_controller, real_missing
 from tests.envtest import ASSETS_ENV, EnvTest, find_assets, new_namespace
 from tests.kustomize import kubectl_or_skip
@@ -53,6 +55,42 @@ async def client(jobs_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
             c.app = app  # type: ignore[attr-defined]
             c.source = source  # type: ignore[attr-defined]
             yield c
+
+
+# The API-server double (tests/apiserver.py) -------------------------------------------------------
+
+
+@pytest.fixture
+def api_double() -> Iterator[FakeApiServer]:
+    """A fresh in-process API-server double, stopped afterwards."""
+    with FakeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def k8s(api_double: FakeApiServer) -> Iterator[kube_client.ApiClient]:
+    """An official client of ``api_double``."""
+    with api_double.api_client() as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def core(k8s: kube_client.ApiClient) -> kube_client.CoreV1Api:
+    return kube_client.CoreV1Api(k8s)
+
+
+@pytest.fixture
+def certs_cluster(api_double: FakeApiServer) -> FakeApiServer:
+    """``api_double`` as ``volcano-webhook certs`` finds a cluster: namespace volcano-job-webhook and
+    the webhook configurations volcano-job-webhook, without a caBundle (two mutating webhooks, so
+    that each is seen to get one)."""
+    admission = kube_client.AdmissionregistrationV1Api(api_double.api_client())
+    hook = {"name": "pods.volcano-job-webhook.io", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"service": {"namespace": "volcano-job-webhook", "name": "volcano-job-webhook", "path": "/mutate"}}}
+    admission.create_mutating_webhook_configuration({"metadata": {"name": "volcano-job-webhook"}, "webhooks": [hook, {**hook, "name": "b.io"}]})
+    admission.create_validating_webhook_configuration({"metadata": {"name": "volcano-job-webhook"}, "webhooks": [{**hook, "name": "jobs.io"}]})
+    kube_client.CoreV1Api(api_double.api_client()).create_namespace({"metadata": {"name": "volcano-job-webhook"}})
+    return api_double
 
 
 # A real API server (tests/envtest.py) -----------------------------------------------------------

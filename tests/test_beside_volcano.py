@@ -9,13 +9,14 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
+from tests.envtest import wait_until
 from tests.jobs import volcano_job
 from volcano_job_webhook.plugins import Chain, ChainConfig, Job, PluginError
 from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
@@ -215,13 +216,7 @@ def test_validate_judges_an_update_only_on_what_it_changes():
 # The reconciler against the API double ----------------------------------------------------------
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+wait_for = functools.partial(wait_until, timeout=10.0, interval=0.02)
 
 
 OBJECTS = {"configmaps": "ConfigMap", "services": "Service", "secrets": "Secret", "networkpolicies.networking.k8s.io": "NetworkPolicy"}
@@ -232,14 +227,8 @@ def objects(server: FakeApiServer) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 @pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as s:
-        yield s
-
-
-@pytest.fixture
-def reconciler(server: FakeApiServer) -> Iterator[Reconciler]:
-    r = Reconciler(server.api_client(), BESIDE, resync_seconds=3600)
+def reconciler(api_double: FakeApiServer) -> Iterator[Reconciler]:
+    r = Reconciler(api_double.api_client(), BESIDE, resync_seconds=3600)
     r.start()
     yield r
     r.stop()
@@ -259,31 +248,31 @@ def patch_status(server: FakeApiServer, name: str, body: dict[str, Any]) -> None
     jobs(server).patch_namespaced_custom_object_status("batch.volcano.sh", "v1alpha1", "default", "jobs", name, body)
 
 
-def test_the_reconciler_makes_only_what_we_run(server: FakeApiServer, reconciler: Reconciler):
-    create(server, job(plugins={"svc": [], "ssh": []}, annotation={"hostfile": []}))
-    wait_for(lambda: ("ConfigMap", "demo-hostfile") in objects(server), what="the hostfile ConfigMap")
+def test_the_reconciler_makes_only_what_we_run(api_double: FakeApiServer, reconciler: Reconciler):
+    create(api_double, job(plugins={"svc": [], "ssh": []}, annotation={"hostfile": []}))
+    wait_for(lambda: ("ConfigMap", "demo-hostfile") in objects(api_double), what="the hostfile ConfigMap")
     time.sleep(0.3)
-    assert set(objects(server)) == {("ConfigMap", "demo-hostfile")}, "svc's and ssh's objects are Volcano's"
+    assert set(objects(api_double)) == {("ConfigMap", "demo-hostfile")}, "svc's and ssh's objects are Volcano's"
 
 
-def test_a_job_made_again_under_the_same_name_gets_new_objects_and_a_new_key(server: FakeApiServer, reconciler: Reconciler):
-    first = create(server, job(plugins={}, annotation={"mpi": []}))
-    wait_for(lambda: ("Secret", "demo-ssh") in objects(server), what="the first Secret")
-    old_key = objects(server)[("Secret", "demo-ssh")]["data"]["id_rsa"]
+def test_a_job_made_again_under_the_same_name_gets_new_objects_and_a_new_key(api_double: FakeApiServer, reconciler: Reconciler):
+    first = create(api_double, job(plugins={}, annotation={"mpi": []}))
+    wait_for(lambda: ("Secret", "demo-ssh") in objects(api_double), what="the first Secret")
+    old_key = objects(api_double)[("Secret", "demo-ssh")]["data"]["id_rsa"]
     # No garbage collector here (as with GC slow or off): the old Job's objects are still there
     # when the new Job comes, and must not be adopted.
     reconciler.stop()
-    jobs(server).delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", "demo")
-    second = create(server, job(plugins={}, annotation={"mpi": []}))
+    jobs(api_double).delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", "demo")
+    second = create(api_double, job(plugins={}, annotation={"mpi": []}))
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
-    again = Reconciler(server.api_client(), BESIDE, resync_seconds=3600)
+    again = Reconciler(api_double.api_client(), BESIDE, resync_seconds=3600)
     again.start()
     try:
         def renewed() -> bool:
-            secret = objects(server).get(("Secret", "demo-ssh"))
+            secret = objects(api_double).get(("Secret", "demo-ssh"))
             return bool(secret) and secret["metadata"]["ownerReferences"][0]["uid"] == second["metadata"]["uid"]
         wait_for(renewed, what="the new Job's Secret")
-        live = objects(server)
+        live = objects(api_double)
         assert live[("Secret", "demo-ssh")]["data"]["id_rsa"] != old_key, "a new Job never inherits its predecessor's key"
         for (kind, name), obj in live.items():
             refs = obj["metadata"]["ownerReferences"]
@@ -292,31 +281,31 @@ def test_a_job_made_again_under_the_same_name_gets_new_objects_and_a_new_key(ser
         again.stop()
 
 
-def test_a_finished_job_keeps_nothing_and_gets_nothing_new(server: FakeApiServer, reconciler: Reconciler):
-    create(server, job(plugins={}, annotation={"mpi": []}))
-    wait_for(lambda: ("Secret", "demo-ssh") in objects(server), what="the job's objects")
-    patch_status(server, "demo", {"status": {"state": {"phase": "Completed"}}})
-    wait_for(lambda: not objects(server), what="the finished job's objects gone")
-    server.clear_requests()
-    patch_status(server, "demo", {"status": {"state": {"phase": "Completed"}, "succeeded": 3}})
+def test_a_finished_job_keeps_nothing_and_gets_nothing_new(api_double: FakeApiServer, reconciler: Reconciler):
+    create(api_double, job(plugins={}, annotation={"mpi": []}))
+    wait_for(lambda: ("Secret", "demo-ssh") in objects(api_double), what="the job's objects")
+    patch_status(api_double, "demo", {"status": {"state": {"phase": "Completed"}}})
+    wait_for(lambda: not objects(api_double), what="the finished job's objects gone")
+    api_double.clear_requests()
+    patch_status(api_double, "demo", {"status": {"state": {"phase": "Completed"}, "succeeded": 3}})
     reconciler.resync()
     time.sleep(0.3)
-    assert not objects(server) and not [q for q in server.requests if q.verb == "create"], "no new objects, no new keys"
+    assert not objects(api_double) and not [q for q in api_double.requests if q.verb == "create"], "no new objects, no new keys"
 
 
-def test_a_replica_that_stops_leading_sends_no_more_retries(server: FakeApiServer):
+def test_a_replica_that_stops_leading_sends_no_more_retries(api_double: FakeApiServer):
     leading = threading.Event()
     leading.set()
-    r = Reconciler(server.api_client(), BESIDE, resync_seconds=3600, is_leader=leading.is_set)
-    server.fail_next(100, status=503, method="POST", path_contains="/configmaps")
+    r = Reconciler(api_double.api_client(), BESIDE, resync_seconds=3600, is_leader=leading.is_set)
+    api_double.fail_next(100, status=503, method="POST", path_contains="/configmaps")
     r.start()
     try:
-        create(server, job(plugins={}, annotation={"hostfile": []}))
-        wait_for(lambda: [q for q in server.requests if q.resource == "configmaps" and q.verb == "create"], what="a first attempt")
+        create(api_double, job(plugins={}, annotation={"hostfile": []}))
+        wait_for(lambda: [q for q in api_double.requests if q.resource == "configmaps" and q.verb == "create"], what="a first attempt")
         leading.clear()
         time.sleep(0.05)  # an attempt may be on the wire as leadership goes
-        sent = len([q for q in server.requests if q.resource == "configmaps" and q.verb == "create"])
+        sent = len([q for q in api_double.requests if q.resource == "configmaps" and q.verb == "create"])
         time.sleep(1.5)  # the retries' backoff would have sent more by now
-        assert len([q for q in server.requests if q.resource == "configmaps" and q.verb == "create"]) == sent
+        assert len([q for q in api_double.requests if q.resource == "configmaps" and q.verb == "create"]) == sent
     finally:
         r.stop()

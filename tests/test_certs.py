@@ -15,7 +15,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from kubernetes import client
 
 from tests.apiserver import FakeApiServer
 from volcano_job_webhook.certs.cluster import sync
@@ -355,67 +354,53 @@ def test_certs_command_local(tmp_path, capsys):
     assert out[0].startswith("created: ") and out[1].startswith("kept: ")
 
 
-@pytest.fixture
-def cluster():
-    with FakeApiServer() as server:
-        api = server.api_client()
-        admission = client.AdmissionregistrationV1Api(api)
-        hook = {"name": "pods.volcano-job-webhook.io", "sideEffects": "None", "admissionReviewVersions": ["v1"],
-                "clientConfig": {"service": {"namespace": "volcano-job-webhook", "name": "volcano-job-webhook", "path": "/mutate"}}}
-        admission.create_mutating_webhook_configuration({"metadata": {"name": "volcano-job-webhook"}, "webhooks": [hook]})
-        admission.create_validating_webhook_configuration(
-            {"metadata": {"name": "volcano-job-webhook"}, "webhooks": [{**hook, "name": "jobs.volcano-job-webhook.io"}]})
-        client.CoreV1Api(api).create_namespace({"metadata": {"name": "volcano-job-webhook"}})
-        yield server
-
-
-def test_certs_secret_and_patch_run_twice_create_once_then_change_nothing(cluster, tmp_path, capsys):
-    kubeconfig = cluster.kubeconfig(str(tmp_path / "kubeconfig"))
+def test_certs_secret_and_patch_run_twice_create_once_then_change_nothing(certs_cluster, tmp_path, capsys):
+    kubeconfig = certs_cluster.kubeconfig(str(tmp_path / "kubeconfig"))
     argv = ["certs", "--secret", "volcano-job-webhook/volcano-job-webhook-tls", "--ca-secret", "volcano-job-webhook-ca",
             "--patch-webhook", "volcano-job-webhook", "--kubeconfig", kubeconfig]
-    cluster.clear_requests()
+    certs_cluster.clear_requests()
     assert main(argv) == 0
     first = capsys.readouterr().out
-    writes_first = [r for r in cluster.requests if r.verb in ("create", "update", "patch")]
+    writes_first = [r for r in certs_cluster.requests if r.verb in ("create", "update", "patch")]
     # The CA's key is stored first, the webhooks trust the CA next, the served certificate comes last.
     assert [(r.verb, r.resource) for r in writes_first] == [
         ("create", "secrets"), ("patch", "mutatingwebhookconfigurations"), ("patch", "validatingwebhookconfigurations"),
         ("create", "secrets")]
-    secret = cluster.get_object("secrets", "volcano-job-webhook-tls", "volcano-job-webhook")
+    secret = certs_cluster.get_object("secrets", "volcano-job-webhook-tls", "volcano-job-webhook")
     assert secret["type"] == "kubernetes.io/tls"
     assert sorted(secret["data"]) == ["ca.crt", "tls.crt", "tls.key"], "no CA key in the Secret the webhook mounts"
-    ca_secret = cluster.get_object("secrets", "volcano-job-webhook-ca", "volcano-job-webhook")
+    ca_secret = certs_cluster.get_object("secrets", "volcano-job-webhook-ca", "volcano-job-webhook")
     assert sorted(ca_secret["data"]) == ["ca.crt", "ca.key"]
     assert ca_secret["data"]["ca.crt"] == secret["data"]["ca.crt"]
     assert "app.kubernetes.io/managed-by" not in ca_secret["metadata"].get("labels", {}), "kept out of the reconciler's Secret cache"
     ca = secret["data"]["ca.crt"]
     for resource in ("mutatingwebhookconfigurations.admissionregistration.k8s.io", "validatingwebhookconfigurations.admissionregistration.k8s.io"):
-        assert cluster.get_object(resource, "volcano-job-webhook")["webhooks"][0]["clientConfig"]["caBundle"] == ca
-    cluster.clear_requests()
+        assert certs_cluster.get_object(resource, "volcano-job-webhook")["webhooks"][0]["clientConfig"]["caBundle"] == ca
+    certs_cluster.clear_requests()
     assert main(argv) == 0
     second = capsys.readouterr().out
-    assert [r for r in cluster.requests if r.verb in ("create", "update", "patch")] == []
+    assert [r for r in certs_cluster.requests if r.verb in ("create", "update", "patch")] == []
     assert "written" in first
     assert second.splitlines() == ["Secret volcano-job-webhook/volcano-job-webhook-tls: unchanged",
                                    "Secret volcano-job-webhook/volcano-job-webhook-ca: unchanged",
                                    "caBundle of volcano-job-webhook: unchanged"]
-    assert cluster.get_object("secrets", "volcano-job-webhook-tls", "volcano-job-webhook")["data"] == secret["data"]
+    assert certs_cluster.get_object("secrets", "volcano-job-webhook-tls", "volcano-job-webhook")["data"] == secret["data"]
 
 
-def test_certs_renews_a_secret_close_to_expiry_and_keeps_its_ca(cluster):
-    api = cluster.api_client()
+def test_certs_renews_a_secret_close_to_expiry_and_keeps_its_ca(certs_cluster):
+    api = certs_cluster.api_client()
     args = (api, "volcano-job-webhook", "tls", "ca", "volcano-job-webhook", "volcano-job-webhook")
     first = sync(*args, webhook="volcano-job-webhook")
     assert first.serving_written and first.ca_written and len(first.patched) == 2
     bundle = first.outcome.serving
     ca = first.outcome.authority.current
-    secret = cluster.get_object("secrets", "tls", "volcano-job-webhook")
+    secret = certs_cluster.get_object("secrets", "tls", "volcano-job-webhook")
     # Put an old certificate in the Secret (issued 360 days ago: 5 days left).
     old, _ = issue_bundle(CertBundle(ca.cert, bundle.cert, bundle.key, ca.key), ["x"], [],
                           now=datetime.now(UTC) - timedelta(days=360))
     secret["data"]["tls.crt"] = base64.b64encode(old.cert).decode()
     secret["data"]["tls.key"] = base64.b64encode(old.key).decode()
-    cluster.put_object(secret)
+    certs_cluster.put_object(secret)
     renewed = sync(*args, webhook="volcano-job-webhook")
     assert renewed.serving_written and not renewed.ca_written and renewed.patched == []
     assert renewed.outcome.serving.ca_cert == bundle.ca_cert and renewed.outcome.serving.cert != old.cert

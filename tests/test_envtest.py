@@ -23,13 +23,12 @@ from tests.envtest import (
     OWNER_REFERENCES_ENFORCEMENT,
     WEBHOOK_USER,
     EnvTest,
-    apply,
     create,
+    grant_role,
     new_namespace,
     request,
     resource_path,
     status_message,
-    wait_for_bindings,
     wait_until,
 )
 from tests.jobs import example_job, job_owner
@@ -94,18 +93,7 @@ def test_owner_reference_enforcement_is_a_mode(mode: str, apiserver_factory: Api
     admin = server.api_client()
     namespace = new_namespace(admin)
     job = create(admin, example_job("env", namespace))
-    rbac = [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": "configmaps", "namespace": namespace},
-         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "configmaps", "namespace": namespace},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "configmaps"},
-         "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": NOBODY}]},
-    ]
-    for obj in rbac:
-        apply(admin, obj)
-    wait_for_bindings(admin, rbac)
+    grant_role(admin, NOBODY, namespace, "configmaps", [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}])
     owner = job_owner(job)
     configmap = {"apiVersion": "v1", "kind": "ConfigMap",
                  "metadata": {"name": "owned", "namespace": namespace, "ownerReferences": [owner]}}

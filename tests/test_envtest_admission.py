@@ -41,13 +41,11 @@ from tests.envtest import (
     apply,
     create,
     delete,
-    free_port,
-    https_get,
     new_namespace,
     read,
     replace,
     request,
-    start_product,
+    serving_webhook,
     status_message,
     wait_until,
     webhook_configurations,
@@ -112,31 +110,14 @@ def webhook(envtest: EnvTest, tmp_path_factory: pytest.TempPathFactory) -> Itera
     (``volcano_controller_plugins: []``, docs/install.md#who-runs-what). The scenarios beside
     Volcano's own controller are tests/test_beside_volcano_scenarios.py."""
     workdir = tmp_path_factory.mktemp("webhook")
-    certs, port = workdir / "certs", free_port()
     config = workdir / "config.yaml"
     config.write_text("volcano_controller_plugins: []\n", encoding="utf-8")
     started = datetime.now(UTC)
-    process = start_product([
-        "serve", f"--config={config}", "--host=127.0.0.1", f"--port={port}", f"--certs-dir={certs}", "--job-source=kube",
-        f"--kubeconfig={envtest.kubeconfig(WEBHOOK_USER)}", "--log-level=debug",
-    ], workdir / "serve.log")
-    base_url = f"https://127.0.0.1:{port}"
-    try:
-        def ready() -> bool:
-            assert process.alive, f"serve exited:\n{process.log(tail=40)}"
-            answer = https_get(f"{base_url}/readyz", certs / "ca.crt") if (certs / "ca.crt").exists() else None
-            return answer is not None and answer[0] == 200
-
-        try:
-            wait_until(ready, 30, "the webhook's /readyz (Job cache synced)")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{process.log(tail=40)}") from None
-        serving = x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes())
+    with serving_webhook(workdir, envtest.kubeconfig(WEBHOOK_USER), f"--config={config}") as served:
+        serving = x509.load_pem_x509_certificate((workdir / "certs" / "tls.crt").read_bytes())
         ips = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.IPAddress)
         assert "127.0.0.1" in {str(ip) for ip in ips}, "the API server calls https://127.0.0.1:PORT"
-        yield Webhook(process, base_url, (certs / "ca.crt").read_bytes(), started)
-    finally:
-        process.stop()
+        yield Webhook(served.process, served.base_url, served.ca_bundle, started)
 
 
 def dry_run_error(api: kube_client.ApiClient, obj: Mapping[str, Any]) -> str | None:

@@ -21,10 +21,10 @@ from tests.envtest import (
     EnvTest,
     create,
     delete,
+    grant_role,
     new_namespace,
     read,
     replace,
-    wait_for_bindings,
     wait_until,
 )
 from volcano_job_webhook.reconciler.leader import LeaderElector
@@ -123,14 +123,8 @@ def test_a_dead_holder_whose_clock_was_ahead_is_taken_over_after_the_duration(el
 
 def test_a_leader_whose_renewals_fail_stops_leading_by_the_renew_deadline(envtest: EnvTest, kube_admin: Any) -> None:
     namespace = new_namespace(kube_admin)
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "lease", "namespace": namespace},
-            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "lease", "namespace": namespace},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lease"},
-               "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": NOBODY}]}
-    create(kube_admin, role)
-    create(kube_admin, binding)
-    wait_for_bindings(kube_admin, [role, binding])
+    grant_role(kube_admin, NOBODY, namespace, "lease",
+               [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}])
     changes: list[bool] = []
     clock = FakeClock()
     leader = LeaderElector(envtest.api_client(NOBODY), "rec", namespace, "me", lease_duration=3, renew_deadline=2,
