@@ -2,7 +2,7 @@
 the API-server double (``api_double``, with ``k8s`` and ``core`` clients of it; see
 tests/apiserver.py), a real API server (``envtest``, ``apiserver_factory``, ``kube_admin``, ``kube_namespace``; see
 tests/envtest.py), and a cluster where Volcano's job controller runs (``volcano_cluster``,
-``real_volcano_cluster``, ``emulated_volcano_cluster``; see tests/cluster.py)."""
+``real_volcano_cluster``, ``emulated_volcano_cluster``, or ``cluster``: each in turn; see tests/cluster.py)."""
 
 from __future__ import annotations
 
@@ -208,6 +208,14 @@ def emulated_volcano_cluster(request: pytest.FixtureRequest) -> Iterator[Volcano
     marker = request.node.get_closest_marker("volcano_controller")
     with emulated_cluster(**(marker.kwargs if marker else {})) as cluster:
         yield cluster
+
+
+@pytest.fixture(params=["emulated", "real"])
+def cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
+    """Each backend in turn: the test on the emulation, and again on Volcano's real controller
+    (skipped without it); ``volcano_cluster`` is the one backend this machine runs best."""
+    found: VolcanoCluster = request.getfixturevalue(f"{request.param}_volcano_cluster")
+    return found
 
 
 @pytest.fixture

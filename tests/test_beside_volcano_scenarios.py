@@ -40,13 +40,6 @@ KINDS = ("ConfigMap", "Service", "NetworkPolicy", "Secret")
 COMPONENT = "volcano-job-webhook-reconciler"
 
 
-@pytest.fixture(params=["emulated", "real"])
-def cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
-    """Each scenario on the emulation, and again on the real controller (skipped without it)."""
-    found: VolcanoCluster = request.getfixturevalue(f"{request.param}_volcano_cluster")
-    return found
-
-
 def objects(c: VolcanoCluster, *, ours: bool) -> dict[tuple[str, str], dict[str, Any]]:
     """The side-object kinds in the namespace, ours (by label) or everybody else's."""
     return {(kind, o["metadata"]["name"]): o for kind in KINDS for o in c.list(kind)

@@ -5,17 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.cluster import VolcanoCluster, crds_dir, names, product_webhook, real_missing
 from tests.jobs import scheduled_job
 from tests.test_volcano_controller import JOB, PLUGINS, PODS, plugin_objects
-
-
-@pytest.fixture(params=["emulated", "real"])
-def cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
-    found: VolcanoCluster = request.getfixturevalue(f"{request.param}_volcano_cluster")
-    return found
 
 
 def test_the_registered_product_webhook_sees_every_pod_volcano_creates(cluster: VolcanoCluster, tmp_path: Path) -> None:

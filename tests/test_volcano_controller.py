@@ -29,13 +29,6 @@ PODS = [f"{JOB}-master-0", f"{JOB}-worker-0", f"{JOB}-worker-1"]
 PLUGINS = {"svc": [], "ssh": [], "env": []}
 
 
-@pytest.fixture(params=["emulated", "real"])
-def cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
-    """Each test on the emulation, and again on the real controller (skipped without it)."""
-    found: VolcanoCluster = request.getfixturevalue(f"{request.param}_volcano_cluster")
-    return found
-
-
 def plugin_objects(c: VolcanoCluster) -> dict[tuple[str, str], dict[str, Any] | None]:
     return {(kind, name): c.get(kind, name) for kind, name in PLUGIN_OBJECTS}
 
