@@ -109,10 +109,7 @@ def small_jobs(draw: st.DrawFn) -> dict[str, Any]:
             spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": draw(st.integers(1, 16))}}
         replicas = draw(st.sampled_from([0, 1, 2, 9, 10, 11, 99, 100, 101, 999, 1000, 1001]))
         tasks.append({"name": task, "replicas": replicas, "template": {"spec": spec}})
-    return {
-        "metadata": {"name": draw(names), "namespace": "default", "uid": "u"},
-        "spec": {"tasks": tasks, "plugins": {}},
-    }
+    return volcano_job(draw(names), uid="u", plugins={}, tasks=tasks)
 
 
 @settings(max_examples=60, deadline=None)
