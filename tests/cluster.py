@@ -36,7 +36,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,22 +51,24 @@ from tests.envtest import (
     WEBHOOK_USER,
     EnvTest,
     Process,
+    ProductWebhook,
     apply,
     create,
     delete,
     find_assets,
     free_port,
-    https_get,
     new_namespace,
     read,
     request,
+    serving_webhook,
     start_product,
     status_message,
     wait_until,
     webhook_configurations,
 )
-from tests.manifests_util import DEFAULT_VARIANT
-from tests.volcano_controller import JOB_API_VERSION, VolcanoController, controller_ref, path
+from tests.jobs import job_owner
+from tests.kustomize import DEFAULT_VARIANT
+from tests.volcano_controller import JOB_API_VERSION, VolcanoController, path
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -248,11 +250,8 @@ class VolcanoCluster:
     def wait(self, predicate: Callable[[], T], what: str, timeout: float = WAIT) -> T:
         """``predicate()``'s first truthy value; AssertionError naming ``what`` (and, on the real
         backend, the controller's log tail) after ``timeout`` seconds."""
-        try:
-            return wait_until(predicate, timeout, what, interval=0.02)
-        except AssertionError as exc:
-            log = self.controller_log(40) if self.controller_log else ""
-            raise AssertionError(f"{exc}\n{log}".rstrip()) from None
+        controller_log = self.controller_log
+        return wait_until(predicate, timeout, what, interval=0.02, log=(lambda: controller_log(40)) if controller_log else None)
 
     def settle(self) -> None:
         """Before checking that something did *not* happen: the emulator has taken two more full
@@ -279,7 +278,7 @@ class VolcanoCluster:
         """What ``vcctl job restart`` creates: a Command whose target and controller are the Job."""
         stored = self.get("Job", job)
         assert stored is not None, f"no Job {job} to {action}"
-        ref = controller_ref(stored)
+        ref = job_owner(stored)
         command = {"apiVersion": API_VERSIONS["Command"], "kind": "Command",
                    "metadata": {"generateName": f"{job}-{action.lower()}-", "namespace": self.namespace,
                                 "ownerReferences": [ref]},
@@ -382,10 +381,7 @@ class RealVolcano:
             assert process.alive, f"vc-controller-manager exited:\n{process.log(tail=40)}"
             return "JobController is running" in process.log()
 
-        try:
-            wait_until(running, timeout, "vc-controller-manager's 'JobController is running'")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{process.log(tail=40)}") from None
+        wait_until(running, timeout, "vc-controller-manager's 'JobController is running'", log=lambda: process.log(tail=40))
         return self
 
     def stop(self) -> None:
@@ -406,40 +402,12 @@ class RealVolcano:
                               controller_log=lambda tail: f"vc-controller-manager:\n{process.log(tail=tail)}")
 
 
-@dataclass
-class ProductWebhook:
-    """The product's webhook server, running: where it listens and the CA that signed its certificate."""
-
-    process: Process
-    base_url: str
-    ca_bundle: bytes
-
-
-@contextmanager
 def product_webhook(cluster: VolcanoCluster, workdir: Path, *args: str, timeout: float = WAIT,
-                    kubeconfig: Path | None = None) -> Iterator[ProductWebhook]:
-    """``volcano-webhook serve --job-source=kube`` (plus ``args``) as the cluster's product user, on
-    127.0.0.1 with the certificate it makes itself, once ``/readyz`` says its Job cache is synced;
-    stopped at the end. Register it with ``cluster.register_webhooks(w.base_url, w.ca_bundle)``.
-    ``kubeconfig``: another way to the API server (:func:`through`) than ``cluster.kubeconfig``."""
-    certs, port = workdir / "certs", free_port()
-    process = start_product(["serve", "--host=127.0.0.1", f"--port={port}", f"--certs-dir={certs}", "--job-source=kube",
-                             f"--kubeconfig={kubeconfig or cluster.kubeconfig(workdir)}", "--log-level=debug", *args],
-                            workdir / "serve.log")
-    base_url = f"https://127.0.0.1:{port}"
-    try:
-        def ready() -> bool:
-            assert process.alive, f"serve exited:\n{process.log(tail=40)}"
-            answer = https_get(f"{base_url}/readyz", certs / "ca.crt") if (certs / "ca.crt").exists() else None
-            return answer is not None and answer[0] == 200
-
-        try:
-            wait_until(ready, timeout, "the webhook's /readyz (Job cache synced)")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{process.log(tail=40)}") from None
-        yield ProductWebhook(process, base_url, (certs / "ca.crt").read_bytes())
-    finally:
-        process.stop()
+                    kubeconfig: Path | None = None) -> AbstractContextManager[ProductWebhook]:
+    """:func:`tests.envtest.serving_webhook` as the cluster's product user. Register it with
+    ``cluster.register_webhooks(w.base_url, w.ca_bundle)``. ``kubeconfig``: another way to the API
+    server (:func:`through`) than ``cluster.kubeconfig``."""
+    return serving_webhook(workdir, kubeconfig or cluster.kubeconfig(workdir), *args, timeout=timeout)
 
 
 def names(objects: Sequence[Obj]) -> list[str]:
@@ -488,10 +456,7 @@ def product_reconciler(cluster: VolcanoCluster, workdir: Path, *args: str, timeo
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 return False
 
-        try:
-            wait_until(ready, timeout, "the reconciler's /readyz (caches synced)")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{process.log(tail=40)}") from None
+        wait_until(ready, timeout, "the reconciler's /readyz (caches synced)", log=lambda: process.log(tail=40))
         yield ProductReconciler(process, health)
     finally:
         process.stop()

@@ -1,7 +1,8 @@
 """Shared fixtures: the example jobs, a jobs directory to write into, an in-process webhook client,
-a real API server (``envtest``, ``apiserver_factory``, ``kube_admin``, ``kube_namespace``; see
+the API-server double (``api_double``, with ``k8s`` and ``core`` clients of it; see
+tests/apiserver.py), a real API server (``envtest``, ``apiserver_factory``, ``kube_admin``, ``kube_namespace``; see
 tests/envtest.py), and a cluster where Volcano's job controller runs (``volcano_cluster``,
-``real_volcano_cluster``, ``emulated_volcano_cluster``; see tests/cluster.py)."""
+``real_volcano_cluster``, ``emulated_volcano_cluster``, or ``cluster``: each in turn; see tests/cluster.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import httpx
 import pytest
 from kubernetes import client as kube_client
 
+from tests.apiserver import FakeApiServer
 from tests.cluster import RealVolcano, VolcanoCluster, emulated_cluster, find_controller, real_missing
 from tests.envtest import ASSETS_ENV, EnvTest, find_assets, new_namespace
+from tests.kustomize import kubectl_or_skip
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.jobs import DirectoryJobSource
@@ -54,6 +57,42 @@ async def client(jobs_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
             yield c
 
 
+# The API-server double (tests/apiserver.py) -------------------------------------------------------
+
+
+@pytest.fixture
+def api_double() -> Iterator[FakeApiServer]:
+    """A fresh in-process API-server double, stopped afterwards."""
+    with FakeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def k8s(api_double: FakeApiServer) -> Iterator[kube_client.ApiClient]:
+    """An official client of ``api_double``."""
+    with api_double.api_client() as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def core(k8s: kube_client.ApiClient) -> kube_client.CoreV1Api:
+    return kube_client.CoreV1Api(k8s)
+
+
+@pytest.fixture
+def certs_cluster(api_double: FakeApiServer) -> FakeApiServer:
+    """``api_double`` as ``volcano-webhook certs`` finds a cluster: namespace volcano-job-webhook and
+    the webhook configurations volcano-job-webhook, without a caBundle (two mutating webhooks, so
+    that each is seen to get one)."""
+    admission = kube_client.AdmissionregistrationV1Api(api_double.api_client())
+    hook = {"name": "pods.volcano-job-webhook.io", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"service": {"namespace": "volcano-job-webhook", "name": "volcano-job-webhook", "path": "/mutate"}}}
+    admission.create_mutating_webhook_configuration({"metadata": {"name": "volcano-job-webhook"}, "webhooks": [hook, {**hook, "name": "b.io"}]})
+    admission.create_validating_webhook_configuration({"metadata": {"name": "volcano-job-webhook"}, "webhooks": [{**hook, "name": "jobs.io"}]})
+    kube_client.CoreV1Api(api_double.api_client()).create_namespace({"metadata": {"name": "volcano-job-webhook"}})
+    return api_double
+
+
 # A real API server (tests/envtest.py) -----------------------------------------------------------
 
 ApiServerFactory = Callable[..., EnvTest]
@@ -73,7 +112,8 @@ def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiS
     E.g. ``apiserver_factory(admission_plugins=[OWNER_REFERENCES_ENFORCEMENT])`` behaves like
     OpenShift: setting ``blockOwnerDeletion`` needs ``update`` on the owner's ``finalizers``.
 
-    Skips when ``KUBEBUILDER_ASSETS`` does not name a directory with ``kube-apiserver`` and ``etcd``.
+    Skips when ``KUBEBUILDER_ASSETS`` does not name a directory with ``kube-apiserver`` and ``etcd``,
+    or when no kubectl renders the manifests (tests/kustomize.py).
     """
     servers: dict[frozenset[str], EnvTest] = {}
     failures: dict[frozenset[str], BaseException] = {}  # a server that failed to start is not retried
@@ -82,6 +122,7 @@ def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiS
         assets = find_assets()
         if assets is None:
             pytest.skip(f"{ASSETS_ENV} is not set to a directory with kube-apiserver and etcd")
+        kubectl_or_skip()  # the manifests' RBAC is rendered before each server is of use
         key = frozenset(admission_plugins)
         if key in failures:
             raise RuntimeError("this API server already failed to start in this session") from failures[key]
@@ -167,6 +208,14 @@ def emulated_volcano_cluster(request: pytest.FixtureRequest) -> Iterator[Volcano
     marker = request.node.get_closest_marker("volcano_controller")
     with emulated_cluster(**(marker.kwargs if marker else {})) as cluster:
         yield cluster
+
+
+@pytest.fixture(params=["emulated", "real"])
+def cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
+    """Each backend in turn: the test on the emulation, and again on Volcano's real controller
+    (skipped without it); ``volcano_cluster`` is the one backend this machine runs best."""
+    found: VolcanoCluster = request.getfixturevalue(f"{request.param}_volcano_cluster")
+    return found
 
 
 @pytest.fixture

@@ -45,7 +45,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -59,7 +60,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.manifests_util import DEFAULT_VARIANT, build_variant
+from tests.jobs import API_VERSION as JOB_API_VERSION
+from tests.kustomize import DEFAULT_VARIANT, build_variant
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 BINARIES = ("kube-apiserver", "etcd")
@@ -76,7 +78,6 @@ BASE_ADMISSION_PLUGINS = ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhoo
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 JOB_CRD = Path(__file__).resolve().parent / "fixtures" / "crd" / "batch.volcano.sh_jobs.yaml"
-JOB_API_VERSION = "batch.volcano.sh/v1alpha1"
 FIELD_MANAGER = "envtest"
 
 T = TypeVar("T")
@@ -100,17 +101,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
+def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1,
+               log: Callable[[], str] | None = None) -> T:
     """Poll ``predicate`` until it returns something truthy, and return that; AssertionError naming
-    ``what`` after ``timeout`` seconds. Exceptions from ``predicate`` propagate."""
+    ``what`` after ``timeout`` seconds. Exceptions from ``predicate`` propagate; an AssertionError,
+    its own or the timeout's, is followed by ``log()`` (a process's last lines, say) when given."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    try:
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(interval)
+    except AssertionError as exc:
+        if log is None:
+            raise
+        raise AssertionError(f"{exc}\n{log()}".rstrip()) from None
 
 
 # Certificates and keys -------------------------------------------------------------------------
@@ -395,10 +403,7 @@ class EnvTest:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 return False
 
-        try:
-            wait_until(ready, timeout, "kube-apiserver /readyz")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{self._apiserver.log(tail=30)}") from None
+        wait_until(ready, timeout, "kube-apiserver /readyz", log=lambda: self._apiserver.log(tail=30))
 
     # Access ------------------------------------------------------------------------------------
 
@@ -703,6 +708,19 @@ def wait_for_bindings(api: client.ApiClient, objects: Iterable[Mapping[str, Any]
             wait_until(check, timeout, f"{binding['kind']} {binding['metadata']['name']} to apply to {subject['name']}")
 
 
+def grant_role(api: client.ApiClient, user: str, namespace: str, name: str, rules: list[dict[str, Any]]) -> None:
+    """A Role ``name`` in ``namespace`` of ``rules``, bound to token user ``user``; in force when
+    this returns (``delete`` the RoleBinding ``name`` to revoke it)."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name, "namespace": namespace},
+            "rules": rules}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "namespace": namespace},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+               "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}]}
+    for obj in (role, binding):
+        apply(api, obj)
+    wait_for_bindings(api, [role, binding])
+
+
 def install_rbac(api: client.ApiClient, variant: str = DEFAULT_VARIANT) -> list[dict[str, Any]]:
     """Apply the variant's Namespace (``volcano-job-webhook``, for its Roles) and :func:`rbac_objects`,
     and wait until the bindings are in force. Returns the RBAC objects applied."""
@@ -731,6 +749,36 @@ def start_product(args: Sequence[str], log_path: Path, env: Mapping[str, str] | 
     """``python -m volcano_job_webhook ARGS`` with this interpreter, output to ``log_path``."""
     return Process.start("volcano_job_webhook", [sys.executable, "-m", "volcano_job_webhook", *args], log_path,
                          env=env if env is not None else product_env())
+
+
+@dataclass
+class ProductWebhook:
+    """The product's webhook server, running: where it listens and the CA that signed its certificate."""
+
+    process: Process
+    base_url: str
+    ca_bundle: bytes
+
+
+@contextmanager
+def serving_webhook(workdir: Path, kubeconfig: Path, *args: str, timeout: float = 30.0) -> Iterator[ProductWebhook]:
+    """``volcano-webhook serve --job-source=kube`` (plus ``args``) through ``kubeconfig``, on 127.0.0.1
+    with the certificate it makes itself in ``workdir``/certs, once ``/readyz`` says its Job cache is
+    synced; stopped at the end."""
+    certs, port = workdir / "certs", free_port()
+    process = start_product(["serve", "--host=127.0.0.1", f"--port={port}", f"--certs-dir={certs}", "--job-source=kube",
+                             f"--kubeconfig={kubeconfig}", "--log-level=debug", *args], workdir / "serve.log")
+    base_url = f"https://127.0.0.1:{port}"
+    try:
+        def ready() -> bool:
+            assert process.alive, f"serve exited:\n{process.log(tail=40)}"
+            answer = https_get(f"{base_url}/readyz", certs / "ca.crt") if (certs / "ca.crt").exists() else None
+            return answer is not None and answer[0] == 200
+
+        wait_until(ready, timeout, "the webhook's /readyz (Job cache synced)", log=lambda: process.log(tail=40))
+        yield ProductWebhook(process, base_url, (certs / "ca.crt").read_bytes())
+    finally:
+        process.stop()
 
 
 def https_get(url: str, ca_file: Path, timeout: float = 2.0) -> tuple[int, bytes] | None:

@@ -1,5 +1,7 @@
-"""Run a real HTTPS server of the product in a thread, for tests that talk to it over sockets; a
-tiny admission webhook served that way, whose answers a test sets; and a TCP proxy a test can cut."""
+"""Run a real HTTPS server of the product in a thread, for tests that talk to it over sockets (and
+raw TLS clients of it that send exactly the bytes a test says, :func:`guarded_webhook` and
+:func:`tls`; bench/timeouts.py times the same clients); a tiny admission webhook served that way,
+whose answers a test sets; and a TCP proxy a test can cut."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import base64
 import contextlib
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from volcano_job_webhook.certs.issue import generate_ca, generate_serving_cert
+from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.server.app import create_app
+from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits
 from volcano_job_webhook.server.https import HTTPSServer, build_server
+from volcano_job_webhook.server.jobs import DirectoryJobSource
+from volcano_job_webhook.server.run import server_options
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 @contextmanager
@@ -37,6 +47,62 @@ def in_thread(server: HTTPSServer) -> Iterator[HTTPSServer]:
         server.should_exit = True
         thread.join(10)
         assert not thread.is_alive()
+
+
+@contextmanager
+def guarded_webhook(certs: Path, limits: ConnectionLimits, max_body_bytes: int) -> Iterator[tuple[HTTPSServer, ConnectionGuard]]:
+    """The real webhook app over the example jobs, served over HTTPS on 127.0.0.1 with ``limits``
+    (serve's guarded listener and protocol), in a thread; ``certs`` holds tls.crt and tls.key."""
+    app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain(), max_body_bytes=max_body_bytes)
+    guard, options = server_options(limits)
+    server = build_server(app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", log_level="warning", **options)
+    with in_thread(server):
+        yield server, guard
+
+
+# Raw TLS clients: exactly the bytes a test sends, and whatever comes back ---------------------------
+
+
+def tls(port: int) -> ssl.SSLSocket:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+    return context.wrap_socket(raw, server_hostname="localhost")
+
+
+def read_all(sock: ssl.SSLSocket, timeout: float = 5.0) -> bytes:
+    """Everything the server sends until it closes the connection; TimeoutError when it has not
+    closed it within ``timeout`` seconds."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    return data
+
+
+def read_response(sock: ssl.SSLSocket, timeout: float = 5.0) -> bytes:
+    """One whole response on a kept-alive connection (headers, then content-length bytes)."""
+    sock.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def status_of(reply: bytes) -> int:
+    return int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/1.1 ") else 0
+
+
+def post(path: str, body: bytes, *, length: int | None = None, extra: bytes = b"") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body) if length is None else length}\r\n").encode() + extra + b"\r\n" + body
 
 
 # A tiny admission webhook ---------------------------------------------------------------------------

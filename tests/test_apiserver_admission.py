@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.apiserver import FakeApiServer
 from tests.envtest import create, delete, free_port, read, request, status_message
+from tests.jobs import owner_reference, volcano_job
 from tests.servers import Raw, Slow, TinyWebhook, denying, patching, tiny_webhook
 from volcano_job_webhook.certs.issue import generate_ca
 
@@ -36,21 +37,6 @@ def webhook(tiny: TinyWebhook) -> TinyWebhook:
     return tiny
 
 
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        yield server
-
-
-@pytest.fixture
-def k8s(api: FakeApiServer) -> Iterator[client.ApiClient]:
-    with api.api_client() as api_client:
-        yield api_client
-
-
-@pytest.fixture
-def core(k8s: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(k8s)
 
 
 def hook(name: str, url: str, ca_bundle: str, *, resources: tuple[str, ...] = ("pods",), operations: tuple[str, ...] = ("CREATE",),
@@ -84,12 +70,12 @@ def error_of(exc: pytest.ExceptionInfo[ApiException]) -> dict[str, Any]:
 
 
 def test_a_mutating_webhook_patches_a_created_pod_and_sees_kube_apiservers_review(
-        api: FakeApiServer, k8s: client.ApiClient, core: client.CoreV1Api, webhook: TinyWebhook) -> None:
+        api_double: FakeApiServer, k8s: client.ApiClient, core: client.CoreV1Api, webhook: TinyWebhook) -> None:
     webhook.answers["/mutate"] = patching({"op": "add", "path": "/metadata/labels/wired", "value": "yes"})
     register(k8s, "mutating", hook("m.test", webhook.url + "/mutate", webhook.ca_bundle, timeoutSeconds=7))
     created = core.create_namespaced_pod(NS, pod("p", {"a": "b"}))
     assert created.metadata.labels == {"a": "b", "wired": "yes"}
-    assert api.get_object("pods", "p", NS)["metadata"]["labels"]["wired"] == "yes"
+    assert api_double.get_object("pods", "p", NS)["metadata"]["labels"]["wired"] == "yes"
     ((path, query, review),) = webhook.reviews
     assert (path, query) == ("/mutate", "timeout=7s")
     assert review["apiVersion"] == "admission.k8s.io/v1" and review["kind"] == "AdmissionReview"
@@ -100,7 +86,7 @@ def test_a_mutating_webhook_patches_a_created_pod_and_sees_kube_apiservers_revie
     assert (request_["namespace"], request_["name"]) == (NS, "p")
     assert request_["object"]["metadata"]["labels"] == {"a": "b"} and request_["oldObject"] is None
     assert request_["options"]["kind"] == "CreateOptions" and request_["userInfo"]["username"]
-    assert [(c.webhook, c.operation, c.resource, c.allowed, c.patched) for c in api.webhook_calls] == [
+    assert [(c.webhook, c.operation, c.resource, c.allowed, c.patched) for c in api_double.webhook_calls] == [
         ("m.test", "CREATE", "pods", True, True)]
 
 
@@ -156,7 +142,7 @@ def test_namespace_selector_sees_the_namespace_name_label(k8s: client.ApiClient,
     assert [review["request"]["namespace"] for _, _, review in webhook.reviews] == ["team-a"]
 
 
-def test_mutating_then_validating_and_reinvocation_if_needed(api: FakeApiServer, k8s: client.ApiClient, core: client.CoreV1Api,
+def test_mutating_then_validating_and_reinvocation_if_needed(api_double: FakeApiServer, k8s: client.ApiClient, core: client.CoreV1Api,
                                                               webhook: TinyWebhook) -> None:
     url, ca = webhook.url, webhook.ca_bundle
     webhook.answers["/first"] = patching({"op": "add", "path": "/metadata/annotations", "value": {"first": "1"}})
@@ -177,7 +163,7 @@ def test_mutating_then_validating_and_reinvocation_if_needed(api: FakeApiServer,
 # -- what the client gets back ----------------------------------------------------------
 
 
-def test_a_denial_is_the_webhooks_status_with_kube_apiservers_message(api: FakeApiServer, k8s: client.ApiClient,
+def test_a_denial_is_the_webhooks_status_with_kube_apiservers_message(api_double: FakeApiServer, k8s: client.ApiClient,
                                                                       core: client.CoreV1Api, webhook: TinyWebhook) -> None:
     webhook.answers["/deny"] = denying("task 'x' is not in spec.tasks", code=403)
     register(k8s, "mutating", hook("pods.example.io", webhook.url + "/deny", webhook.ca_bundle))
@@ -187,14 +173,14 @@ def test_a_denial_is_the_webhooks_status_with_kube_apiservers_message(api: FakeA
     body = error_of(info)
     assert body["message"] == "admission webhook \"pods.example.io\" denied the request: task 'x' is not in spec.tasks"
     assert body["status"] == "Failure"
-    assert api.get_object("pods", "p", NS) is None
+    assert api_double.get_object("pods", "p", NS) is None
     webhook.answers["/deny"] = denying("no reason given")
     with pytest.raises(ApiException) as info:
         core.create_namespaced_pod(NS, pod("p"))
     assert info.value.status == 400  # under 400 (here none) is raised to 400, as ToStatusErr does
 
 
-def test_a_validating_denial_stops_an_update_the_mutating_webhooks_allowed(api: FakeApiServer, k8s: client.ApiClient,
+def test_a_validating_denial_stops_an_update_the_mutating_webhooks_allowed(api_double: FakeApiServer, k8s: client.ApiClient,
                                                                            core: client.CoreV1Api, webhook: TinyWebhook) -> None:
     core.create_namespaced_config_map(NS, {"metadata": {"name": "cm"}, "data": {"a": "1"}})
     webhook.answers["/v"] = lambda review: {"allowed": review["request"]["object"]["data"]["a"] == "1",
@@ -206,10 +192,10 @@ def test_a_validating_denial_stops_an_update_the_mutating_webhooks_allowed(api: 
     assert status_message(info.value) == 'admission webhook "v" denied the request: a must stay 1'
     review = webhook.reviews[-1][2]["request"]
     assert review["oldObject"]["data"] == {"a": "1"} and review["object"]["data"] == {"a": "2"}
-    assert api.get_object("configmaps", "cm", NS)["data"] == {"a": "1"}
+    assert api_double.get_object("configmaps", "cm", NS)["data"] == {"a": "1"}
 
 
-def test_a_delete_is_admitted_with_the_old_object(api: FakeApiServer, k8s: client.ApiClient, core: client.CoreV1Api,
+def test_a_delete_is_admitted_with_the_old_object(api_double: FakeApiServer, k8s: client.ApiClient, core: client.CoreV1Api,
                                                   webhook: TinyWebhook) -> None:
     core.create_namespaced_config_map(NS, {"metadata": {"name": "keep"}})
     webhook.answers["/v"] = denying("kept")
@@ -220,10 +206,10 @@ def test_a_delete_is_admitted_with_the_old_object(api: FakeApiServer, k8s: clien
     review = webhook.reviews[-1][2]["request"]
     assert review["operation"] == "DELETE" and review["object"] is None and review["oldObject"]["metadata"]["name"] == "keep"
     assert review["options"]["kind"] == "DeleteOptions"
-    assert api.get_object("configmaps", "keep", NS) is not None
+    assert api_double.get_object("configmaps", "keep", NS) is not None
 
 
-def test_warnings_come_back_as_warning_headers(api: FakeApiServer, k8s: client.ApiClient, webhook: TinyWebhook) -> None:
+def test_warnings_come_back_as_warning_headers(api_double: FakeApiServer, k8s: client.ApiClient, webhook: TinyWebhook) -> None:
     webhook.answers["/w"] = lambda review: {"allowed": True, "warnings": ['plugin "svc": left "out"', "second"]}
     register(k8s, "validating", hook("w", webhook.url + "/w", webhook.ca_bundle))
     warnings: list[str] = []
@@ -237,7 +223,7 @@ def test_warnings_come_back_as_warning_headers(api: FakeApiServer, k8s: client.A
     (lambda review: {"uid": "someone-else", "allowed": True}, 10, 'expected response.uid="'),
     (Slow(2.0, {"allowed": True}), 1, "context deadline exceeded"),
 ], ids=["http-500", "invalid-json", "wrong-uid", "timeout"])
-def test_a_failed_call_fails_closed_or_is_ignored(api: FakeApiServer, k8s: client.ApiClient, core: client.CoreV1Api,
+def test_a_failed_call_fails_closed_or_is_ignored(api_double: FakeApiServer, k8s: client.ApiClient, core: client.CoreV1Api,
                                                   webhook: TinyWebhook, answer: Any, timeout: int, expected: str) -> None:
     webhook.answers["/f"] = answer if callable(answer) else (lambda review: answer)
     register(k8s, "mutating", hook("closed", webhook.url + "/f", webhook.ca_bundle, timeoutSeconds=timeout), name="closed")
@@ -246,11 +232,11 @@ def test_a_failed_call_fails_closed_or_is_ignored(api: FakeApiServer, k8s: clien
     assert info.value.status == 500 and error_of(info)["reason"] == "InternalError"
     message = status_message(info.value)
     assert message.startswith('Internal error occurred: failed calling webhook "closed": ') and expected in message
-    assert api.get_object("pods", "p", NS) is None
+    assert api_double.get_object("pods", "p", NS) is None
     client.AdmissionregistrationV1Api(k8s).patch_mutating_webhook_configuration(
         "closed", [{"op": "add", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}])
     core.create_namespaced_pod(NS, pod("p"))
-    assert api.get_object("pods", "p", NS) is not None
+    assert api_double.get_object("pods", "p", NS) is not None
 
 
 def test_an_unreachable_or_untrusted_webhook_fails_the_call(k8s: client.ApiClient, core: client.CoreV1Api, webhook: TinyWebhook) -> None:
@@ -274,13 +260,13 @@ def test_an_unreachable_or_untrusted_webhook_fails_the_call(k8s: client.ApiClien
     assert "cannot route to a Service" in status_message(info.value)
 
 
-def test_dry_run_is_admitted_and_stores_nothing(api: FakeApiServer, k8s: client.ApiClient, webhook: TinyWebhook) -> None:
+def test_dry_run_is_admitted_and_stores_nothing(api_double: FakeApiServer, k8s: client.ApiClient, webhook: TinyWebhook) -> None:
     webhook.answers["/m"] = patching({"op": "add", "path": "/metadata/labels", "value": {"wired": "yes"}})
     register(k8s, "mutating", hook("m", webhook.url + "/m", webhook.ca_bundle))
     would_be = create(k8s, {"apiVersion": "v1", "kind": "Pod", **pod("p"), "metadata": {"name": "p", "namespace": NS}}, dry_run=True)
     assert would_be["metadata"]["labels"] == {"wired": "yes"}
     assert webhook.reviews[-1][2]["request"]["dryRun"] is True
-    assert api.get_object("pods", "p", NS) is None
+    assert api_double.get_object("pods", "p", NS) is None
     client.AdmissionregistrationV1Api(k8s).patch_mutating_webhook_configuration(
         "test", [{"op": "replace", "path": "/webhooks/0/sideEffects", "value": "Unknown"}])
     with pytest.raises(ApiException) as info:
@@ -300,22 +286,17 @@ def test_webhook_configurations_themselves_are_never_admitted(k8s: client.ApiCli
 # -- what the double validates and serves for the Volcano scenarios ----------------------------------
 
 
-def owner(name: str, uid: str, *, controller: bool = True) -> dict[str, Any]:
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": name, "uid": uid, "controller": controller,
-            "blockOwnerDeletion": True}
-
-
-def test_two_controller_owner_references_are_invalid(api: FakeApiServer, core: client.CoreV1Api) -> None:
-    one = {"metadata": {"name": "cm", "ownerReferences": [owner("a", "1"), owner("b", "2", controller=False)]}}
+def test_two_controller_owner_references_are_invalid(api_double: FakeApiServer, core: client.CoreV1Api) -> None:
+    one = {"metadata": {"name": "cm", "ownerReferences": [owner_reference("a", "1"), owner_reference("b", "2", controller=False)]}}
     core.create_namespaced_config_map(NS, one)
     with pytest.raises(ApiException) as info:
-        core.patch_namespaced_config_map("cm", NS, {"metadata": {"ownerReferences": [owner("a", "1"), owner("b", "2")]}})
+        core.patch_namespaced_config_map("cm", NS, {"metadata": {"ownerReferences": [owner_reference("a", "1"), owner_reference("b", "2")]}})
     assert info.value.status == 422
     body = error_of(info)
     assert body["reason"] == "Invalid" and body["details"]["causes"][0]["field"] == "metadata.ownerReferences"
     assert body["message"].startswith('ConfigMap "cm" is invalid: metadata.ownerReferences: Invalid value: [{"apiVersion":')
     assert body["message"].endswith('Only one reference can have Controller set to true. Found "true" in references for Job/a and Job/b')
-    assert len(api.get_object("configmaps", "cm", NS)["metadata"]["ownerReferences"]) == 2
+    assert len(api_double.get_object("configmaps", "cm", NS)["metadata"]["ownerReferences"]) == 2
 
 
 def test_a_pod_wired_twice_is_invalid(core: client.CoreV1Api) -> None:
@@ -332,23 +313,22 @@ def test_a_pod_wired_twice_is_invalid(core: client.CoreV1Api) -> None:
         'spec.containers[0].volumeMounts[2].name: Not found: "absent"]')
 
 
-def test_status_subresource_writes_only_status(api: FakeApiServer, core: client.CoreV1Api, k8s: client.ApiClient) -> None:
+def test_status_subresource_writes_only_status(api_double: FakeApiServer, core: client.CoreV1Api, k8s: client.ApiClient) -> None:
     created = core.create_namespaced_pod(NS, {**pod("p"), "status": {"phase": "Running"}})
     assert created.status.phase == "Pending"  # create starts a Pod Pending, whatever it was sent with
     core.patch_namespaced_pod("p", NS, {"metadata": {"labels": {"a": "b"}}, "status": {"phase": "Failed"}})
-    assert api.get_object("pods", "p", NS)["status"] == {"phase": "Pending"}
+    assert api_double.get_object("pods", "p", NS)["status"] == {"phase": "Pending"}
     core.patch_namespaced_pod_status("p", NS, {"metadata": {"labels": {"a": "c"}}, "status": {"phase": "Succeeded"}})
-    stored = api.get_object("pods", "p", NS)
+    stored = api_double.get_object("pods", "p", NS)
     assert stored["status"] == {"phase": "Succeeded"} and stored["metadata"]["labels"] == {"a": "b"}
     custom = client.CustomObjectsApi(k8s)
-    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "j"},
-           "spec": {"tasks": [{"name": "t", "replicas": 1}]}, "status": {"state": {"phase": "Running"}}}
+    job = volcano_job("j", namespace=None, tasks=[{"name": "t", "replicas": 1}], status={"state": {"phase": "Running"}})
     assert "status" not in custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NS, "jobs", job)
     custom.patch_namespaced_custom_object_status("batch.volcano.sh", "v1alpha1", NS, "jobs", "j", {"status": {"state": {"phase": "Pending"}}})
-    assert api.get_object("jobs", "j", NS)["status"] == {"state": {"phase": "Pending"}}
+    assert api_double.get_object("jobs", "j", NS)["status"] == {"state": {"phase": "Pending"}}
 
 
-def test_a_created_crd_is_served_and_discovered(api: FakeApiServer, k8s: client.ApiClient) -> None:
+def test_a_created_crd_is_served_and_discovered(api_double: FakeApiServer, k8s: client.ApiClient) -> None:
     crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "queues.example.io"},
            "spec": {"group": "example.io", "scope": "Cluster",
                     "names": {"kind": "Queue", "plural": "queues", "singular": "queue", "listKind": "QueueList"},

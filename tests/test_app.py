@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES, ROOT
+from tests.jobs import volcano_job
 from tests.schema import validate_pod
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
@@ -154,13 +155,22 @@ async def test_too_long_hostname_is_denied(client, jobs_dir):
     assert "over the DNS-1123 label limit of 63" in message
 
 
-async def test_validate_allows_good_jobs_with_warnings(client):
-    for name in ("pytorch-job-validate.json",):
-        response = await post(client, load(EXAMPLES / "admission" / name), "/validate")
-        assert response == {"uid": load(EXAMPLES / "admission" / name)["request"]["uid"], "allowed": True}
+async def test_validate_allows_a_good_job_without_a_word_and_denies_a_broken_one(client):
+    review = load(EXAMPLES / "admission" / "pytorch-job-validate.json")
+    assert await post(client, review, "/validate") == {"uid": review["request"]["uid"], "allowed": True}
     broken = await post(client, load(EXAMPLES / "admission" / "broken-job-validate.json"), "/validate")
     assert broken["allowed"] is False
     assert broken["status"]["message"] == "job default/pytorch-demo: plugin pytorch: --port: invalid value 'abc': invalid syntax 'abc'"
+
+
+async def test_validate_allows_a_job_the_chain_warns_about_with_the_warnings(client):
+    from volcano_job_webhook.server.review import admission_review
+
+    job = volcano_job("tf-one", plugins={"tensorflow": []}, tasks=[("worker", 1)])
+    response = await post(client, admission_review(job, uid="tf-one"), "/validate")
+    assert response == {"uid": "tf-one", "allowed": True, "warnings": [
+        "job default/tf-one: plugin tensorflow: the job has one task with one replica, which gets no TF_CONFIG (as in Volcano)",
+    ]}
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.jobs import volcano_job
 from volcano_job_webhook.plugins.registry import BUILTINS
 from volcano_job_webhook.server.review import admission_review
 
@@ -16,13 +17,7 @@ pytestmark = pytest.mark.anyio
 
 
 def job(name: str, plugins: dict, tasks: list[tuple[str, int]]) -> dict:
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {"plugins": plugins, "tasks": [
-            {"name": t, "replicas": r, "template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.36.1"}]}}}
-            for t, r in tasks]},
-    }
+    return volcano_job(name, plugins=plugins, tasks=tasks, uid=f"uid-{name}")
 
 
 def pod(job_name: str, task: str, index: int, env: list | None = None) -> dict:

@@ -5,16 +5,19 @@ on the cases that decide who does what."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
+from tests.envtest import wait_until
+from tests.jobs import volcano_job
 from volcano_job_webhook.plugins import Chain, ChainConfig, Job, PluginError
 from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
 from volcano_job_webhook.plugins.podgen import make_pod
@@ -28,21 +31,8 @@ ALONE = Chain()
 UID = "9d0e1f3a-0000-4000-8000-000000000001"
 
 
-def job(plugins: dict[str, list[str]] | None = None, annotation: dict[str, list[str]] | None = None, *,
-        name: str = "demo", uid: str = UID, status: dict[str, Any] | None = None,
-        tasks: tuple[tuple[str, int], ...] = (("master", 1), ("worker", 2))) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "default", "uid": uid}
-    if annotation is not None:
-        meta["annotations"] = {"volcano-job-webhook/plugins": json.dumps(annotation)}
-    obj: dict[str, Any] = {
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta,
-        "spec": {"plugins": plugins or {}, "tasks": [
-            {"name": t, "replicas": n, "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}}
-            for t, n in tasks]},
-    }
-    if status is not None:
-        obj["status"] = status
-    return obj
+# The job of every case here: master 1, worker 2; what differs is which plugins it names where.
+job = functools.partial(volcano_job, "demo", uid=UID, image="busybox", plugins={})
 
 
 def kinds_and_names(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
@@ -53,28 +43,28 @@ def kinds_and_names(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
 
 
 def test_who_runs_what():
-    both = Job.from_object(job({"svc": [], "ssh": []}, {"torchrun": []}))
+    both = Job.from_object(job(plugins={"svc": [], "ssh": []}, annotation={"torchrun": []}))
     assert BESIDE.volcano_runs(both) == {"svc", "ssh"}
     assert ALONE.volcano_runs(both) == set(), "with no Volcano controller configured, everything is ours"
     # What Volcano's status records as run is Volcano's, whatever we were told.
-    recorded = Job.from_object(job({"svc": [], "ssh": []}, status={"controlledResources": {"plugin-svc": "svc"}}))
+    recorded = Job.from_object(job(plugins={"svc": [], "ssh": []}, status={"controlledResources": {"plugin-svc": "svc"}}))
     assert ALONE.volcano_runs(recorded) == {"svc"}
 
 
 def test_only_our_plugins_make_objects_and_a_dependency_volcano_runs_is_volcanos():
     # torchrun brings in svc; spec.plugins names svc, so Volcano's controller makes svc's objects.
-    shared = Job.from_object(job({"svc": [], "ssh": []}, {"hostfile": []}))
+    shared = Job.from_object(job(plugins={"svc": [], "ssh": []}, annotation={"hostfile": []}))
     assert kinds_and_names(BESIDE.resources(shared)) == {("ConfigMap", "demo-hostfile")}
     assert kinds_and_names(ALONE.resources(shared)) == {
         ("ConfigMap", "demo-hostfile"), ("ConfigMap", "demo-svc"), ("Service", "demo"),
         ("NetworkPolicy", "demo"), ("Secret", "demo-ssh")}
     # No svc in spec.plugins: the svc our plugin brings in is ours to run.
-    ours = Job.from_object(job({}, {"hostfile": []}))
+    ours = Job.from_object(job(plugins={}, annotation={"hostfile": []}))
     assert ("ConfigMap", "demo-svc") in kinds_and_names(BESIDE.resources(ours))
 
 
 def test_a_flag_volcano_ignores_is_a_warning_for_pods_and_an_error_for_a_new_job():
-    bad = Job.from_object(job({"svc": ["--publish-not-ready-addresses", "--no-such-flag", "--disable-network-policy"]}))
+    bad = Job.from_object(job(plugins={"svc": ["--publish-not-ready-addresses", "--no-such-flag", "--disable-network-policy"]}))
     with pytest.raises(PluginError, match=r"plugin svc: --no-such-flag: flag provided but not defined"):
         BESIDE.check(bad)  # /validate of a CREATE judges every plugin
     prepared = BESIDE.prepare(bad)
@@ -92,7 +82,7 @@ def test_a_flag_volcano_ignores_is_a_warning_for_pods_and_an_error_for_a_new_job
 
 def test_a_volcano_plugin_we_would_refuse_is_never_applied_by_us():
     # mpi without its master task: Volcano's controller runs it anyway; we warn and leave it be.
-    no_master = Job.from_object(job({"mpi": [], "ssh": [], "svc": []}, tasks=(("worker", 2),)))
+    no_master = Job.from_object(job(plugins={"mpi": [], "ssh": [], "svc": []}, tasks=(("worker", 2),)))
     with pytest.raises(PluginError, match="plugin mpi"):
         BESIDE.check(no_master)
     prepared = BESIDE.prepare(no_master)
@@ -102,13 +92,13 @@ def test_a_volcano_plugin_we_would_refuse_is_never_applied_by_us():
 
 
 def test_our_plugins_are_judged_strictly_beside_volcano():
-    ours_bad = Job.from_object(job({"svc": []}, {"torchrun": ["--nproc-per-node=lots"]}))
+    ours_bad = Job.from_object(job(plugins={"svc": []}, annotation={"torchrun": ["--nproc-per-node=lots"]}))
     with pytest.raises(PluginError, match="plugin torchrun: --nproc-per-node"):
         BESIDE.prepare(ours_bad)
 
 
 def test_the_annotation_cannot_reconfigure_a_plugin_volcano_runs():
-    twice = Job.from_object(job({"svc": []}, {"svc": ["--disable-network-policy"]}))
+    twice = Job.from_object(job(plugins={"svc": []}, annotation={"svc": ["--disable-network-policy"]}))
     with pytest.raises(PluginError, match=r"names plugin svc again with other arguments"):
         BESIDE.check(twice)
     prepared = BESIDE.prepare(twice)
@@ -119,7 +109,7 @@ def test_the_annotation_cannot_reconfigure_a_plugin_volcano_runs():
 
 
 def test_a_mount_clash_between_volcano_and_us_is_ours_to_refuse():
-    clash = Job.from_object(job({"svc": []}, {"hostfile": ["--path=/etc/volcano"]}))
+    clash = Job.from_object(job(plugins={"svc": []}, annotation={"hostfile": ["--path=/etc/volcano"]}))
     with pytest.raises(PluginError, match=r"plugin hostfile: --path: mounts volume 'demo-hostfile' at '/etc/volcano', where plugin svc"):
         BESIDE.prepare(clash)
 
@@ -155,14 +145,14 @@ def mutate(obj: dict[str, Any] | None, pod: dict[str, Any], *, audit: bool = Fal
 
 
 def test_a_pod_of_a_job_with_a_flag_volcano_ignores_is_admitted_with_a_warning():
-    obj = job({"svc": ["--no-such-flag"]})
+    obj = job(plugins={"svc": ["--no-such-flag"]})
     answer = mutate(obj, make_pod(Job.from_object(obj), "worker", 1))
     assert answer.allowed and not answer.patch
     assert any("--no-such-flag" in w for w in answer.warnings)
 
 
 def test_a_pod_is_wired_with_our_plugins_only():
-    obj = job({"svc": []}, {"torchrun": []})
+    obj = job(plugins={"svc": []}, annotation={"torchrun": []})
     pod = make_pod(Job.from_object(obj), "worker", 1)
     answer = mutate(obj, pod)
     assert answer.allowed and answer.patch
@@ -175,7 +165,7 @@ def test_a_pod_is_wired_with_our_plugins_only():
 
 
 def test_our_refusal_denies_and_audit_mode_warns_instead():
-    obj = job({}, {"torchrun": ["--nproc-per-node=lots"]})
+    obj = job(plugins={}, annotation={"torchrun": ["--nproc-per-node=lots"]})
     pod = make_pod(Job.from_object(obj), "worker", 0)
     denied = mutate(obj, pod)
     assert not denied.allowed and denied.code == 403 and "plugin torchrun: --nproc-per-node" in denied.message
@@ -185,7 +175,7 @@ def test_our_refusal_denies_and_audit_mode_warns_instead():
 
 
 def test_a_failed_lookup_is_an_error_never_an_unwired_pod():
-    obj = job({}, {"torchrun": []})
+    obj = job(plugins={}, annotation={"torchrun": []})
     answer = mutate(None, make_pod(Job.from_object(obj), "worker", 0), error=client.ApiException(status=503))
     assert not answer.allowed and answer.code == 500
     assert answer.message.startswith("volcano-job-webhook: could not look up job default/demo (HTTP 503)")
@@ -199,14 +189,14 @@ def validate(obj: dict[str, Any], old: dict[str, Any] | None = None, *, audit: b
 
 
 def test_validate_judges_a_create_whole():
-    answer = validate(job({"svc": ["--no-such-flag"]}))
+    answer = validate(job(plugins={"svc": ["--no-such-flag"]}))
     assert not answer.allowed and "--no-such-flag" in answer.message
-    audited = validate(job({"svc": ["--no-such-flag"]}), audit=True)
+    audited = validate(job(plugins={"svc": ["--no-such-flag"]}), audit=True)
     assert audited.allowed and "would deny" in audited.warnings[0]
 
 
 def test_validate_judges_an_update_only_on_what_it_changes():
-    running = job({"svc": ["--no-such-flag"]}, status={"state": {"phase": "Running"}})
+    running = job(plugins={"svc": ["--no-such-flag"]}, status={"state": {"phase": "Running"}})
     labelled = json.loads(json.dumps(running))
     labelled["metadata"]["labels"] = {"team": "a"}
     assert validate(labelled, running).allowed, "kubectl label on a job Volcano tolerates"
@@ -226,13 +216,7 @@ def test_validate_judges_an_update_only_on_what_it_changes():
 # The reconciler against the API double ----------------------------------------------------------
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+wait_for = functools.partial(wait_until, timeout=10.0, interval=0.02)
 
 
 OBJECTS = {"configmaps": "ConfigMap", "services": "Service", "secrets": "Secret", "networkpolicies.networking.k8s.io": "NetworkPolicy"}
@@ -243,14 +227,8 @@ def objects(server: FakeApiServer) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 @pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as s:
-        yield s
-
-
-@pytest.fixture
-def reconciler(server: FakeApiServer) -> Iterator[Reconciler]:
-    r = Reconciler(server.api_client(), BESIDE, resync_seconds=3600)
+def reconciler(api_double: FakeApiServer) -> Iterator[Reconciler]:
+    r = Reconciler(api_double.api_client(), BESIDE, resync_seconds=3600)
     r.start()
     yield r
     r.stop()
@@ -270,31 +248,31 @@ def patch_status(server: FakeApiServer, name: str, body: dict[str, Any]) -> None
     jobs(server).patch_namespaced_custom_object_status("batch.volcano.sh", "v1alpha1", "default", "jobs", name, body)
 
 
-def test_the_reconciler_makes_only_what_we_run(server: FakeApiServer, reconciler: Reconciler):
-    create(server, job({"svc": [], "ssh": []}, {"hostfile": []}))
-    wait_for(lambda: ("ConfigMap", "demo-hostfile") in objects(server), what="the hostfile ConfigMap")
+def test_the_reconciler_makes_only_what_we_run(api_double: FakeApiServer, reconciler: Reconciler):
+    create(api_double, job(plugins={"svc": [], "ssh": []}, annotation={"hostfile": []}))
+    wait_for(lambda: ("ConfigMap", "demo-hostfile") in objects(api_double), what="the hostfile ConfigMap")
     time.sleep(0.3)
-    assert set(objects(server)) == {("ConfigMap", "demo-hostfile")}, "svc's and ssh's objects are Volcano's"
+    assert set(objects(api_double)) == {("ConfigMap", "demo-hostfile")}, "svc's and ssh's objects are Volcano's"
 
 
-def test_a_job_made_again_under_the_same_name_gets_new_objects_and_a_new_key(server: FakeApiServer, reconciler: Reconciler):
-    first = create(server, job({}, {"mpi": []}))
-    wait_for(lambda: ("Secret", "demo-ssh") in objects(server), what="the first Secret")
-    old_key = objects(server)[("Secret", "demo-ssh")]["data"]["id_rsa"]
+def test_a_job_made_again_under_the_same_name_gets_new_objects_and_a_new_key(api_double: FakeApiServer, reconciler: Reconciler):
+    first = create(api_double, job(plugins={}, annotation={"mpi": []}))
+    wait_for(lambda: ("Secret", "demo-ssh") in objects(api_double), what="the first Secret")
+    old_key = objects(api_double)[("Secret", "demo-ssh")]["data"]["id_rsa"]
     # No garbage collector here (as with GC slow or off): the old Job's objects are still there
     # when the new Job comes, and must not be adopted.
     reconciler.stop()
-    jobs(server).delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", "demo")
-    second = create(server, job({}, {"mpi": []}))
+    jobs(api_double).delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", "demo")
+    second = create(api_double, job(plugins={}, annotation={"mpi": []}))
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
-    again = Reconciler(server.api_client(), BESIDE, resync_seconds=3600)
+    again = Reconciler(api_double.api_client(), BESIDE, resync_seconds=3600)
     again.start()
     try:
         def renewed() -> bool:
-            secret = objects(server).get(("Secret", "demo-ssh"))
+            secret = objects(api_double).get(("Secret", "demo-ssh"))
             return bool(secret) and secret["metadata"]["ownerReferences"][0]["uid"] == second["metadata"]["uid"]
         wait_for(renewed, what="the new Job's Secret")
-        live = objects(server)
+        live = objects(api_double)
         assert live[("Secret", "demo-ssh")]["data"]["id_rsa"] != old_key, "a new Job never inherits its predecessor's key"
         for (kind, name), obj in live.items():
             refs = obj["metadata"]["ownerReferences"]
@@ -303,31 +281,31 @@ def test_a_job_made_again_under_the_same_name_gets_new_objects_and_a_new_key(ser
         again.stop()
 
 
-def test_a_finished_job_keeps_nothing_and_gets_nothing_new(server: FakeApiServer, reconciler: Reconciler):
-    create(server, job({}, {"mpi": []}))
-    wait_for(lambda: ("Secret", "demo-ssh") in objects(server), what="the job's objects")
-    patch_status(server, "demo", {"status": {"state": {"phase": "Completed"}}})
-    wait_for(lambda: not objects(server), what="the finished job's objects gone")
-    server.clear_requests()
-    patch_status(server, "demo", {"status": {"state": {"phase": "Completed"}, "succeeded": 3}})
+def test_a_finished_job_keeps_nothing_and_gets_nothing_new(api_double: FakeApiServer, reconciler: Reconciler):
+    create(api_double, job(plugins={}, annotation={"mpi": []}))
+    wait_for(lambda: ("Secret", "demo-ssh") in objects(api_double), what="the job's objects")
+    patch_status(api_double, "demo", {"status": {"state": {"phase": "Completed"}}})
+    wait_for(lambda: not objects(api_double), what="the finished job's objects gone")
+    api_double.clear_requests()
+    patch_status(api_double, "demo", {"status": {"state": {"phase": "Completed"}, "succeeded": 3}})
     reconciler.resync()
     time.sleep(0.3)
-    assert not objects(server) and not [q for q in server.requests if q.verb == "create"], "no new objects, no new keys"
+    assert not objects(api_double) and not [q for q in api_double.requests if q.verb == "create"], "no new objects, no new keys"
 
 
-def test_a_replica_that_stops_leading_sends_no_more_retries(server: FakeApiServer):
+def test_a_replica_that_stops_leading_sends_no_more_retries(api_double: FakeApiServer):
     leading = threading.Event()
     leading.set()
-    r = Reconciler(server.api_client(), BESIDE, resync_seconds=3600, is_leader=leading.is_set)
-    server.fail_next(100, status=503, method="POST", path_contains="/configmaps")
+    r = Reconciler(api_double.api_client(), BESIDE, resync_seconds=3600, is_leader=leading.is_set)
+    api_double.fail_next(100, status=503, method="POST", path_contains="/configmaps")
     r.start()
     try:
-        create(server, job({}, {"hostfile": []}))
-        wait_for(lambda: [q for q in server.requests if q.resource == "configmaps" and q.verb == "create"], what="a first attempt")
+        create(api_double, job(plugins={}, annotation={"hostfile": []}))
+        wait_for(lambda: [q for q in api_double.requests if q.resource == "configmaps" and q.verb == "create"], what="a first attempt")
         leading.clear()
         time.sleep(0.05)  # an attempt may be on the wire as leadership goes
-        sent = len([q for q in server.requests if q.resource == "configmaps" and q.verb == "create"])
+        sent = len([q for q in api_double.requests if q.resource == "configmaps" and q.verb == "create"])
         time.sleep(1.5)  # the retries' backoff would have sent more by now
-        assert len([q for q in server.requests if q.resource == "configmaps" and q.verb == "create"]) == sent
+        assert len([q for q in api_double.requests if q.resource == "configmaps" and q.verb == "create"]) == sent
     finally:
         r.stop()

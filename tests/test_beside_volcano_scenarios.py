@@ -12,7 +12,6 @@ key; a webhook cut off from the API server refuses a Pod with an error and wires
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -33,32 +32,12 @@ from tests.cluster import (
     through,
 )
 from tests.envtest import request
+from tests.jobs import scheduled_job
 from tests.servers import TcpProxy
-from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL, PLUGINS_ANNOTATION
+from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
 
 KINDS = ("ConfigMap", "Service", "NetworkPolicy", "Secret")
 COMPONENT = "volcano-job-webhook-reconciler"
-
-
-@pytest.fixture(params=["emulated", "real"])
-def cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
-    """Each scenario on the emulation, and again on the real controller (skipped without it)."""
-    found: VolcanoCluster = request.getfixturevalue(f"{request.param}_volcano_cluster")
-    return found
-
-
-def job(name: str, plugins: dict[str, list[str]] | None = None, annotation: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    template = {"spec": {"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}],
-                         "restartPolicy": "Never"}}
-    meta: dict[str, Any] = {"name": name}
-    if annotation is not None:
-        meta["annotations"] = {PLUGINS_ANNOTATION: json.dumps(annotation)}
-    spec: dict[str, Any] = {"schedulerName": "volcano", "minAvailable": 3, "queue": "default",
-                            "tasks": [{"name": "master", "replicas": 1, "template": template},
-                                      {"name": "worker", "replicas": 2, "template": template}]}
-    if plugins is not None:
-        spec["plugins"] = plugins
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
 def objects(c: VolcanoCluster, *, ours: bool) -> dict[tuple[str, str], dict[str, Any]]:
@@ -126,7 +105,7 @@ def through_resyncs(c: VolcanoCluster, seconds: float = 3.5) -> None:
 
 def test_spec_plugins_only_volcano_makes_everything_and_we_touch_nothing(cluster, product):
     _, reconciler = product
-    made = cluster.create(job("vj", {"svc": [], "ssh": [], "env": []}))
+    made = cluster.create(scheduled_job("vj", plugins={"svc": [], "ssh": [], "env": []}))
     cluster.wait(lambda: len(objects(cluster, ours=False)) == 4, "Volcano's four objects")
     pods = run_pods(cluster, "vj")
     through_resyncs(cluster)
@@ -148,7 +127,7 @@ def test_spec_plugins_only_volcano_makes_everything_and_we_touch_nothing(cluster
 
 def test_annotation_plugins_only_we_make_everything_and_wire_the_pods(cluster, product):
     _, reconciler = product
-    made = cluster.create(job("aj", annotation={"env": [], "hostfile": []}))
+    made = cluster.create(scheduled_job("aj", annotation={"env": [], "hostfile": []}))
     cluster.wait(lambda: ("ConfigMap", "aj-hostfile") in objects(cluster, ours=True), "our host file")
     run_pods(cluster, "aj")
     through_resyncs(cluster)
@@ -168,7 +147,7 @@ def test_annotation_plugins_only_we_make_everything_and_wire_the_pods(cluster, p
 
 def test_both_an_annotation_plugin_that_brings_in_svc_while_spec_plugins_names_svc(cluster, product):
     _, reconciler = product
-    made = cluster.create(job("bj", {"svc": [], "env": []}, {"torchrun": []}))
+    made = cluster.create(scheduled_job("bj", plugins={"svc": [], "env": []}, annotation={"torchrun": []}))
     cluster.wait(lambda: len(objects(cluster, ours=False)) == 3, "Volcano's svc objects")
     run_pods(cluster, "bj")
     through_resyncs(cluster)
@@ -185,7 +164,7 @@ def test_both_an_annotation_plugin_that_brings_in_svc_while_spec_plugins_names_s
 
 def test_a_restart_and_a_completion_leave_volcanos_objects_to_volcano(cluster, product):
     _, reconciler = product
-    cluster.create(job("rj", {"svc": [], "ssh": []}, {"hostfile": []}))
+    cluster.create(scheduled_job("rj", plugins={"svc": [], "ssh": []}, annotation={"hostfile": []}))
     cluster.wait(lambda: len(objects(cluster, ours=False)) == 4 and objects(cluster, ours=True), "both makers' objects")
     run_pods(cluster, "rj")
     ours_before = objects(cluster, ours=True)
@@ -217,7 +196,7 @@ def test_a_restart_and_a_completion_leave_volcanos_objects_to_volcano(cluster, p
 
 def test_a_running_job_with_a_flag_volcano_ignores_keeps_getting_pods_and_can_be_labelled(cluster, tmp_path):
     # The job was admitted before the webhook was installed (Volcano's admission does not judge flags).
-    cluster.create(job("fj", {"svc": ["--no-such-flag"], "env": []}))
+    cluster.create(scheduled_job("fj", plugins={"svc": ["--no-such-flag"], "env": []}))
     cluster.wait(lambda: len(objects(cluster, ours=False)) == 3, "Volcano's objects")
     with product_webhook(cluster, tmp_path) as webhook:
         cluster.register_webhooks(webhook.base_url, webhook.ca_bundle)
@@ -233,12 +212,12 @@ def test_a_running_job_with_a_flag_volcano_ignores_keeps_getting_pods_and_can_be
 
 def test_a_job_made_again_under_the_same_name_gets_new_objects_and_a_new_key(cluster, product):
     _, reconciler = product
-    first = cluster.create(job("nj", annotation={"mpi": []}))
+    first = cluster.create(scheduled_job("nj", annotation={"mpi": []}))
     cluster.wait(lambda: ("Secret", "nj-ssh") in objects(cluster, ours=True), "our Secret")
     key = objects(cluster, ours=True)[("Secret", "nj-ssh")]["data"]["id_rsa"]
     request(cluster.admin, "DELETE", kind_path("Job", cluster.namespace, "nj"))
     cluster.wait(lambda: cluster.get("Job", "nj") is None, "the Job gone")
-    second = cluster.create(job("nj", annotation={"mpi": []}))
+    second = cluster.create(scheduled_job("nj", annotation={"mpi": []}))
     uid = second["metadata"]["uid"]
     assert uid != first["metadata"]["uid"]
 
@@ -260,7 +239,7 @@ def test_a_webhook_cut_off_from_the_api_server_refuses_the_pod_then_wires_it(clu
             cluster.register_webhooks(webhook.base_url, webhook.ca_bundle)
             proxy.cut()
             # A Job the cut-off webhook has not seen: its Pods need a lookup, which fails.
-            cluster.create(job("cj", annotation={"env": []}))
+            cluster.create(scheduled_job("cj", annotation={"env": []}))
             cluster.inqueue("cj")
             if cluster.api is not None:
                 def refused() -> bool:

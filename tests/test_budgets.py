@@ -21,6 +21,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.jobs import volcano_job
 from tests.schema import validate_object, validate_pod
 from volcano_job_webhook.plugins import (
     Chain,
@@ -58,18 +59,13 @@ MEMORY_BOUND = 4 * 1024 * 1024  # bytes of Python allocations at peak; the lists
 HEADER = "StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\n"
 
 
-def job_object(plugins: dict[str, list[str]], tasks: list[tuple[str, int]], name: str = "big", **template: Any) -> dict[str, Any]:
-    spec = {"containers": [{"name": "main", "image": "x:1"}], **template}
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": "default", "uid": "u-1"},
-        "spec": {"plugins": plugins, "tasks": [{"name": t, "replicas": r, "template": {"spec": spec}} for t, r in tasks]},
-    }
+def job_object(plugins: dict[str, list[str]], tasks: list[tuple[str, int]], **pod: Any) -> dict[str, Any]:
+    """Job "big": image x:1, ``pod`` more fields of every task's Pod spec."""
+    return volcano_job("big", plugins=plugins, tasks=tasks, uid="u-1", image="x:1", pod=pod)
 
 
-def make_job(plugins: dict[str, list[str]], tasks: list[tuple[str, int]], **template: Any) -> Job:
-    return Job.from_object(job_object(plugins, tasks, **template))
+def make_job(plugins: dict[str, list[str]], tasks: list[tuple[str, int]], **pod: Any) -> Job:
+    return Job.from_object(job_object(plugins, tasks, **pod))
 
 
 @contextmanager
@@ -113,10 +109,7 @@ def small_jobs(draw: st.DrawFn) -> dict[str, Any]:
             spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": draw(st.integers(1, 16))}}
         replicas = draw(st.sampled_from([0, 1, 2, 9, 10, 11, 99, 100, 101, 999, 1000, 1001]))
         tasks.append({"name": task, "replicas": replicas, "template": {"spec": spec}})
-    return {
-        "metadata": {"name": draw(names), "namespace": "default", "uid": "u"},
-        "spec": {"tasks": tasks, "plugins": {}},
-    }
+    return volcano_job(draw(names), uid="u", plugins={}, tasks=tasks)
 
 
 @settings(max_examples=60, deadline=None)

@@ -14,6 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.envtest import create as create_object
 from tests.envtest import delete, status_message
+from tests.jobs import volcano_job
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.podgen import make_pod
 
@@ -44,12 +45,8 @@ def create(api: tuple[kube_client.ApiClient, str], obj: dict[str, Any]) -> tuple
 Api = tuple[kube_client.ApiClient, str]
 
 
-def job_of(plugins: dict[str, list[str]], tasks: list[tuple[str, int]], **template: Any) -> Job:
-    spec = {"containers": [{"name": "main", "image": "x:1"}], **template}
-    return Job.from_object({
-        "metadata": {"name": "big", "namespace": NAMESPACE, "uid": "u-1"},
-        "spec": {"plugins": plugins, "tasks": [{"name": t, "replicas": r, "template": {"spec": spec}} for t, r in tasks]},
-    })
+def job_of(plugins: dict[str, list[str]], tasks: list[tuple[str, int]], **pod: Any) -> Job:
+    return Job.from_object(volcano_job("big", plugins=plugins, tasks=tasks, namespace=NAMESPACE, uid="u-1", image="x:1", pod=pod))
 
 
 def test_duplicate_mount_path_rejected_there_refused_here(api: Api) -> None:

@@ -6,6 +6,7 @@ steady resync (against the API double; the real server's run is in tests/test_re
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +17,8 @@ import pytest
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
+from tests.envtest import wait_until
+from tests.jobs import task, volcano_job
 from volcano_job_webhook.kube.records import JobRecord, digest
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.base import Digest
@@ -36,23 +39,18 @@ def training_job(name: str = "train", phase: str | None = None) -> dict[str, Any
     template = {"metadata": {"labels": {"team": "vision"}}, "spec": {
         "containers": [container], "restartPolicy": "OnFailure",
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}}, {"name": "config", "configMap": {"name": "trainer"}}]}}
-    obj: dict[str, Any] = {
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-        "metadata": {"name": name, "namespace": "default", "uid": "6a1e0c55-0000-4000-8000-000000000001", "resourceVersion": "42",
-                     "annotations": {"volcano-job-webhook/plugins": json.dumps({"hostfile": []})},
-                     "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}]},
-        "spec": {"minAvailable": 3, "schedulerName": "volcano", "queue": "default", "maxRetry": 3,
-                 "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
-                 "plugins": {"env": [], "svc": [], "pytorch": ["--master=master", "--worker=worker", "--port=23456"]},
-                 "tasks": [{"name": "master", "replicas": 1, "minAvailable": 1, "template": template,
-                            "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}]},
-                           {"name": "worker", "replicas": 2, "template": template}]},
-        "status": {"state": {"phase": phase or "Running", "lastTransitionTime": "2026-11-24T00:00:00Z"},
-                   "controlledResources": {"plugin-svc": "svc"}, "version": 1, "retryCount": 0,
-                   "conditions": [{"status": "Running", "lastTransitionTime": "2026-11-24T00:00:00Z"}] * 5,
-                   "running": 3, "minAvailable": 3},
-    }
-    return obj
+    job = volcano_job(
+        name, uid="6a1e0c55-0000-4000-8000-000000000001", annotation={"hostfile": []},
+        plugins={"env": [], "svc": [], "pytorch": ["--master=master", "--worker=worker", "--port=23456"]},
+        tasks=[task("master", 1, template=template, minAvailable=1, policies=[{"event": "TaskCompleted", "action": "CompleteJob"}]),
+               task("worker", 2, template=template)],
+        minAvailable=3, schedulerName="volcano", queue="default", maxRetry=3, policies=[{"event": "PodEvicted", "action": "RestartJob"}],
+        status={"state": {"phase": phase or "Running", "lastTransitionTime": "2026-11-24T00:00:00Z"},
+                "controlledResources": {"plugin-svc": "svc"}, "version": 1, "retryCount": 0,
+                "conditions": [{"status": "Running", "lastTransitionTime": "2026-11-24T00:00:00Z"}] * 5,
+                "running": 3, "minAvailable": 3})
+    job["metadata"].update(resourceVersion="42", managedFields=[{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}])
+    return job
 
 
 def test_a_job_record_keeps_what_plugins_read_and_nothing_else():
@@ -107,34 +105,19 @@ def test_an_owned_record_holds_no_key_and_no_host_file():
 # The reconciler on records, against the API double ---------------------------------------------
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+wait_for = functools.partial(wait_until, timeout=10.0, interval=0.02)
 
 
 @pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as s:
-        yield s
-
-
-@pytest.fixture
-def reconciler(server: FakeApiServer) -> Iterator[Reconciler]:
-    r = Reconciler(server.api_client(), Chain(), resync_seconds=3600)
+def reconciler(api_double: FakeApiServer) -> Iterator[Reconciler]:
+    r = Reconciler(api_double.api_client(), Chain(), resync_seconds=3600)
     r.start()
     yield r
     r.stop()
 
 
 def mpi_job(name: str) -> dict[str, Any]:
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"plugins": {"mpi": [], "svc": [], "ssh": []}, "tasks": [
-                {"name": t, "replicas": n, "template": {"spec": {"containers": [{"name": "main", "image": "mpi"}]}}}
-                for t, n in (("master", 1), ("worker", 4))]}}
+    return volcano_job(name, plugins={"mpi": [], "svc": [], "ssh": []}, tasks=[("master", 1), ("worker", 4)], image="mpi")
 
 
 def live(server: FakeApiServer, resource: str, name: str) -> dict[str, Any] | None:
@@ -146,63 +129,63 @@ def settled(reconciler: Reconciler) -> bool:
     return not reconciler.queue.busy
 
 
-def test_a_steady_resync_sends_nothing(server: FakeApiServer, reconciler: Reconciler):
+def test_a_steady_resync_sends_nothing(api_double: FakeApiServer, reconciler: Reconciler):
     for i in range(10):
-        client.CustomObjectsApi(server.api_client()).create_namespaced_custom_object(
+        client.CustomObjectsApi(api_double.api_client()).create_namespaced_custom_object(
             "batch.volcano.sh", "v1alpha1", "default", "jobs", mpi_job(f"mpi-{i}"))
-    wait_for(lambda: len(server.objects("secrets")) == 10 and len(server.objects("networkpolicies.networking.k8s.io")) == 10,
+    wait_for(lambda: len(api_double.objects("secrets")) == 10 and len(api_double.objects("networkpolicies.networking.k8s.io")) == 10,
              what="every job's objects")
     wait_for(lambda: settled(reconciler), what="the queue drained")
     time.sleep(0.3)
-    server.clear_requests()
+    api_double.clear_requests()
     assert reconciler.resync() == 10
     wait_for(lambda: settled(reconciler), what="the resync done")
-    assert server.requests == [], "no call at all: nothing changed"
+    assert api_double.requests == [], "no call at all: nothing changed"
 
 
-def test_drift_is_repaired_and_a_secret_keeps_its_keys(server: FakeApiServer, reconciler: Reconciler):
-    core = client.CoreV1Api(server.api_client())
-    client.CustomObjectsApi(server.api_client()).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", mpi_job("drift"))
-    wait_for(lambda: live(server, "secrets", "drift-ssh") and live(server, "configmaps", "drift-svc"), what="the objects")
-    keys = dict(live(server, "secrets", "drift-ssh")["data"])
-    hosts = dict(live(server, "configmaps", "drift-svc")["data"])
+def test_drift_is_repaired_and_a_secret_keeps_its_keys(api_double: FakeApiServer, reconciler: Reconciler):
+    core = client.CoreV1Api(api_double.api_client())
+    client.CustomObjectsApi(api_double.api_client()).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", mpi_job("drift"))
+    wait_for(lambda: live(api_double, "secrets", "drift-ssh") and live(api_double, "configmaps", "drift-svc"), what="the objects")
+    keys = dict(live(api_double, "secrets", "drift-ssh")["data"])
+    hosts = dict(live(api_double, "configmaps", "drift-svc")["data"])
     # A host file edited by hand (a long value: the cache holds only its digest).
     core.patch_namespaced_config_map("drift-svc", "default", {"data": {"worker.host": "intruder\n"}})
-    wait_for(lambda: live(server, "configmaps", "drift-svc")["data"] == hosts, what="the host file repaired")
+    wait_for(lambda: live(api_double, "configmaps", "drift-svc")["data"] == hosts, what="the host file repaired")
     # The Secret's ssh config edited: the Secret is written back with the keys it had, which the
     # reconciler reads from the API server (it holds only their digests).
-    server.clear_requests()
+    api_double.clear_requests()
     core.patch_namespaced_secret("drift-ssh", "default", {"data": {"config": base64.b64encode(b"Host *\n").decode()}})
-    wait_for(lambda: live(server, "secrets", "drift-ssh")["data"] == keys, what=f"the Secret repaired: {keys} {live(server, 'secrets', 'drift-ssh')}")
-    assert [q.verb for q in server.requests if q.resource == "secrets" and q.verb != "watch"][1:] == ["get", "patch"]
+    wait_for(lambda: live(api_double, "secrets", "drift-ssh")["data"] == keys, what=f"the Secret repaired: {keys} {live(api_double, 'secrets', 'drift-ssh')}")
+    assert [q.verb for q in api_double.requests if q.resource == "secrets" and q.verb != "watch"][1:] == ["get", "patch"]
     # Deleted: it comes back with the same keys (the running Pods hold them).
     core.delete_namespaced_secret("drift-ssh", "default")
-    wait_for(lambda: (live(server, "secrets", "drift-ssh") or {}).get("data") == keys, what=f"the Secret back, same keys {keys} {live(server, 'secrets', 'drift-ssh')}")
+    wait_for(lambda: (live(api_double, "secrets", "drift-ssh") or {}).get("data") == keys, what=f"the Secret back, same keys {keys} {live(api_double, 'secrets', 'drift-ssh')}")
 
 
-def test_a_relist_after_410_reports_what_was_missed(server: FakeApiServer, reconciler: Reconciler):
-    jobs = client.CustomObjectsApi(server.api_client())
+def test_a_relist_after_410_reports_what_was_missed(api_double: FakeApiServer, reconciler: Reconciler):
+    jobs = client.CustomObjectsApi(api_double.api_client())
     for name in ("a", "b"):
         jobs.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", mpi_job(name))
-    wait_for(lambda: len(server.objects("secrets")) == 2, what="both jobs' objects")
-    server.expire_history()
+    wait_for(lambda: len(api_double.objects("secrets")) == 2, what="both jobs' objects")
+    api_double.expire_history()
     jobs.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", "a")
-    server.close_watches()
-    wait_for(lambda: [o["metadata"]["name"] for o in server.objects("secrets")] == ["b-ssh"], what="a's objects gone")
+    api_double.close_watches()
+    wait_for(lambda: [o["metadata"]["name"] for o in api_double.objects("secrets")] == ["b-ssh"], what="a's objects gone")
     assert reconciler.jobs.get("default", "a") is None and reconciler.jobs.get("default", "b") is not None
     assert reconciler.jobs.relists >= 2
 
 
-def test_a_write_answer_arriving_after_the_deletion_does_not_bring_the_object_back(server: FakeApiServer):
+def test_a_write_answer_arriving_after_the_deletion_does_not_bring_the_object_back(api_double: FakeApiServer):
     from volcano_job_webhook.kube.informer import Informer
     from volcano_job_webhook.reconciler.kinds import OWNED
 
-    core = client.CoreV1Api(server.api_client())
-    informer = Informer(server.api_client(), OWNED["ConfigMap"], transform=OwnedRecord)
+    core = client.CoreV1Api(api_double.api_client())
+    informer = Informer(api_double.api_client(), OWNED["ConfigMap"], transform=OwnedRecord)
     informer.start()
     try:
         wait_for(lambda: informer.synced, what="synced")
-        written = server.api_client().sanitize_for_serialization(
+        written = api_double.api_client().sanitize_for_serialization(
             core.create_namespaced_config_map("default", {"metadata": {"name": "cm"}, "data": {"a": "1"}}))
         wait_for(lambda: informer.get("default", "cm") is not None, what="the ConfigMap cached")
         core.delete_namespaced_config_map("cm", "default")

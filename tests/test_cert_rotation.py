@@ -17,7 +17,8 @@ from kubernetes.client.rest import ApiException
 from kubernetes_validate.utils import latest_version, major_minor
 
 from tests.apiserver import FakeApiServer
-from tests.manifests_util import CERTGEN_SERVICE_ACCOUNT, Grant, build_variant, rbac_grants
+from tests.kustomize import build_variant
+from tests.manifests_util import CERTGEN_SERVICE_ACCOUNT, Grant, rbac_grants
 from volcano_job_webhook.certs.cluster import CertsError, patch_webhooks, read_webhooks, sync
 from volcano_job_webhook.certs.issue import (
     CertBundle,
@@ -241,19 +242,6 @@ NS, TLS, CA = "volcano-job-webhook", "volcano-job-webhook-tls", "volcano-job-web
 HOOK = "volcano-job-webhook"
 
 
-@pytest.fixture
-def cluster():
-    with FakeApiServer() as server:
-        api = server.api_client()
-        admission = client.AdmissionregistrationV1Api(api)
-        hook = {"name": "pods.volcano-job-webhook.io", "sideEffects": "None", "admissionReviewVersions": ["v1"],
-                "clientConfig": {"service": {"namespace": NS, "name": "volcano-job-webhook", "path": "/mutate"}}}
-        admission.create_mutating_webhook_configuration({"metadata": {"name": HOOK}, "webhooks": [hook, {**hook, "name": "b.io"}]})
-        admission.create_validating_webhook_configuration({"metadata": {"name": HOOK}, "webhooks": [{**hook, "name": "jobs.io"}]})
-        client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
-        yield server
-
-
 def data(server: FakeApiServer, name: str) -> dict[str, bytes]:
     secret = server.get_object("secrets", name, NS)
     assert secret is not None, name
@@ -276,72 +264,72 @@ def run_sync(server: FakeApiServer, day: float, policy: Policy = SHORT) -> Any:
     return sync(server.api_client(), NS, TLS, CA, "volcano-job-webhook", NS, webhook=HOOK, policy=policy, now=T0 + timedelta(days=day))
 
 
-def test_a_ca_rotation_through_the_cluster(cluster):
-    run_sync(cluster, 0)
-    first_ca = data(cluster, CA)["ca.crt"]
-    assert ca_bundles(cluster) == [first_ca] * 3 and data(cluster, TLS)["ca.crt"] == first_ca
+def test_a_ca_rotation_through_the_cluster(certs_cluster):
+    run_sync(certs_cluster, 0)
+    first_ca = data(certs_cluster, CA)["ca.crt"]
+    assert ca_bundles(certs_cluster) == [first_ca] * 3 and data(certs_cluster, TLS)["ca.crt"] == first_ca
 
-    run_sync(cluster, 19.5)  # the serving certificate was renewed on the way; the CA is not due yet
-    assert writes(cluster) == [("update", "secrets", TLS)]
+    run_sync(certs_cluster, 19.5)  # the serving certificate was renewed on the way; the CA is not due yet
+    assert writes(certs_cluster) == [("update", "secrets", TLS)]
 
-    run_sync(cluster, 20)  # announce: the CA Secret gains the next CA, every client trusts both
-    assert writes(cluster) == [("update", "secrets", CA), ("patch", "mutatingwebhookconfigurations", HOOK),
+    run_sync(certs_cluster, 20)  # announce: the CA Secret gains the next CA, every client trusts both
+    assert writes(certs_cluster) == [("update", "secrets", CA), ("patch", "mutatingwebhookconfigurations", HOOK),
                                ("patch", "validatingwebhookconfigurations", HOOK), ("update", "secrets", TLS)]
-    ca_secret = data(cluster, CA)
+    ca_secret = data(certs_cluster, CA)
     assert sorted(ca_secret) == ["ca.crt", "ca.key", "next-ca.crt", "next-ca.key"]
     both = first_ca + ca_secret["next-ca.crt"]
-    assert ca_bundles(cluster) == [both] * 3 and data(cluster, TLS)["ca.crt"] == both
+    assert ca_bundles(certs_cluster) == [both] * 3 and data(certs_cluster, TLS)["ca.crt"] == both
 
-    served = data(cluster, TLS)["tls.crt"]
-    run_sync(cluster, 21)  # switch: the new CA signs, the old one is retired (its key is gone)
-    assert writes(cluster) == [("update", "secrets", CA), ("update", "secrets", TLS)]
-    ca_secret = data(cluster, CA)
+    served = data(certs_cluster, TLS)["tls.crt"]
+    run_sync(certs_cluster, 21)  # switch: the new CA signs, the old one is retired (its key is gone)
+    assert writes(certs_cluster) == [("update", "secrets", CA), ("update", "secrets", TLS)]
+    ca_secret = data(certs_cluster, CA)
     assert sorted(ca_secret) == ["ca.crt", "ca.key", "retired-ca.crt"] and ca_secret["retired-ca.crt"] == first_ca
-    assert issuer_in(data(cluster, TLS)["tls.crt"], ca_secret["ca.crt"]) is not None
-    assert all(trusts(b, served) and trusts(b, data(cluster, TLS)["tls.crt"]) for b in ca_bundles(cluster))
+    assert issuer_in(data(certs_cluster, TLS)["tls.crt"], ca_secret["ca.crt"]) is not None
+    assert all(trusts(b, served) and trusts(b, data(certs_cluster, TLS)["tls.crt"]) for b in ca_bundles(certs_cluster))
 
-    run_sync(cluster, 22)  # retire
-    assert writes(cluster) == [("update", "secrets", CA), ("patch", "mutatingwebhookconfigurations", HOOK),
+    run_sync(certs_cluster, 22)  # retire
+    assert writes(certs_cluster) == [("update", "secrets", CA), ("patch", "mutatingwebhookconfigurations", HOOK),
                                ("patch", "validatingwebhookconfigurations", HOOK), ("update", "secrets", TLS)]
-    assert sorted(data(cluster, CA)) == ["ca.crt", "ca.key"]
-    assert ca_bundles(cluster) == [data(cluster, CA)["ca.crt"]] * 3
+    assert sorted(data(certs_cluster, CA)) == ["ca.crt", "ca.key"]
+    assert ca_bundles(certs_cluster) == [data(certs_cluster, CA)["ca.crt"]] * 3
 
-    run_sync(cluster, 22.5)
-    assert writes(cluster) == []
+    run_sync(certs_cluster, 22.5)
+    assert writes(certs_cluster) == []
 
 
-def test_the_switch_waits_for_webhooks_that_missed_the_new_bundle(cluster):
-    run_sync(cluster, 0)
-    run_sync(cluster, 20)
-    both = data(cluster, TLS)["ca.crt"]
+def test_the_switch_waits_for_webhooks_that_missed_the_new_bundle(certs_cluster):
+    run_sync(certs_cluster, 0)
+    run_sync(certs_cluster, 20)
+    both = data(certs_cluster, TLS)["ca.crt"]
     # Someone re-applied an old caBundle to the validating webhook (or our patch never landed).
-    api = cluster.api_client()
+    api = certs_cluster.api_client()
     configs = read_webhooks(api, HOOK)
     patch_webhooks(api, [c for c in configs if c.kind == "ValidatingWebhookConfiguration"], split_pems(both)[0])
-    run_sync(cluster, 21)
-    assert "next-ca.crt" in data(cluster, CA), "not switched: one client does not trust the next CA yet"
-    assert ca_bundles(cluster) == [both] * 3, "but the bundle was put back"
-    run_sync(cluster, 22)
-    assert "retired-ca.crt" in data(cluster, CA)
+    run_sync(certs_cluster, 21)
+    assert "next-ca.crt" in data(certs_cluster, CA), "not switched: one client does not trust the next CA yet"
+    assert ca_bundles(certs_cluster) == [both] * 3, "but the bundle was put back"
+    run_sync(certs_cluster, 22)
+    assert "retired-ca.crt" in data(certs_cluster, CA)
 
 
-def test_losing_both_secrets_keeps_the_old_ca_trusted_until_the_new_certificate_is_out(cluster):
-    run_sync(cluster, 0)
-    old_ca, old_cert = data(cluster, CA)["ca.crt"], data(cluster, TLS)["tls.crt"]
+def test_losing_both_secrets_keeps_the_old_ca_trusted_until_the_new_certificate_is_out(certs_cluster):
+    run_sync(certs_cluster, 0)
+    old_ca, old_cert = data(certs_cluster, CA)["ca.crt"], data(certs_cluster, TLS)["tls.crt"]
     for name in (TLS, CA):
-        cluster.delete_object("secrets", name, NS)
-    run_sync(cluster, 1)
-    new_ca, new_cert = data(cluster, CA)["ca.crt"], data(cluster, TLS)["tls.crt"]
-    assert new_ca != old_ca and data(cluster, CA)["retired-ca.crt"] == old_ca
+        certs_cluster.delete_object("secrets", name, NS)
+    run_sync(certs_cluster, 1)
+    new_ca, new_cert = data(certs_cluster, CA)["ca.crt"], data(certs_cluster, TLS)["tls.crt"]
+    assert new_ca != old_ca and data(certs_cluster, CA)["retired-ca.crt"] == old_ca
     # The webhooks were patched before the new certificate was written, and still trust the old one.
-    assert writes(cluster)[1:3] == [("patch", "mutatingwebhookconfigurations", HOOK), ("patch", "validatingwebhookconfigurations", HOOK)]
-    assert all(trusts(b, old_cert) and trusts(b, new_cert) for b in ca_bundles(cluster))
-    run_sync(cluster, 2)
-    assert ca_bundles(cluster) == [new_ca] * 3
+    assert writes(certs_cluster)[1:3] == [("patch", "mutatingwebhookconfigurations", HOOK), ("patch", "validatingwebhookconfigurations", HOOK)]
+    assert all(trusts(b, old_cert) and trusts(b, new_cert) for b in ca_bundles(certs_cluster))
+    run_sync(certs_cluster, 2)
+    assert ca_bundles(certs_cluster) == [new_ca] * 3
 
 
-def test_a_webhook_configuration_changed_since_it_was_read_is_not_overwritten(cluster):
-    api = cluster.api_client()
+def test_a_webhook_configuration_changed_since_it_was_read_is_not_overwritten(certs_cluster):
+    api = certs_cluster.api_client()
     configs = read_webhooks(api, HOOK)
     admission = client.AdmissionregistrationV1Api(api)
     admission.patch_mutating_webhook_configuration(HOOK, {"metadata": {"labels": {"touched": "yes"}}})
@@ -349,7 +337,7 @@ def test_a_webhook_configuration_changed_since_it_was_read_is_not_overwritten(cl
         patch_webhooks(api, configs, generate_ca()[0])
     assert raised.value.status == 422
     assert all("caBundle" not in h["clientConfig"]
-               for h in cluster.get_object("mutatingwebhookconfigurations.admissionregistration.k8s.io", HOOK)["webhooks"])
+               for h in certs_cluster.get_object("mutatingwebhookconfigurations.admissionregistration.k8s.io", HOOK)["webhooks"])
 
 
 def old_layout_secret(now: datetime) -> tuple[dict[str, Any], CertBundle]:
@@ -363,46 +351,46 @@ def old_layout_secret(now: datetime) -> tuple[dict[str, Any], CertBundle]:
     return body, CertBundle(ca_cert, cert, key, ca_key)
 
 
-def test_a_secret_of_the_old_layout_is_migrated_by_the_command(cluster, tmp_path, capsys):
+def test_a_secret_of_the_old_layout_is_migrated_by_the_command(certs_cluster, tmp_path, capsys):
     body, old = old_layout_secret(datetime.now(UTC) - timedelta(days=10))
-    client.CoreV1Api(cluster.api_client()).create_namespaced_secret(NS, body)
-    patch_webhooks(cluster.api_client(), read_webhooks(cluster.api_client(), HOOK), old.ca_cert)  # as the old Job left it
+    client.CoreV1Api(certs_cluster.api_client()).create_namespaced_secret(NS, body)
+    patch_webhooks(certs_cluster.api_client(), read_webhooks(certs_cluster.api_client(), HOOK), old.ca_cert)  # as the old Job left it
     argv = ["certs", "--secret", f"{NS}/{TLS}", "--ca-secret", CA, "--patch-webhook", HOOK,
-            "--kubeconfig", cluster.kubeconfig(str(tmp_path / "kubeconfig"))]
-    cluster.clear_requests()
+            "--kubeconfig", certs_cluster.kubeconfig(str(tmp_path / "kubeconfig"))]
+    certs_cluster.clear_requests()
     assert main(argv) == 0
     # The key is stored in the CA Secret before it leaves the serving Secret.
-    assert writes(cluster) == [("create", "secrets", None), ("update", "secrets", TLS)]
-    assert data(cluster, CA) == {"ca.crt": old.ca_cert, "ca.key": old.ca_key}
-    assert data(cluster, TLS) == {"ca.crt": old.ca_cert, "tls.crt": old.cert, "tls.key": old.key}, "same certificate, no CA key"
-    assert cluster.get_object("secrets", TLS, NS)["metadata"]["labels"] == body["metadata"]["labels"]
-    assert ca_bundles(cluster) == [old.ca_cert] * 3
+    assert writes(certs_cluster) == [("create", "secrets", None), ("update", "secrets", TLS)]
+    assert data(certs_cluster, CA) == {"ca.crt": old.ca_cert, "ca.key": old.ca_key}
+    assert data(certs_cluster, TLS) == {"ca.crt": old.ca_cert, "tls.crt": old.cert, "tls.key": old.key}, "same certificate, no CA key"
+    assert certs_cluster.get_object("secrets", TLS, NS)["metadata"]["labels"] == body["metadata"]["labels"]
+    assert ca_bundles(certs_cluster) == [old.ca_cert] * 3
     capsys.readouterr()
-    cluster.clear_requests()
+    certs_cluster.clear_requests()
     assert main(argv) == 0
-    assert writes(cluster) == []
+    assert writes(certs_cluster) == []
 
 
-def test_an_old_layout_secret_with_an_expired_certificate_is_migrated_and_renewed(cluster):
+def test_an_old_layout_secret_with_an_expired_certificate_is_migrated_and_renewed(certs_cluster):
     body, old = old_layout_secret(T0 - timedelta(days=400))
-    client.CoreV1Api(cluster.api_client()).create_namespaced_secret(NS, body)
-    result = run_sync(cluster, 0, Policy())
+    client.CoreV1Api(certs_cluster.api_client()).create_namespaced_secret(NS, body)
+    result = run_sync(certs_cluster, 0, Policy())
     assert result.ca_written and result.serving_written
-    assert data(cluster, CA) == {"ca.crt": old.ca_cert, "ca.key": old.ca_key}, "the CA (ten years) is still good: kept"
-    assert "ca.key" not in data(cluster, TLS) and data(cluster, TLS)["tls.crt"] != old.cert
-    assert issuer_in(data(cluster, TLS)["tls.crt"], old.ca_cert) is not None
+    assert data(certs_cluster, CA) == {"ca.crt": old.ca_cert, "ca.key": old.ca_key}, "the CA (ten years) is still good: kept"
+    assert "ca.key" not in data(certs_cluster, TLS) and data(certs_cluster, TLS)["tls.crt"] != old.cert
+    assert issuer_in(data(certs_cluster, TLS)["tls.crt"], old.ca_cert) is not None
 
 
-def test_a_serving_secret_of_another_type_is_refused_before_anything_is_written(cluster):
-    client.CoreV1Api(cluster.api_client()).create_namespaced_secret(NS, {"metadata": {"name": TLS}, "type": "Opaque", "data": {}})
-    cluster.clear_requests()
+def test_a_serving_secret_of_another_type_is_refused_before_anything_is_written(certs_cluster):
+    client.CoreV1Api(certs_cluster.api_client()).create_namespaced_secret(NS, {"metadata": {"name": TLS}, "type": "Opaque", "data": {}})
+    certs_cluster.clear_requests()
     with pytest.raises(CertsError, match=r"not kubernetes\.io/tls"):
-        run_sync(cluster, 0)
-    assert writes(cluster) == []
+        run_sync(certs_cluster, 0)
+    assert writes(certs_cluster) == []
 
 
-def test_the_command_takes_the_renewal_windows(cluster, tmp_path, capsys):
-    argv = ["certs", "--secret", f"{NS}/{TLS}", "--kubeconfig", cluster.kubeconfig(str(tmp_path / "kubeconfig"))]
+def test_the_command_takes_the_renewal_windows(certs_cluster, tmp_path, capsys):
+    argv = ["certs", "--secret", f"{NS}/{TLS}", "--kubeconfig", certs_cluster.kubeconfig(str(tmp_path / "kubeconfig"))]
     assert main(argv) == 0
     capsys.readouterr()
     # 365 days left: renewed only when the window reaches back that far.
@@ -435,20 +423,20 @@ def allowed(grants: list[Grant], record: Any) -> bool:
     )
 
 
-def test_every_call_of_the_certs_job_is_granted_by_name_and_every_grant_is_used(cluster):
+def test_every_call_of_the_certs_job_is_granted_by_name_and_every_grant_is_used(certs_cluster):
     """Install, renewal, a whole CA rotation and an old-layout migration, as the self-managed
     variant's certgen ServiceAccount: each request must be allowed by its Role and ClusterRole as
     written (resourceNames included), and each rule must be needed by some request."""
     grants = rbac_grants(build_variant("self-managed"), CERTGEN_SERVICE_ACCOUNT)
     requests = []
     for day in (0, 7, 20, 21, 22, 23):
-        run_sync(cluster, day)
-        requests += cluster.requests
-    client.CoreV1Api(cluster.api_client()).delete_namespaced_secret(CA, NS)
-    client.CoreV1Api(cluster.api_client()).delete_namespaced_secret(TLS, NS)
-    client.CoreV1Api(cluster.api_client()).create_namespaced_secret(NS, old_layout_secret(T0)[0])
-    run_sync(cluster, 24)
-    requests += cluster.requests
+        run_sync(certs_cluster, day)
+        requests += certs_cluster.requests
+    client.CoreV1Api(certs_cluster.api_client()).delete_namespaced_secret(CA, NS)
+    client.CoreV1Api(certs_cluster.api_client()).delete_namespaced_secret(TLS, NS)
+    client.CoreV1Api(certs_cluster.api_client()).create_namespaced_secret(NS, old_layout_secret(T0)[0])
+    run_sync(certs_cluster, 24)
+    requests += certs_cluster.requests
     assert [(r.verb, r.resource, r.name) for r in requests if not allowed(grants, r)] == []
     unused = [g for g in grants if not any(allowed([g], r) for r in requests)]
     assert unused == []
@@ -457,11 +445,11 @@ def test_every_call_of_the_certs_job_is_granted_by_name_and_every_grant_is_used(
 
 
 @pytest.mark.parametrize("version", ["1.30", major_minor(latest_version())])
-def test_the_secrets_written_validate_against_the_kubernetes_schema(cluster, version):
-    run_sync(cluster, 20)  # a CA Secret with every key
+def test_the_secrets_written_validate_against_the_kubernetes_schema(certs_cluster, version):
+    run_sync(certs_cluster, 20)  # a CA Secret with every key
     for name in (TLS, CA):
-        secret = cluster.get_object("secrets", name, NS)
+        secret = certs_cluster.get_object("secrets", name, NS)
         kubernetes_validate.validate({"apiVersion": "v1", "kind": "Secret", **secret}, version, strict=True)
-    bad = {"apiVersion": "v1", "kind": "Secret", **cluster.get_object("secrets", TLS, NS), "typo": 1}
-    with pytest.raises(kubernetes_validate.ValidationError):
+    bad = {"apiVersion": "v1", "kind": "Secret", **certs_cluster.get_object("secrets", TLS, NS), "typo": 1}
+    with pytest.raises(kubernetes_validate.ValidationError, match="'typo' was unexpected"):
         kubernetes_validate.validate(bad, version, strict=True)

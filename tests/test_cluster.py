@@ -5,23 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.cluster import VolcanoCluster, crds_dir, names, product_webhook, real_missing
-from tests.test_volcano_controller import JOB, PODS, plugin_objects, volcano_job
-
-
-@pytest.fixture(params=["emulated", "real"])
-def cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
-    found: VolcanoCluster = request.getfixturevalue(f"{request.param}_volcano_cluster")
-    return found
+from tests.jobs import scheduled_job
+from tests.test_volcano_controller import JOB, PLUGINS, PODS, plugin_objects
 
 
 def test_the_registered_product_webhook_sees_every_pod_volcano_creates(cluster: VolcanoCluster, tmp_path: Path) -> None:
     with product_webhook(cluster, tmp_path) as webhook:
         configurations = cluster.register_webhooks(webhook.base_url, webhook.ca_bundle)
         assert {c["kind"] for c in configurations} == {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
-        cluster.create(volcano_job())
+        cluster.create(scheduled_job(JOB, plugins=PLUGINS))
         cluster.wait(lambda: all(plugin_objects(cluster).values()), "Volcano's plugin objects")
         cluster.inqueue(JOB)
         cluster.wait(lambda: names(cluster.pods(JOB)) == PODS, "the Pods, admitted")
@@ -32,7 +25,7 @@ def test_the_registered_product_webhook_sees_every_pod_volcano_creates(cluster: 
         cluster.unregister_webhooks()
         if cluster.api is not None:
             before = len(cluster.api.webhook_calls)
-            cluster.create(volcano_job("after"))
+            cluster.create(scheduled_job("after", plugins=PLUGINS))
             cluster.inqueue("after")
             cluster.wait(lambda: len(cluster.pods("after")) == 3, "the Pods of a Job created after")
             assert len(cluster.api.webhook_calls) == before

@@ -4,6 +4,7 @@ the same decisions against a real one: a steady state sends nothing)."""
 
 from __future__ import annotations
 
+from tests.jobs import owner_reference
 from volcano_job_webhook.reconciler.compare import (
     OWNED_FIELDS,
     Changes,
@@ -12,8 +13,7 @@ from volcano_job_webhook.reconciler.compare import (
     owned_paths,
 )
 
-OWNER = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "j", "uid": "u1", "controller": True,
-         "blockOwnerDeletion": True}
+OWNER = owner_reference("j", "u1")
 META = {"name": "j", "namespace": "ns", "labels": {"app.kubernetes.io/managed-by": "volcano-job-webhook"}, "ownerReferences": [OWNER]}
 SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": META,
            "spec": {"clusterIP": "None", "selector": {"volcano.sh/job-name": "j"}, "publishNotReadyAddresses": False}}

@@ -1,6 +1,10 @@
 """What one client can hold, against the real uvicorn HTTPS server on loopback with small limits:
 slow and oversized headers, slow and unfinished bodies, idle keep-alive, silent TLS handshakes, the
-connection cap and the body budget — and that normal requests keep being answered meanwhile."""
+connection cap and the body budget — and that normal requests keep being answered meanwhile.
+
+Each cut is asserted by what the client gets (a 408, the connection closed) and the guard's count of
+why; a reading socket gives up after 5 s, so a server that never cuts fails the test rather than
+hang it. How soon after its limit each cut comes is bench/timeouts.py's to measure."""
 
 from __future__ import annotations
 
@@ -11,8 +15,7 @@ import socket
 import ssl
 import time
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,13 +23,10 @@ import pytest
 
 from tests.conftest import EXAMPLES
 from tests.envtest import wait_until
-from tests.servers import in_thread
+from tests.servers import guarded_webhook, post, read_all, read_response, status_of, tls
 from volcano_job_webhook.certs import ensure_certs
-from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, GuardedHttpToolsProtocol
-from volcano_job_webhook.server.https import HTTPSServer, build_server
-from volcano_job_webhook.server.jobs import DirectoryJobSource
+from volcano_job_webhook.server.https import HTTPSServer
 from volcano_job_webhook.server.run import server_options
 
 LIMITS = ConnectionLimits(
@@ -44,55 +44,8 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@contextmanager
-def serving(certs: Path, limits: ConnectionLimits = LIMITS) -> Iterator[tuple[HTTPSServer, ConnectionGuard]]:
-    """The real webhook app over HTTPS on 127.0.0.1 with ``limits``, in a thread."""
-    app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain(), max_body_bytes=MAX_BODY)
-    guard, options = server_options(limits)
-    server = build_server(app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", log_level="warning", **options)
-    with in_thread(server):
-        yield server, guard
-
-
-def tls(port: int) -> ssl.SSLSocket:
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
-    return context.wrap_socket(raw, server_hostname="localhost")
-
-
-def read_all(sock: ssl.SSLSocket, timeout: float = 5.0) -> bytes:
-    """Everything the server sends until it closes the connection."""
-    sock.settimeout(timeout)
-    data = b""
-    try:
-        while chunk := sock.recv(65536):
-            data += chunk
-    except (ConnectionResetError, ssl.SSLError):
-        pass
-    return data
-
-
-def read_response(sock: ssl.SSLSocket, timeout: float = 5.0) -> bytes:
-    """One whole response on a kept-alive connection (headers, then content-length bytes)."""
-    sock.settimeout(timeout)
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
-    while len(body) < length:
-        body += sock.recv(65536)
-    return head + b"\r\n\r\n" + body
-
-
-def status_of(reply: bytes) -> int:
-    return int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/1.1 ") else 0
-
-
-def post(path: str, body: bytes, *, length: int | None = None, extra: bytes = b"") -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body) if length is None else length}\r\n").encode() + extra + b"\r\n" + body
+def serving(certs: Path, limits: ConnectionLimits = LIMITS) -> AbstractContextManager[tuple[HTTPSServer, ConnectionGuard]]:
+    return guarded_webhook(certs, limits, MAX_BODY)
 
 
 def mutate_ok(port: int) -> bool:
@@ -103,19 +56,12 @@ def mutate_ok(port: int) -> bool:
     return status_of(reply) == 200 and b'"patchType":"JSONPatch"' in reply
 
 
-def closed_within(sock: ssl.SSLSocket, seconds: float) -> tuple[bool, bytes, float]:
-    started = time.monotonic()
-    reply = read_all(sock, timeout=seconds)
-    return True, reply, time.monotonic() - started
-
-
 def test_slow_headers_get_408_and_are_closed(certs):
     with serving(certs) as (server, guard):
         with tls(server.port) as sock:
             sock.sendall(b"POST /mutate HTTP/1.1\r\nhost: localhost\r\n")  # and never the rest
-            _, reply, took = closed_within(sock, 5)
+            reply = read_all(sock)
         assert status_of(reply) == 408 and b"request headers not received in time" in reply
-        assert 0.5 < took < 3
         assert guard.closed["header-timeout"] == 1
         assert mutate_ok(server.port)
 
@@ -123,16 +69,14 @@ def test_slow_headers_get_408_and_are_closed(certs):
 def test_a_connection_that_never_sends_a_byte_is_closed(certs):
     with serving(certs) as (server, guard):
         with tls(server.port) as sock:
-            _, reply, took = closed_within(sock, 5)
-        assert reply == b"" and 0.5 < took < 3  # nothing was asked, so nothing is answered
+            reply = read_all(sock)
+        assert reply == b""  # nothing was asked, so nothing is answered
         assert guard.closed["header-timeout"] == 1
 
 
 def test_a_silent_tls_handshake_is_cut(certs):
     with serving(certs) as (server, _), socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
-        started = time.monotonic()
         assert raw.recv(1024) == b""  # the server hangs up without a ClientHello
-        assert time.monotonic() - started < 3
 
 
 @pytest.mark.parametrize("kind", ["content-length", "chunked"])
@@ -143,9 +87,8 @@ def test_slow_or_unfinished_bodies_get_408_and_are_closed(certs, kind):
                 sock.sendall(b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n")
             else:
                 sock.sendall(post("/mutate", b'{"apiVersion"', length=5000))
-            _, reply, took = closed_within(sock, 5)
+            reply = read_all(sock)
         assert status_of(reply) == 408 and b"request body not received in time" in reply
-        assert 0.5 < took < 3
         assert guard.closed["body-timeout"] == 1 and guard.buffered == 0
         assert mutate_ok(server.port)
 
@@ -157,7 +100,7 @@ def test_a_body_trickled_byte_by_byte_is_cut_at_the_body_timeout(certs):
             started = time.monotonic()
             sock.settimeout(0.1)
             reply = b""
-            while time.monotonic() - started < 5:  # a byte every 100 ms: never idle, never done
+            while time.monotonic() - started < 5:  # a byte every 100 ms, never idle and never done, for at most 5 s
                 try:
                     sock.sendall(b" ")
                     reply += sock.recv(4096)
@@ -167,7 +110,7 @@ def test_a_body_trickled_byte_by_byte_is_cut_at_the_body_timeout(certs):
                     continue
                 except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
                     break
-        assert status_of(reply) == 408 and time.monotonic() - started < 3
+        assert status_of(reply) == 408, "cut at the body timeout, though a byte came every 100 ms"
         assert guard.closed["body-timeout"] == 1
 
 
@@ -189,21 +132,35 @@ def test_idle_keep_alive_connections_are_closed(certs):
     with serving(certs) as (server, _), tls(server.port) as sock:
         sock.sendall(post("/mutate", REVIEW))
         assert status_of(read_response(sock)) == 200
-        started = time.monotonic()
-        assert read_all(sock) == b""
-        assert 0.4 < time.monotonic() - started < 3
+        assert read_all(sock) == b""  # uvicorn's keep-alive timer, set to the idle timeout
+
+
+def test_a_client_within_its_limits_is_served(certs):
+    """The other side of the cuts above: headers and a body that come in pieces, and a second request
+    on a connection kept alive, each pause a quarter of its limit, are answered and nothing is cut."""
+    pause = min(LIMITS.header_timeout, LIMITS.body_timeout, LIMITS.idle_timeout) / 4
+    head, _, body = post("/mutate", REVIEW).partition(b"\r\n\r\n")
+    with serving(certs) as (server, guard), tls(server.port) as sock:
+        for piece in (head[:20], head[20:] + b"\r\n\r\n" + body[:100]):
+            sock.sendall(piece)
+            time.sleep(pause)
+        sock.sendall(body[100:])
+        assert status_of(read_response(sock)) == 200
+        time.sleep(pause)
+        sock.sendall(post("/mutate", REVIEW))
+        assert status_of(read_response(sock)) == 200
+        assert +guard.closed == {}
 
 
 def test_a_request_answered_early_does_not_leave_its_connection_open(certs):
     """413 on the declared length is sent before the body: the rest of it, and then silence, must
     not keep the connection open forever (uvicorn stops its keep-alive timer on every byte)."""
-    with serving(certs) as (server, _), tls(server.port) as sock:
+    with serving(certs) as (server, guard), tls(server.port) as sock:
         sock.sendall(post("/mutate", b" " * 1000, length=MAX_BODY + 1))
         assert status_of(read_response(sock)) == 413
         sock.sendall(b" " * 1000)
-        started = time.monotonic()
-        read_all(sock)
-        assert time.monotonic() - started < 3
+        read_all(sock)  # TimeoutError unless the server closes it
+        assert +guard.closed == {"body-timeout": 1}, "the body never ends: its timer runs on after the answer"
 
 
 def test_the_connection_cap_closes_the_longest_waiting_connection(certs):

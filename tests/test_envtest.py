@@ -12,37 +12,29 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.client.rest import ApiException
 
-from tests.conftest import EXAMPLES, ApiServerFactory
+from tests.conftest import ApiServerFactory
 from tests.envtest import (
     JOB_API_VERSION,
     NOBODY,
     OWNER_REFERENCES_ENFORCEMENT,
     WEBHOOK_USER,
     EnvTest,
-    apply,
     create,
+    grant_role,
     new_namespace,
     request,
     resource_path,
     status_message,
-    wait_for_bindings,
     wait_until,
 )
+from tests.jobs import example_job, job_owner
 from volcano_job_webhook.plugins import Chain, Job
 
 MODES = {"default": (), "owner-references-enforced": (OWNER_REFERENCES_ENFORCEMENT,)}
-
-
-def example_job(name: str, namespace: str) -> dict[str, Any]:
-    job: dict[str, Any] = yaml.safe_load((EXAMPLES / "jobs" / f"{name}-job.yaml").read_text(encoding="utf-8"))
-    job["metadata"].pop("uid")
-    job["metadata"]["namespace"] = namespace
-    return job
 
 
 def status_of(call: Any) -> int:
@@ -101,20 +93,8 @@ def test_owner_reference_enforcement_is_a_mode(mode: str, apiserver_factory: Api
     admin = server.api_client()
     namespace = new_namespace(admin)
     job = create(admin, example_job("env", namespace))
-    rbac = [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": "configmaps", "namespace": namespace},
-         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "configmaps", "namespace": namespace},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "configmaps"},
-         "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": NOBODY}]},
-    ]
-    for obj in rbac:
-        apply(admin, obj)
-    wait_for_bindings(admin, rbac)
-    owner = {"apiVersion": JOB_API_VERSION, "kind": "Job", "name": job["metadata"]["name"],
-             "uid": job["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    grant_role(admin, NOBODY, namespace, "configmaps", [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}])
+    owner = job_owner(job)
     configmap = {"apiVersion": "v1", "kind": "ConfigMap",
                  "metadata": {"name": "owned", "namespace": namespace, "ownerReferences": [owner]}}
     nobody = server.api_client(NOBODY)

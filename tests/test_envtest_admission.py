@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cryptography import x509
 from kubernetes import client as kube_client
 from kubernetes.client.rest import ApiException
@@ -42,17 +41,16 @@ from tests.envtest import (
     apply,
     create,
     delete,
-    free_port,
-    https_get,
     new_namespace,
     read,
     replace,
     request,
-    start_product,
+    serving_webhook,
     status_message,
     wait_until,
     webhook_configurations,
 )
+from tests.jobs import example_job
 from tests.manifests_util import rbac_permissions
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.keys import JOB_NAME_KEY
@@ -63,16 +61,9 @@ MUTATING_HOOK, VALIDATING_HOOK = "pods.volcano-job-webhook.io", "jobs.volcano-jo
 BAD_PORT = "--port=70000"
 
 
-def example_job(path: Path, namespace: str) -> dict[str, Any]:
-    job: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
-    job["metadata"].pop("uid", None)
-    job["metadata"]["namespace"] = namespace
-    return job
-
-
 def bad_job(namespace: str, name: str) -> dict[str, Any]:
     """The pytorch example with a port no TCP socket can have."""
-    job = example_job(EXAMPLES / "jobs" / "pytorch-job.yaml", namespace)
+    job = example_job("pytorch", namespace)
     job["metadata"]["name"] = name
     job["spec"]["plugins"]["pytorch"] = ["--master=master", "--worker=worker", BAD_PORT]
     return job
@@ -119,31 +110,14 @@ def webhook(envtest: EnvTest, tmp_path_factory: pytest.TempPathFactory) -> Itera
     (``volcano_controller_plugins: []``, docs/install.md#who-runs-what). The scenarios beside
     Volcano's own controller are tests/test_beside_volcano_scenarios.py."""
     workdir = tmp_path_factory.mktemp("webhook")
-    certs, port = workdir / "certs", free_port()
     config = workdir / "config.yaml"
     config.write_text("volcano_controller_plugins: []\n", encoding="utf-8")
     started = datetime.now(UTC)
-    process = start_product([
-        "serve", f"--config={config}", "--host=127.0.0.1", f"--port={port}", f"--certs-dir={certs}", "--job-source=kube",
-        f"--kubeconfig={envtest.kubeconfig(WEBHOOK_USER)}", "--log-level=debug",
-    ], workdir / "serve.log")
-    base_url = f"https://127.0.0.1:{port}"
-    try:
-        def ready() -> bool:
-            assert process.alive, f"serve exited:\n{process.log(tail=40)}"
-            answer = https_get(f"{base_url}/readyz", certs / "ca.crt") if (certs / "ca.crt").exists() else None
-            return answer is not None and answer[0] == 200
-
-        try:
-            wait_until(ready, 30, "the webhook's /readyz (Job cache synced)")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{process.log(tail=40)}") from None
-        serving = x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes())
+    with serving_webhook(workdir, envtest.kubeconfig(WEBHOOK_USER), f"--config={config}") as served:
+        serving = x509.load_pem_x509_certificate((workdir / "certs" / "tls.crt").read_bytes())
         ips = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.IPAddress)
         assert "127.0.0.1" in {str(ip) for ip in ips}, "the API server calls https://127.0.0.1:PORT"
-        yield Webhook(process, base_url, (certs / "ca.crt").read_bytes(), started)
-    finally:
-        process.stop()
+        yield Webhook(served.process, served.base_url, served.ca_bundle, started)
 
 
 def dry_run_error(api: kube_client.ApiClient, obj: Mapping[str, Any]) -> str | None:
@@ -265,7 +239,7 @@ def test_pods_are_wired_as_the_chain_wires_them_offline(
     path: Path, registered: Registered, kube_admin: kube_client.ApiClient, kube_namespace: str
 ) -> None:
     job_warnings: list[str] = []
-    stored = create(kube_admin, example_job(path, kube_namespace), warnings=job_warnings)  # /validate let it in
+    stored = create(kube_admin, example_job(path.name.removesuffix("-job.yaml"), kube_namespace), warnings=job_warnings)  # /validate let it in
     job = Job.from_object(stored)
     assert job_warnings == Chain().check(job)
     pods = 0
@@ -291,7 +265,7 @@ def test_the_chains_warnings_reach_whoever_creates_the_job_and_its_pods(
 ) -> None:
     """5000 workers make VC_WORKER_HOSTS too long for one environment string: the Job is admitted
     and its Pods are wired without it, each with the chain's warning, as kubectl would print it."""
-    obj = example_job(EXAMPLES / "jobs" / "svc-job.yaml", kube_namespace)
+    obj = example_job("svc", kube_namespace)
     obj["spec"]["tasks"][1]["replicas"] = 5000
     job_warnings: list[str] = []
     job = Job.from_object(create(kube_admin, obj, warnings=job_warnings))
@@ -329,7 +303,7 @@ def test_job_with_a_bad_argument_is_denied_at_validate(
 def test_update_to_a_bad_argument_is_denied_and_the_job_kept(
     registered: Registered, kube_admin: kube_client.ApiClient, kube_namespace: str
 ) -> None:
-    stored = create(kube_admin, example_job(EXAMPLES / "jobs" / "pytorch-job.yaml", kube_namespace))
+    stored = create(kube_admin, example_job("pytorch", kube_namespace))
     changed = copy.deepcopy(stored)
     changed["spec"]["plugins"]["pytorch"] = ["--master=master", "--worker=worker", BAD_PORT]
     with pytest.raises(ApiException) as info:
@@ -345,7 +319,7 @@ def test_pod_of_a_job_that_does_not_exist_is_let_through_unwired(
 ) -> None:
     """A cache miss goes to the API server (a live GET, under the webhook's RBAC); a 404 lets the
     Pod through exactly as it came, rather than blocking it, and the creator is told why."""
-    obj = example_job(EXAMPLES / "jobs" / "env-job.yaml", kube_namespace)
+    obj = example_job("env", kube_namespace)
     obj["metadata"]["uid"] = "00000000-0000-4000-8000-00000000dead"
     job = Job.from_object(obj)
     pod = make_pod(job, "worker", 0)
@@ -363,7 +337,7 @@ def test_the_webhook_makes_only_granted_calls_and_none_is_refused(
     cache miss, GETs one; each call is within what manifests/ grant its ServiceAccount, and the API
     server refused none of its requests. (Nothing else in this module acts as its user, and the
     session runs one test at a time, so its user's requests since it started are its own.)"""
-    job = Job.from_object(example_job(EXAMPLES / "jobs" / "env-job.yaml", kube_namespace) | {"metadata": {
+    job = Job.from_object(example_job("env", kube_namespace) | {"metadata": {
         "name": "never-created", "namespace": kube_namespace, "uid": "00000000-0000-4000-8000-00000000beef"}})
     create(kube_admin, make_pod(job, "worker", 0))  # a miss: the webhook asks the API server
 
@@ -382,7 +356,7 @@ def test_a_cached_job_is_answered_from_the_cache_and_a_finished_one_is_asked_for
 ) -> None:
     """The webhook holds a live Job as a packed record and wires its Pods without asking the API
     server; a finished Job it holds as its identity only, so the rare late Pod of one costs a GET."""
-    stored = create(kube_admin, example_job(EXAMPLES / "jobs" / "env-job.yaml", kube_namespace))
+    stored = create(kube_admin, example_job("env", kube_namespace))
     job = Job.from_object(stored)
     time.sleep(1.0)  # the watch event reaches the webhook's cache
     since = datetime.now(UTC)

@@ -3,8 +3,9 @@
 
 Two sources, one parametrised test:
 
-* ``tests/fixtures/plugins/spec/*.yaml`` — docs/volcano-behaviour.md, several per file (``cases:``); errors
-  are lists of substrings; ``xfail`` marks a case where docs/volcano-behaviour.md.
+* ``tests/fixtures/plugins/spec/*.yaml`` — cases derived from docs/volcano-behaviour.md, several per
+  file (``cases:``); errors are lists of substrings. Where the code departs from Volcano, the
+  document says so and the case expects what the code does: no case is expected to fail.
 * ``tests/fixtures/plugins/*.yaml`` — the earlier recorded cases, one per file, exact error messages.
 
 For every case that expects a Pod: the chain's Pod equals the expected one (input untouched), the
@@ -29,6 +30,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests.jobs import job_owner
 from tests.schema import validate_object, validate_pod
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.registry import BUILTINS
@@ -37,7 +39,7 @@ from volcano_job_webhook.server.patch import make_patch
 FIXTURES = Path(__file__).parent / "fixtures" / "plugins"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "volcano-job-webhook"}
 _KNOWN = re.compile(r" \(known: [^)]*\)$")
-CASE_KEYS = {"name", "spec", "description", "job", "pod", "expected", "error", "warnings", "resources", "xfail", "handmade"}
+CASE_KEYS = {"name", "spec", "description", "job", "pod", "expected", "error", "warnings", "resources", "handmade"}
 
 
 def _load_cases() -> list[dict[str, Any]]:
@@ -59,11 +61,6 @@ def _load_cases() -> list[dict[str, Any]]:
 CASES = _load_cases()
 
 
-def _params() -> list[Any]:
-    return [
-        pytest.param(case, id=case["name"], marks=[pytest.mark.xfail(reason=case["xfail"], strict=True)] if case.get("xfail") else [])
-        for case in CASES
-    ]
 
 
 def _diff(expected: Any, actual: Any) -> str:
@@ -93,14 +90,7 @@ def _check_generated_keys(name: str, data: dict[str, bytes]) -> None:
 
 def _check_resources(job_obj: dict[str, Any], produced: list[dict[str, Any]], expected: list[dict[str, Any]] | None) -> None:
     meta = job_obj["metadata"]
-    owner = {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    owner = job_owner(job_obj)
     by_key: dict[tuple[str, str], dict[str, Any]] = {}
     for obj in produced:
         validate_object(obj)
@@ -137,7 +127,7 @@ def _check_resources(job_obj: dict[str, Any], produced: list[dict[str, Any]], ex
 # The cases
 
 
-@pytest.mark.parametrize("case", _params())
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
 def test_case(case):
     job = Job.from_object(case["job"])
     chain = Chain()
@@ -191,11 +181,10 @@ _POD_LABELS = ("volcano.sh/task-index", "volcano.sh/job-name", "volcano.sh/task-
 def test_fixture_is_well_formed(case):
     """Each recorded case is complete, and its Pod is the one ``createJobPod`` builds (docs/volcano-behaviour.md#the-pod-before-plugins)
     unless it says it is hand-made: a typo in a fixture must not pass for a plugin result."""
-    assert not set(case) - CASE_KEYS - {"_file"}, f"unknown keys {set(case) - CASE_KEYS}"
-    assert case.get("spec") and case.get("description"), "docs/volcano-behaviour.md and says what it checks"
+    unknown = set(case) - CASE_KEYS - {"_file"}
+    assert not unknown, f"unknown keys {sorted(unknown)}"
+    assert case.get("spec") and case.get("description"), "every case says where its behaviour is specified and what it checks"
     assert ("expected" in case) != ("error" in case), "exactly one of expected / error"
-    if case.get("xfail"):
-        assert case["xfail"].startswith("docs/volcano-behaviour.md")
     if "error" in case:
         job_key = f"{case['job']['metadata'].get('namespace', 'default')}/{case['job']['metadata']['name']}"
         assert job_key in case["error"], "an expected error names the job"
@@ -214,9 +203,7 @@ def test_fixture_is_well_formed(case):
     assert ann["scheduling.k8s.io/group-name"] == f"{jm['name']}-{jm['uid']}"
     assert ann["volcano.sh/job-name"] == jm["name"]
     assert ann["volcano.sh/template-uid"] == f"{jm['name']}-{task}"
-    assert pm["ownerReferences"] == [
-        {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": jm["name"], "uid": jm["uid"], "controller": True, "blockOwnerDeletion": True}
-    ]
+    assert pm["ownerReferences"] == [job_owner(job)]
     spec_task = next(t for t in job["spec"]["tasks"] if t["name"] == task)
     assert int(index) < spec_task["replicas"], "index beyond the task's replicas"
 

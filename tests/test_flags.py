@@ -79,7 +79,7 @@ def test_single_token_with_spaces_is_one_flag():
 
 def test_go_int_range():
     assert parse_go_int("9223372036854775807") == 2**63 - 1
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^value out of range '9223372036854775808'$"):
         parse_go_int("9223372036854775808")
 
 

@@ -2,19 +2,16 @@
 variable (one environment string over 128 KiB stops a container), with a warning; below the limit
 nothing changes from Volcano's behaviour."""
 
+from tests.jobs import task, volcano_job
 from tests.schema import validate_pod
 from volcano_job_webhook.plugins import Chain, ChainConfig, Job, Settings
 from volcano_job_webhook.plugins.podgen import make_pod
 
 
 def big_job(replicas: int) -> Job:
-    return Job.from_object({
-        "metadata": {"name": "large-training-run", "namespace": "default", "uid": "u"},
-        "spec": {"plugins": {"svc": []}, "tasks": [
-            {"name": "master", "replicas": 1, "template": {"spec": {"containers": [{"name": "m", "image": "x"}]}}},
-            {"name": "worker", "replicas": replicas, "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}}},
-        ]},
-    })
+    return Job.from_object(volcano_job("large-training-run", plugins={"svc": []}, uid="u", tasks=[
+        task("master", 1, container="m", image="x"), task("worker", replicas, container="w", image="x"),
+    ]))
 
 
 def env_names(pod: dict) -> list[str]:

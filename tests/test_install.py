@@ -107,12 +107,12 @@ def test_offline_cli_runs_the_shipped_examples_from_anywhere(installed: Path, el
 
 
 def test_serve_with_a_missing_jobs_directory_fails_at_once(installed: Path, elsewhere: Path) -> None:
-    started = time.monotonic()
+    """Exits (a server that started would outlive run's timeout and fail the test) with one line,
+    before it writes anything."""
     done = run(installed, elsewhere, "volcano-webhook", "serve", "--jobs-dir", str(elsewhere / "nope"), "--port", "1")
     assert done.returncode == 2
     assert f"jobs directory {elsewhere / 'nope'} does not exist" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
-    assert time.monotonic() - started < 30
     assert not (elsewhere / "certs").exists(), "nothing is written before the settings are known to work"
 
 

@@ -1,22 +1,19 @@
-"""The directory job source: files read, re-read on change, last good content kept."""
+"""The directory job source: files read, re-read on change, last good content kept. How long loading
+and lookups take is bench/jobsource.py's to measure."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-import time
 
 import httpx
 import pytest
 
+from tests.jobs import alias_bomb_yaml, jobs_yaml, many_jobs_yaml, minimal_job
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 
 pytestmark = pytest.mark.anyio
 
-JOB = """apiVersion: batch.volcano.sh/v1alpha1
-kind: Job
-metadata: {{name: {name}{ns}}}
-spec: {{tasks: [{{name: w, replicas: 1}}]}}
-"""
 
 
 def write(path, text):
@@ -27,7 +24,7 @@ def write(path, text):
 
 
 async def test_reads_reloads_and_keeps_last_good(tmp_path):
-    write(tmp_path / "a.yaml", JOB.format(name="a", ns="") + "---\n" + JOB.format(name="b", ns=", namespace: team"))
+    write(tmp_path / "a.yaml", jobs_yaml(minimal_job("a"), minimal_job("b", "team")))
     (tmp_path / "notes.txt").write_text("ignored")
     source = DirectoryJobSource(tmp_path, interval=0)
     assert not source.ready
@@ -52,28 +49,15 @@ async def test_reads_reloads_and_keeps_last_good(tmp_path):
     assert len(source) == 1
 
 
-def bomb(levels: int = 9) -> str:
-    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-    for i in range(1, levels):
-        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
-    return "kind: Job\nmetadata: {name: bomb}\nspec:\n  " + "\n  ".join(lines) + "\n"
-
-
-def many_jobs(count: int) -> str:
-    return "".join("---\n" + JOB.format(name=f"bulk-{i}", ns="") for i in range(count))
-
-
 async def test_bad_files_are_skipped_with_one_warning_each(tmp_path, caplog):
-    write(tmp_path / "good.yaml", JOB.format(name="good", ns=""))
-    write(tmp_path / "big.yaml", JOB.format(name="big", ns="") + "#" * 5000)
-    write(tmp_path / "bomb.yaml", bomb())
+    write(tmp_path / "good.yaml", jobs_yaml(minimal_job("good")))
+    write(tmp_path / "big.yaml", jobs_yaml(minimal_job("big")) + "#" * 5000)
+    write(tmp_path / "bomb.yaml", alias_bomb_yaml())
     write(tmp_path / "deep.json", '{"kind": "Job", "metadata": {"name": "deep"}, "spec": ' + "[" * 200 + "]" * 200 + "}")
     os.mkfifo(tmp_path / "fifo.yaml")  # would block a plain open() for ever
     source = DirectoryJobSource(tmp_path, interval=0, max_file_bytes=4096)
     source.start()
-    started = time.monotonic()
-    await source.loaded()
-    assert time.monotonic() - started < 5
+    await asyncio.wait_for(source.loaded(), 60)  # a fifo opened for reading would block it for ever
     assert sorted(name for _, name in source._jobs) == ["good"]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert sorted(warnings) == sorted([
@@ -83,7 +67,7 @@ async def test_bad_files_are_skipped_with_one_warning_each(tmp_path, caplog):
         f"jobs file skipped: {tmp_path / 'fifo.yaml'}: not a regular file",
     ])
     caplog.clear()
-    write(tmp_path / "other.yaml", JOB.format(name="other", ns=""))
+    write(tmp_path / "other.yaml", jobs_yaml(minimal_job("other")))
     await source.loaded()
     assert await source.get("default", "other") is not None
     assert not [r for r in caplog.records if r.levelname == "WARNING"], "said once per version of a file"
@@ -93,7 +77,7 @@ async def test_start_returns_at_once_and_the_server_answers_while_files_load(tmp
     from volcano_job_webhook.plugins import Chain
     from volcano_job_webhook.server.app import create_app
 
-    write(tmp_path / "bulk.yaml", many_jobs(2000))  # 200 KB: about half a second of YAML parsing
+    write(tmp_path / "bulk.yaml", many_jobs_yaml(2000))  # 240 KB: about half a second of YAML parsing
     source = DirectoryJobSource(tmp_path, interval=0)
     app = create_app(source, Chain())
     async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
@@ -106,22 +90,21 @@ async def test_start_returns_at_once_and_the_server_answers_while_files_load(tmp
 
 
 async def test_lookups_answer_from_the_old_table_while_a_file_is_re_read(tmp_path):
-    write(tmp_path / "a.yaml", JOB.format(name="a", ns=""))
+    write(tmp_path / "a.yaml", jobs_yaml(minimal_job("a")))
     source = DirectoryJobSource(tmp_path, interval=0)
     source.start()
     await source.loaded()
-    write(tmp_path / "bulk.yaml", many_jobs(2000))
-    started = time.monotonic()
-    assert await source.get("default", "a") is not None  # starts the re-read, answers at once
-    assert time.monotonic() - started < 0.1
+    write(tmp_path / "bulk.yaml", many_jobs_yaml(2000))
+    assert await source.get("default", "a") is not None  # starts the re-read
     look = source._look
+    # Answered while the re-read still runs, so without waiting for it (how fast: bench/jobsource.py).
     assert look is not None and not look.done(), "the re-read runs in the worker meanwhile"
     await source.loaded()
     assert await source.get("default", "bulk-1999") is not None and await source.get("default", "a") is not None
 
 
 async def test_big_files_are_parsed_by_a_child_that_is_killed_when_it_takes_too_long(tmp_path, caplog):
-    write(tmp_path / "bulk.yaml", many_jobs(300))  # over child_bytes: parsed by the child process
+    write(tmp_path / "bulk.yaml", many_jobs_yaml(300))  # over child_bytes: parsed by the child process
     source = DirectoryJobSource(tmp_path, interval=0, child_bytes=1024, parse_timeout=0.01)
     try:
         source.start()
@@ -129,7 +112,7 @@ async def test_big_files_are_parsed_by_a_child_that_is_killed_when_it_takes_too_
         assert len(source) == 0
         assert f"jobs file skipped: {tmp_path / 'bulk.yaml'}: not parsed within 0.01 s" in caplog.messages
         source.parser.timeout = 60  # the next version of the file gets a new child
-        write(tmp_path / "bulk.yaml", many_jobs(301))
+        write(tmp_path / "bulk.yaml", many_jobs_yaml(301))
         await source.loaded()
         assert len(source) == 301 and source.parser.started == 2
     finally:
@@ -142,10 +125,10 @@ def test_the_parser_child_reports_bad_files_and_survives_them(tmp_path):
 
     parser = ParserProcess(timeout=60)
     try:
-        (tmp_path / "bomb.yaml").write_text(bomb())
+        (tmp_path / "bomb.yaml").write_text(alias_bomb_yaml())
         with pytest.raises(DocumentError, match="refused: YAML aliases would add more than 100000 nodes"):
             parser.parse(str(tmp_path / "bomb.yaml"), 1 << 20)
-        (tmp_path / "ok.yaml").write_text(JOB.format(name="ok", ns=""))
+        (tmp_path / "ok.yaml").write_text(jobs_yaml(minimal_job("ok")))
         assert parser.parse(str(tmp_path / "ok.yaml"), 1 << 20)[0]["metadata"]["name"] == "ok"
         assert parser.started == 1
         parser._child.kill()  # a child that died (OOM-killed, say) is replaced for the next file
@@ -159,9 +142,9 @@ async def test_a_small_job_file_changed_is_seen_by_the_next_lookup(tmp_path):
     """Read in the background, yet an edited job file of ordinary size is what the next lookup
     answers, as when files were read on the event loop; only a large one is answered from the old
     table while it is parsed (test above)."""
-    write(tmp_path / "a.yaml", JOB.format(name="a", ns=""))
+    write(tmp_path / "a.yaml", jobs_yaml(minimal_job("a")))
     source = DirectoryJobSource(tmp_path, interval=0)
     source.start()
     await source.loaded()
-    write(tmp_path / "a.yaml", JOB.format(name="a", ns="").replace("replicas: 1", "replicas: 3"))
+    write(tmp_path / "a.yaml", jobs_yaml(minimal_job("a", replicas=3)))
     assert (await source.get("default", "a"))["spec"]["tasks"][0]["replicas"] == 3

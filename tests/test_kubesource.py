@@ -13,11 +13,10 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-import yaml
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
-from tests.conftest import EXAMPLES
+from tests.jobs import example_job
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.server.app import create_app
@@ -25,12 +24,6 @@ from volcano_job_webhook.server.jobs.kube import KubeJobSource
 from volcano_job_webhook.server.review import admission_review
 
 pytestmark = pytest.mark.anyio
-
-
-def job(name: str) -> dict:
-    obj = yaml.safe_load((EXAMPLES / "jobs" / f"{name}-job.yaml").read_text())
-    obj["metadata"].pop("uid")
-    return obj
 
 
 async def wait_for(predicate, timeout: float = 10.0) -> None:
@@ -46,7 +39,7 @@ async def wait_for(predicate, timeout: float = 10.0) -> None:
 async def setup() -> AsyncIterator[tuple[FakeApiServer, httpx.AsyncClient, KubeJobSource]]:
     with FakeApiServer() as server:
         jobs = client.CustomObjectsApi(server.api_client())
-        jobs.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", job("pytorch"))
+        jobs.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", example_job("pytorch"))
         source = KubeJobSource(server.api_client())
         app = create_app(source, Chain())
         async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
@@ -72,7 +65,7 @@ async def test_a_miss_costs_one_live_get(setup):
     server, c, source = setup
     await wait_for(lambda: source.ready)
     source.informer.stop()  # no watch events from now on: only a live GET can find the new job
-    client.CustomObjectsApi(server.api_client()).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", job("ray"))
+    client.CustomObjectsApi(server.api_client()).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", example_job("ray"))
     server.clear_requests()
     answer = (await c.post("/mutate", json=review_for(server, "ray-demo", "worker", 0))).json()["response"]
     assert answer["allowed"] and "patch" in answer
@@ -109,8 +102,7 @@ async def test_answers_from_cache_while_the_api_server_is_away(setup):
 
 def create(server: FakeApiServer, plugin: str, namespace: str = "default") -> dict:
     """The example job of ``plugin`` (``<plugin>-demo``) in ``namespace``."""
-    obj = job(plugin)
-    obj["metadata"]["namespace"] = namespace
+    obj = example_job(plugin, namespace)
     return client.CustomObjectsApi(server.api_client()).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", obj)
 
 
@@ -183,7 +175,7 @@ async def test_a_pod_of_a_job_created_again_under_the_same_name_is_wired_from_th
             source.informer.stop()
             jobs = client.CustomObjectsApi(server.api_client())
             jobs.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", "pytorch-demo")
-            renewed = job("pytorch")
+            renewed = example_job("pytorch")
             renewed["spec"]["plugins"]["pytorch"] = ["--port=31000"]
             new = jobs.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", renewed)
             assert source.informer.get("default", "pytorch-demo").uid == old["metadata"]["uid"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
 import os
 import re
 import shutil
@@ -37,6 +36,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
+from tests.jobs import set_plugin_arg
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.podgen import make_pod
 
@@ -104,10 +104,7 @@ class Launcher:
 def hostfile_job(fmt: str) -> dict[str, Any]:
     """examples/jobs/hostfile-job.yaml with ``--format=<fmt>`` and three workers of two GPUs (slots)."""
     job = yaml.safe_load((EXAMPLES / "jobs" / "hostfile-job.yaml").read_text())
-    annotations = job["metadata"]["annotations"]
-    args = json.loads(annotations["volcano-job-webhook/plugins"])["hostfile"]
-    args = [a for a in args if not a.startswith("--format=")] + [f"--format={fmt}"]
-    annotations["volcano-job-webhook/plugins"] = json.dumps({"hostfile": args})
+    set_plugin_arg(job, "hostfile", "format", fmt)
     job["spec"]["tasks"][1]["replicas"] = WORKERS
     return job
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
+from tests.jobs import annotate
 from tests.schema import validate_object, validate_pod
 from volcano_job_webhook.cli import main
 from volcano_job_webhook.plugins import Job
@@ -22,16 +23,10 @@ from volcano_job_webhook.plugins.registry import BUILTINS
 from volcano_job_webhook.server.review import admission_review
 
 pytestmark = pytest.mark.anyio
-ANNOTATION = "volcano-job-webhook/plugins"
 
 
 def example(name: str) -> dict:
     return yaml.safe_load((EXAMPLES / "jobs" / f"{name}-job.yaml").read_text())
-
-
-def with_plugins(job: dict, plugins: dict) -> dict:
-    job["metadata"].setdefault("annotations", {})[ANNOTATION] = json.dumps(plugins)
-    return job
 
 
 def pod_review(job: dict, task: str, index: int) -> dict:
@@ -67,15 +62,15 @@ def broken_torchrun() -> dict:
             "job default/reserved: plugin torchrun: spec.tasks[1].template.spec.containers[0].env[0]: PET_NODE_RANK is reserved",
         ),
         (
-            lambda: with_plugins(example("hostfile"), {"hostfile": ["--master=mpimaster", "--format=slurm"]}),
+            lambda: annotate(example("hostfile"), {"hostfile": ["--master=mpimaster", "--format=slurm"]}),
             "job default/hostfile-demo: plugin hostfile: --format: must be one of openmpi, intel, mpich, deepspeed, got 'slurm'",
         ),
         (
-            lambda: with_plugins(example("jax"), {"jax": ["--coordinator=head"]}),
+            lambda: annotate(example("jax"), {"jax": ["--coordinator=head"]}),
             "job default/jax-demo: plugin jax: --coordinator: the job has no task 'head' (tasks: leader, worker)",
         ),
         (
-            lambda: with_plugins(example("torchrun"), {"torchrun": ["--min-nodes=4", "--max-nodes=2"]}),
+            lambda: annotate(example("torchrun"), {"torchrun": ["--min-nodes=4", "--max-nodes=2"]}),
             "job default/torchrun-demo: plugin torchrun: --min-nodes: 4 is more than --max-nodes 2",
         ),
         (
@@ -83,7 +78,7 @@ def broken_torchrun() -> dict:
             "job default/reserved: plugin xgboost: spec.tasks[1].template.spec.containers[0].env[0]: DMLC_NUM_WORKER is reserved",
         ),
         (
-            lambda: with_plugins(example("xgboost"), {"xgboost": ["--tracker=chief"]}),
+            lambda: annotate(example("xgboost"), {"xgboost": ["--tracker=chief"]}),
             "job default/xgboost-demo: plugin xgboost: --tracker: the job has no task 'chief' (tasks: master, worker)",
         ),
         (
@@ -91,11 +86,11 @@ def broken_torchrun() -> dict:
             "job default/reserved: plugin paddle: spec.tasks[0].template.spec.containers[0].env[0]: PADDLE_TRAINER_ID is reserved",
         ),
         (
-            lambda: with_plugins(example("paddle"), {"paddle": ["--port=-1"]}),
+            lambda: annotate(example("paddle"), {"paddle": ["--port=-1"]}),
             "job default/paddle-demo: plugin paddle: --port: invalid value '-1': -1 is outside 1..65535",
         ),
         (
-            lambda: with_plugins(example("waitfor"), {"waitfor": ["--tasks=mpiworker", "--waiters=mpiworker"]}),
+            lambda: annotate(example("waitfor"), {"waitfor": ["--tasks=mpiworker", "--waiters=mpiworker"]}),
             "job default/waitfor-demo: plugin waitfor: --waiters: task 'mpiworker' would wait for its own Pods",
         ),
     ],
@@ -147,7 +142,7 @@ def test_cli_resources_shows_the_host_file(capsys):
 
 
 def test_cli_bad_argument_exits_2_naming_job_plugin_and_flag(capsys, tmp_path: Path):
-    job = with_plugins(example("jax"), {"jax": ["--port=coord"]})
+    job = annotate(example("jax"), {"jax": ["--port=coord"]})
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     code = main(["mutate", "--job", str(path), "--task", "worker"])
@@ -185,9 +180,14 @@ def test_quantities_as_kubernetes_reads_them(text, value):
     assert parse_quantity(text) == Decimal(value)
 
 
-@pytest.mark.parametrize("text", ["two", "-1", "1KB", "", "1.2.3", True, None, "1 k"])
-def test_malformed_quantities_are_refused(text):
+@pytest.mark.parametrize(("text", "message"), [
+    ("two", "'two' is not a Kubernetes quantity"), ("-1", "'-1' is negative"), ("1KB", "'1KB' is not a Kubernetes quantity"),
+    ("", "'' is not a Kubernetes quantity"), ("1.2.3", "'1.2.3' is not a Kubernetes quantity"),
+    (True, "True is not a quantity"), (None, "None is not a quantity"), ("1 k", "'1 k' is not a Kubernetes quantity"),
+])
+def test_malformed_quantities_are_refused(text, message):
     from volcano_job_webhook.plugins.builtin.quantity import parse_quantity
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as refused:
         parse_quantity(text)
+    assert str(refused.value) == message

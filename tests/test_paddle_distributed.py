@@ -26,7 +26,8 @@ import pytest
 import yaml
 
 from tests.envtest import free_port
-from tests.wiring import injected_env, set_plugin_arg
+from tests.jobs import set_plugin_arg
+from tests.wiring import injected_env
 from volcano_job_webhook.plugins.builtin.paddle import RESERVED
 
 launch_context = pytest.importorskip("paddle.distributed.launch.context")

@@ -19,6 +19,7 @@ import kubernetes_validate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.jobs import volcano_job
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.server.app import create_app
@@ -67,8 +68,7 @@ def jobs(draw: st.DrawFn) -> dict:
     for plugin in draw(st.lists(st.sampled_from(sorted(FLAG_TOKENS)), max_size=4, unique=True)):
         plugins[plugin] = draw(st.sampled_from(FLAG_TOKENS[plugin]))
     job_name = draw(st.one_of(label, st.just("j" * 58), st.just("9lives")))
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-            "metadata": {"name": job_name, "namespace": "ns", "uid": "uid-1"}, "spec": {"plugins": plugins, "tasks": tasks}}
+    return volcano_job(job_name, namespace="ns", uid="uid-1", plugins=plugins, tasks=tasks)
 
 
 @st.composite

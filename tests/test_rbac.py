@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import Any
 
 from kubernetes import client
 
@@ -31,15 +30,16 @@ from tests.envtest import (
     WEBHOOK_USER,
     create,
     delete,
+    grant_role,
     new_namespace,
     rbac_objects,
     read,
     replace,
-    wait_for_bindings,
     wait_until,
 )
+from tests.jobs import example_job
 from tests.manifests_util import rbac_permissions
-from tests.test_reconciler import events, example_job, objects
+from tests.test_reconciler import events, objects
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.reconciler import Reconciler
 from volcano_job_webhook.reconciler.leader import LeaderElector
@@ -134,14 +134,7 @@ def test_without_update_on_job_finalizers_an_enforcing_server_refuses_the_side_o
     role = next(o for o in rbac_objects() if o["kind"] == "ClusterRole")
     rules = [r for r in role["rules"] if r["resources"] != ["jobs/finalizers"]]
     assert len(rules) == len(role["rules"]) - 1
-    trimmed: dict[str, Any] = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                               "metadata": {"name": "trimmed", "namespace": namespace}, "rules": rules}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "trimmed", "namespace": namespace},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trimmed"},
-               "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": NOBODY}]}
-    create(admin, trimmed)
-    create(admin, binding)
-    wait_for_bindings(admin, [trimmed, binding])
+    grant_role(admin, NOBODY, namespace, "trimmed", rules)
     reconciler = Reconciler(server.api_client(NOBODY), Chain(), namespaces=[namespace], resync_seconds=3600)
     reconciler.start()
     try:

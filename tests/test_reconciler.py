@@ -22,9 +22,9 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
-from tests.conftest import EXAMPLES, ApiServerFactory
+from tests.clock import FakeClock
+from tests.conftest import ApiServerFactory
 from tests.envtest import (
     JOB_API_VERSION,
     OWNER_REFERENCES_ENFORCEMENT,
@@ -42,6 +42,7 @@ from tests.envtest import (
     start_product,
     wait_until,
 )
+from tests.jobs import annotated, example_job, task, volcano_job
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.base import Plugin
 from volcano_job_webhook.plugins.flags import Flag
@@ -55,30 +56,10 @@ MANAGED = ("app.kubernetes.io/managed-by", "volcano-job-webhook")
 WRITES = {"create", "update", "patch", "delete"}
 
 
-def example_job(name: str, namespace: str) -> dict[str, Any]:
-    job: dict[str, Any] = yaml.safe_load((EXAMPLES / "jobs" / f"{name}-job.yaml").read_text(encoding="utf-8"))
-    job["metadata"].pop("uid")
-    job["metadata"]["namespace"] = namespace
-    return job
-
-
-def annotated(job: dict[str, Any]) -> dict[str, Any]:
-    """``job`` with its plugins named in our annotation instead of ``spec.plugins``, as a job beside
-    Volcano's own controller names the plugins we run (docs/install.md#who-runs-what)."""
-    plugins = job["spec"].pop("plugins")
-    job["metadata"].setdefault("annotations", {})["volcano-job-webhook/plugins"] = json.dumps(plugins)
-    return job
-
-
 def svc_job(namespace: str, name: str, tasks: dict[str, int]) -> dict[str, Any]:
-    return {
-        "apiVersion": JOB_API_VERSION, "kind": "Job", "metadata": {"name": name, "namespace": namespace},
-        "spec": {"plugins": {"svc": []}, "tasks": [
-            {"name": task, "replicas": replicas,
-             "template": {"spec": {"containers": [{"name": task, "image": "busybox:1.36.1"}]}}}
-            for task, replicas in tasks.items()
-        ]},
-    }
+    """Each task's container named after it."""
+    return volcano_job(name, namespace=namespace, plugins={"svc": []},
+                       tasks=[task(task_name, replicas, container=task_name) for task_name, replicas in tasks.items()])
 
 
 def objects(api: Any, namespace: str, *, ours_only: bool = True) -> dict[tuple[str, str], dict[str, Any]]:
@@ -115,11 +96,6 @@ def scale(api: Any, namespace: str, name: str, change: Callable[[dict[str, Any]]
     assert job is not None
     change(job)
     replace(api, job)
-
-
-@pytest.fixture
-def namespace(kube_admin: Any) -> str:
-    return new_namespace(kube_admin)
 
 
 @pytest.fixture
@@ -171,66 +147,66 @@ def test_a_new_job_gets_its_objects_in_both_owner_reference_modes(mode: str, api
     assert svc["selector"] == {"volcano.sh/job-name": "mpi-demo", "volcano.sh/job-namespace": namespace}
 
 
-def test_scaling_rewrites_host_files_and_ssh_config_but_keeps_the_keys(kube_admin: Any, namespace: str, start_reconciler: Callable[..., Reconciler]) -> None:
-    start_reconciler(namespace)
-    create(kube_admin, example_job("mpi", namespace))
-    wait_until(lambda: len(objects(kube_admin, namespace)) == 4, 15, "the job's objects")
-    keys = objects(kube_admin, namespace)[("Secret", "mpi-demo-ssh")]["data"]["id_rsa"]
-    scale(kube_admin, namespace, "mpi-demo", lambda job: job["spec"]["tasks"][1].update(replicas=3))
+def test_scaling_rewrites_host_files_and_ssh_config_but_keeps_the_keys(kube_admin: Any, kube_namespace: str, start_reconciler: Callable[..., Reconciler]) -> None:
+    start_reconciler(kube_namespace)
+    create(kube_admin, example_job("mpi", kube_namespace))
+    wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 4, 15, "the job's objects")
+    keys = objects(kube_admin, kube_namespace)[("Secret", "mpi-demo-ssh")]["data"]["id_rsa"]
+    scale(kube_admin, kube_namespace, "mpi-demo", lambda job: job["spec"]["tasks"][1].update(replicas=3))
 
     def scaled() -> bool:
-        got = objects(kube_admin, namespace)
+        got = objects(kube_admin, kube_namespace)
         config = base64.b64decode(got[("Secret", "mpi-demo-ssh")]["data"]["config"])
         return got[("ConfigMap", "mpi-demo-svc")]["data"]["VC_MPIWORKER_NUM"] == "3" and b"mpi-demo-mpiworker-2" in config
 
     wait_until(scaled, 15, "host files and ssh config for 3 workers")
-    got = objects(kube_admin, namespace)
+    got = objects(kube_admin, kube_namespace)
     assert got[("ConfigMap", "mpi-demo-svc")]["data"]["mpiworker.host"].splitlines()[-1] == "mpi-demo-mpiworker-2.mpi-demo"
     assert got[("Secret", "mpi-demo-ssh")]["data"]["id_rsa"] == keys
 
 
-def test_the_host_file_follows_scaling(kube_admin: Any, namespace: str, start_reconciler: Callable[..., Reconciler]) -> None:
-    start_reconciler(namespace)
-    create(kube_admin, example_job("hostfile", namespace))
+def test_the_host_file_follows_scaling(kube_admin: Any, kube_namespace: str, start_reconciler: Callable[..., Reconciler]) -> None:
+    start_reconciler(kube_namespace)
+    create(kube_admin, example_job("hostfile", kube_namespace))
 
     def hostfile() -> str | None:
-        cm = objects(kube_admin, namespace).get(("ConfigMap", "hostfile-demo-hostfile"))
+        cm = objects(kube_admin, kube_namespace).get(("ConfigMap", "hostfile-demo-hostfile"))
         return cm["data"]["hostfile"] if cm else None
 
     assert wait_until(hostfile, 15, "the host file") == (
         "hostfile-demo-worker-0.hostfile-demo slots=2\nhostfile-demo-worker-1.hostfile-demo slots=2\n")
-    scale(kube_admin, namespace, "hostfile-demo", lambda job: job["spec"]["tasks"][1].update(replicas=3))
+    scale(kube_admin, kube_namespace, "hostfile-demo", lambda job: job["spec"]["tasks"][1].update(replicas=3))
     wait_until(lambda: (hostfile() or "").count("\n") == 3, 15, "the scaled host file")
     assert (hostfile() or "").splitlines()[-1] == "hostfile-demo-worker-2.hostfile-demo slots=2"
 
 
-def test_a_field_we_no_longer_set_is_removed_and_fields_of_others_stay(kube_admin: Any, namespace: str,
+def test_a_field_we_no_longer_set_is_removed_and_fields_of_others_stay(kube_admin: Any, kube_namespace: str,
                                                                          start_reconciler: Callable[..., Reconciler]) -> None:
-    start_reconciler(namespace)
-    create(kube_admin, svc_job(namespace, "two", {"a": 1, "b": 2}))
-    wait_until(lambda: ("ConfigMap", "two-svc") in objects(kube_admin, namespace), 15, "the host files")
+    start_reconciler(kube_namespace)
+    create(kube_admin, svc_job(kube_namespace, "two", {"a": 1, "b": 2}))
+    wait_until(lambda: ("ConfigMap", "two-svc") in objects(kube_admin, kube_namespace), 15, "the host files")
     # Someone else's key and label on our ConfigMap, under their own field manager.
     apply(kube_admin, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-        "name": "two-svc", "namespace": namespace, "labels": {"team": "x"}}, "data": {"note": "theirs"}},
+        "name": "two-svc", "namespace": kube_namespace, "labels": {"team": "x"}}, "data": {"note": "theirs"}},
         field_manager="someone-else")
-    scale(kube_admin, namespace, "two", lambda job: job["spec"].update(tasks=job["spec"]["tasks"][:1]))
-    wait_until(lambda: "b.host" not in objects(kube_admin, namespace)[("ConfigMap", "two-svc")]["data"], 15,
+    scale(kube_admin, kube_namespace, "two", lambda job: job["spec"].update(tasks=job["spec"]["tasks"][:1]))
+    wait_until(lambda: "b.host" not in objects(kube_admin, kube_namespace)[("ConfigMap", "two-svc")]["data"], 15,
                "task b's host files removed")
-    cm = objects(kube_admin, namespace)[("ConfigMap", "two-svc")]
+    cm = objects(kube_admin, kube_namespace)[("ConfigMap", "two-svc")]
     assert cm["data"] == {"a.host": "two-a-0.two", "VC_A_HOSTS": "two-a-0.two", "VC_A_NUM": "1", "note": "theirs"}
     assert cm["metadata"]["labels"] == {MANAGED[0]: MANAGED[1], "team": "x"}
 
 
-def test_removing_a_plugin_removes_its_objects(kube_admin: Any, namespace: str, start_reconciler: Callable[..., Reconciler]) -> None:
-    start_reconciler(namespace)
-    job = example_job("ray", namespace)
+def test_removing_a_plugin_removes_its_objects(kube_admin: Any, kube_namespace: str, start_reconciler: Callable[..., Reconciler]) -> None:
+    start_reconciler(kube_namespace)
+    job = example_job("ray", kube_namespace)
     job["metadata"]["annotations"] = {"volcano-job-webhook/plugins": '{"ssh": []}'}
     create(kube_admin, job)
-    wait_until(lambda: {("Secret", "ray-demo-ssh"), ("Service", "ray-demo-head-svc")} <= set(objects(kube_admin, namespace)),
+    wait_until(lambda: {("Secret", "ray-demo-ssh"), ("Service", "ray-demo-head-svc")} <= set(objects(kube_admin, kube_namespace)),
                15, "the ssh Secret and the head Service")
-    scale(kube_admin, namespace, "ray-demo", lambda job: job["metadata"]["annotations"].update({"volcano-job-webhook/plugins": "{}"}))
-    wait_until(lambda: ("Secret", "ray-demo-ssh") not in objects(kube_admin, namespace), 15, "the ssh Secret removed")
-    assert set(objects(kube_admin, namespace)) == {("ConfigMap", "ray-demo-svc"), ("Service", "ray-demo"),
+    scale(kube_admin, kube_namespace, "ray-demo", lambda job: job["metadata"]["annotations"].update({"volcano-job-webhook/plugins": "{}"}))
+    wait_until(lambda: ("Secret", "ray-demo-ssh") not in objects(kube_admin, kube_namespace), 15, "the ssh Secret removed")
+    assert set(objects(kube_admin, kube_namespace)) == {("ConfigMap", "ray-demo-svc"), ("Service", "ray-demo"),
                                                    ("NetworkPolicy", "ray-demo"), ("Service", "ray-demo-head-svc")}
 
 
@@ -247,38 +223,38 @@ def test_deleting_the_job_removes_everything_without_garbage_collection(mode: st
     wait_until(lambda: not objects(admin, namespace), 15, "every object deleted (envtest runs no garbage collector)")
 
 
-def test_objects_without_our_label_are_left_alone_and_said_so_once(kube_admin: Any, namespace: str,
+def test_objects_without_our_label_are_left_alone_and_said_so_once(kube_admin: Any, kube_namespace: str,
                                                                    start_reconciler: Callable[..., Reconciler]) -> None:
-    create(kube_admin, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "svc-demo-svc", "namespace": namespace},
+    create(kube_admin, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "svc-demo-svc", "namespace": kube_namespace},
                         "data": {"volcano": "made me"}})
-    reconciler = start_reconciler(namespace)
-    create(kube_admin, example_job("svc", namespace))
-    wait_until(lambda: {("Service", "svc-demo"), ("NetworkPolicy", "svc-demo")} <= set(objects(kube_admin, namespace)), 15,
+    reconciler = start_reconciler(kube_namespace)
+    create(kube_admin, example_job("svc", kube_namespace))
+    wait_until(lambda: {("Service", "svc-demo"), ("NetworkPolicy", "svc-demo")} <= set(objects(kube_admin, kube_namespace)), 15,
                "the Service and NetworkPolicy")
-    wait_until(lambda: events(kube_admin, namespace, "ResourceNotManaged"), 10, "a ResourceNotManaged event")
+    wait_until(lambda: events(kube_admin, kube_namespace, "ResourceNotManaged"), 10, "a ResourceNotManaged event")
     for _ in range(3):
         reconciler.resync()
         time.sleep(0.3)
-    found = events(kube_admin, namespace, "ResourceNotManaged")
+    found = events(kube_admin, kube_namespace, "ResourceNotManaged")
     assert len(found) == 1 and "ConfigMap svc-demo-svc" in found[0]["message"]
     assert found[0]["involvedObject"]["name"] == "svc-demo" and found[0]["type"] == "Warning"
-    cm = objects(kube_admin, namespace, ours_only=False)[("ConfigMap", "svc-demo-svc")]
+    cm = objects(kube_admin, kube_namespace, ours_only=False)[("ConfigMap", "svc-demo-svc")]
     assert cm["data"] == {"volcano": "made me"} and "labels" not in cm["metadata"]
-    delete(kube_admin, JOB_API_VERSION, "Job", "svc-demo", namespace)
-    wait_until(lambda: set(objects(kube_admin, namespace, ours_only=False)) == {("ConfigMap", "svc-demo-svc")}, 15,
+    delete(kube_admin, JOB_API_VERSION, "Job", "svc-demo", kube_namespace)
+    wait_until(lambda: set(objects(kube_admin, kube_namespace, ours_only=False)) == {("ConfigMap", "svc-demo-svc")}, 15,
                "ours gone, theirs kept")
 
 
-def test_ssh_keys_survive_a_restart_and_resyncs(kube_admin: Any, namespace: str, start_reconciler: Callable[..., Reconciler]) -> None:
-    first = start_reconciler(namespace)
-    create(kube_admin, example_job("ssh", namespace))
-    wait_until(lambda: ("Secret", "ssh-demo-ssh") in objects(kube_admin, namespace), 15, "the ssh Secret")
+def test_ssh_keys_survive_a_restart_and_resyncs(kube_admin: Any, kube_namespace: str, start_reconciler: Callable[..., Reconciler]) -> None:
+    first = start_reconciler(kube_namespace)
+    create(kube_admin, example_job("ssh", kube_namespace))
+    wait_until(lambda: ("Secret", "ssh-demo-ssh") in objects(kube_admin, kube_namespace), 15, "the ssh Secret")
     first.stop()
-    secret = objects(kube_admin, namespace)[("Secret", "ssh-demo-ssh")]
-    second = start_reconciler(namespace, resync_seconds=0.2)
+    secret = objects(kube_admin, kube_namespace)[("Secret", "ssh-demo-ssh")]
+    second = start_reconciler(kube_namespace, resync_seconds=0.2)
     time.sleep(1.0)
     second.stop()
-    after = objects(kube_admin, namespace)[("Secret", "ssh-demo-ssh")]
+    after = objects(kube_admin, kube_namespace)[("Secret", "ssh-demo-ssh")]
     assert after["data"] == secret["data"]
     assert after["metadata"]["resourceVersion"] == secret["metadata"]["resourceVersion"], "not written at all"
 
@@ -320,22 +296,22 @@ def test_drift_is_repaired_from_watch_events(mode: str, apiserver_factory: ApiSe
     assert objects(admin, namespace)[("Secret", "mpi-demo-ssh")]["data"]["id_rsa"] == secret["data"]["id_rsa"]
 
 
-def test_a_steady_state_resync_sends_nothing(envtest: EnvTest, kube_admin: Any, namespace: str,
+def test_a_steady_state_resync_sends_nothing(envtest: EnvTest, kube_admin: Any, kube_namespace: str,
                                              start_reconciler: Callable[..., Reconciler]) -> None:
-    reconciler = start_reconciler(namespace)
+    reconciler = start_reconciler(kube_namespace)
     for name in ("mpi", "ray", "svc", "hostfile", "tensorflow", "pytorch"):
-        create(kube_admin, example_job(name, namespace))
+        create(kube_admin, example_job(name, kube_namespace))
     # svc's publishNotReadyAddresses: false is stored as nothing; ray's head Service gets ports
     # defaulted (protocol, targetPort); every Service gets type, sessionAffinity, ipFamilies...
     wait_until(lambda: reconciler.metrics.reconciles.labels("success")._value.get() >= 6 and len(reconciler.queue) == 0
-               and len(objects(kube_admin, namespace)) >= 18, 20, "every job's objects")
+               and len(objects(kube_admin, kube_namespace)) >= 18, 20, "every job's objects")
     time.sleep(1.0)  # the last watch events of our own writes
     since = now()
     for _ in range(3):
         assert reconciler.resync() == 6
         wait_until(lambda: len(reconciler.queue) == 0, 10, "the resync done")
         time.sleep(0.3)
-    assert product_requests(envtest, since, namespace) == []
+    assert product_requests(envtest, since, kube_namespace) == []
 
 
 # Too large ---------------------------------------------------------------------------------------
@@ -354,49 +330,49 @@ class BlobPlugin(Plugin):
                  "data": {"blob": "x" * self.options["bytes"]}}]
 
 
-def test_an_object_over_its_size_limit_is_never_sent_and_the_job_is_told_once(envtest: EnvTest, kube_admin: Any, namespace: str,
+def test_an_object_over_its_size_limit_is_never_sent_and_the_job_is_told_once(envtest: EnvTest, kube_admin: Any, kube_namespace: str,
                                                                               start_reconciler: Callable[..., Reconciler]) -> None:
-    reconciler = start_reconciler(namespace, chain=Chain(Registry([*BUILTINS.values(), BlobPlugin])))
+    reconciler = start_reconciler(kube_namespace, chain=Chain(Registry([*BUILTINS.values(), BlobPlugin])))
     since = now()
-    job = svc_job(namespace, "big", {"master": 1, "worker": 2})
+    job = svc_job(kube_namespace, "big", {"master": 1, "worker": 2})
     job["spec"]["plugins"]["blob"] = [f"--bytes={DATA_LIMIT + 1}"]
     create(kube_admin, job)
-    wait_until(lambda: {("ConfigMap", "big-svc"), ("Service", "big"), ("NetworkPolicy", "big")} <= set(objects(kube_admin, namespace)),
+    wait_until(lambda: {("ConfigMap", "big-svc"), ("Service", "big"), ("NetworkPolicy", "big")} <= set(objects(kube_admin, kube_namespace)),
                20, "the job's other objects")
-    found = wait_until(lambda: events(kube_admin, namespace, "ObjectTooLarge"), 10, "an ObjectTooLarge event")
+    found = wait_until(lambda: events(kube_admin, kube_namespace, "ObjectTooLarge"), 10, "an ObjectTooLarge event")
     message = found[0]["message"]
     assert message == f"ConfigMap big-blob not written: its data is {DATA_LIMIT + 1} bytes, over the {DATA_LIMIT}-byte limit on a ConfigMap's data"
     assert found[0]["involvedObject"]["name"] == "big" and found[0]["type"] == "Warning"
     for _ in range(3):
         reconciler.resync()
         time.sleep(0.5)
-    assert len(events(kube_admin, namespace, "ObjectTooLarge")) == 1, "told once, not on every resync"
-    asked = product_requests(envtest, since, namespace)
+    assert len(events(kube_admin, kube_namespace, "ObjectTooLarge")) == 1, "told once, not on every resync"
+    asked = product_requests(envtest, since, kube_namespace)
     assert [r for r in asked if r[2] == "big-blob"] == [], "nothing sent for the ConfigMap"
     assert len([r for r in asked if r[0] in WRITES and r[1] != "events"]) == 3, "one create each for the other objects"
     # Once the job fits, the ConfigMap is made.
-    scale(kube_admin, namespace, "big", lambda job: job["spec"]["plugins"].update(blob=["--bytes=10"]))
-    wait_until(lambda: ("ConfigMap", "big-blob") in objects(kube_admin, namespace), 15, "the ConfigMap once the job fits")
+    scale(kube_admin, kube_namespace, "big", lambda job: job["spec"]["plugins"].update(blob=["--bytes=10"]))
+    wait_until(lambda: ("ConfigMap", "big-blob") in objects(kube_admin, kube_namespace), 15, "the ConfigMap once the job fits")
 
 
-def test_a_job_the_plugins_refuse_is_told_once_and_left_alone(kube_admin: Any, namespace: str,
+def test_a_job_the_plugins_refuse_is_told_once_and_left_alone(kube_admin: Any, kube_namespace: str,
                                                               start_reconciler: Callable[..., Reconciler]) -> None:
-    reconciler = start_reconciler(namespace)
-    job = example_job("env", namespace)
+    reconciler = start_reconciler(kube_namespace)
+    job = example_job("env", kube_namespace)
     job["spec"]["plugins"]["nope"] = []
     create(kube_admin, job)
-    found = wait_until(lambda: events(kube_admin, namespace, "InvalidPlugins"), 10, "an InvalidPlugins event")
+    found = wait_until(lambda: events(kube_admin, kube_namespace, "InvalidPlugins"), 10, "an InvalidPlugins event")
     assert "nope" in found[0]["message"]
     reconciler.resync()
     time.sleep(0.5)
-    assert len(events(kube_admin, namespace, "InvalidPlugins")) == 1
-    assert objects(kube_admin, namespace) == {}
+    assert len(events(kube_admin, kube_namespace, "InvalidPlugins")) == 1
+    assert objects(kube_admin, kube_namespace) == {}
 
 
 # Leadership and stopping --------------------------------------------------------------------------
 
 
-def test_a_standby_never_writes_and_takes_over_at_once_when_the_leader_stops(envtest: EnvTest, kube_admin: Any, namespace: str,
+def test_a_standby_never_writes_and_takes_over_at_once_when_the_leader_stops(envtest: EnvTest, kube_admin: Any, kube_namespace: str,
                                                                              start_reconciler: Callable[..., Reconciler]) -> None:
     from volcano_job_webhook.reconciler.leader import LeaderElector
 
@@ -415,28 +391,28 @@ def test_a_standby_never_writes_and_takes_over_at_once_when_the_leader_stops(env
                 reconcilers[name].leadership_changed(leading)
         return changed
 
+    # b's clock stands still: a's Lease never expires for b, so b can only lead once a releases it.
+    clocks: dict[str, Callable[[], float]] = {"a": time.monotonic, "b": FakeClock()}
     for name in ("a", "b"):
         electors[name] = LeaderElector(envtest.api_client(WEBHOOK_USER), *lease, name, lease_duration=3, renew_deadline=2,
-                                       retry_period=0.3, on_change=on_change(name))
+                                       retry_period=0.3, on_change=on_change(name), clock=clocks[name])
     electors["a"].start()
     wait_until(lambda: electors["a"].is_leader, 10, "a leads")
     electors["b"].start()
     for name in ("a", "b"):
-        reconcilers[name] = start_reconciler(namespace, is_leader=lambda n=name: electors[n].is_leader)
-    create(kube_admin, example_job("svc", namespace))
-    wait_until(lambda: len(objects(kube_admin, namespace)) == 3, 15, "a makes the objects")
+        reconcilers[name] = start_reconciler(kube_namespace, is_leader=lambda n=name: electors[n].is_leader)
+    create(kube_admin, example_job("svc", kube_namespace))
+    wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 3, 15, "a makes the objects")
     time.sleep(0.5)
     assert not electors["b"].is_leader
     assert sent(reconcilers["b"]) == 0, "the standby sent nothing"
     assert sent(reconcilers["a"]) > 0
-    # a stops as on SIGTERM: its Lease is released and b leads long before the lease would expire.
+    # a stops as on SIGTERM: its Lease is released and b leads without waiting it out.
     reconcilers["a"].stop()
     electors["a"].stop()
-    stopped = time.monotonic()
-    wait_until(lambda: electors["b"].is_leader, 5, "b takes over")
-    assert time.monotonic() - stopped < 3, "without waiting out the lease duration"
-    delete(kube_admin, JOB_API_VERSION, "Job", "svc-demo", namespace)
-    wait_until(lambda: not objects(kube_admin, namespace), 15, "b cleans up")
+    wait_until(lambda: electors["b"].is_leader, 10, "b takes over")
+    delete(kube_admin, JOB_API_VERSION, "Job", "svc-demo", kube_namespace)
+    wait_until(lambda: not objects(kube_admin, kube_namespace), 15, "b cleans up")
     electors["b"].stop()
     holding: set[str] = set()
     for name, leading in changes:
@@ -444,24 +420,24 @@ def test_a_standby_never_writes_and_takes_over_at_once_when_the_leader_stops(env
         (holding.add if leading else holding.discard)(name)
 
 
-def test_leadership_gained_just_after_the_caches_sync_reconciles_everything(kube_admin: Any, namespace: str,
+def test_leadership_gained_just_after_the_caches_sync_reconciles_everything(kube_admin: Any, kube_namespace: str,
                                                                             start_reconciler: Callable[..., Reconciler]) -> None:
     for name in ("svc", "ssh"):
-        create(kube_admin, example_job(name, namespace))
+        create(kube_admin, example_job(name, kube_namespace))
     leading = threading.Event()
-    reconciler = start_reconciler(namespace, is_leader=leading.is_set)
+    reconciler = start_reconciler(kube_namespace, is_leader=leading.is_set)
     time.sleep(0.005)
     leading.set()
     reconciler.leadership_changed(True)
-    wait_until(lambda: len(objects(kube_admin, namespace)) == 7, 15, "both jobs' objects")
+    wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 7, 15, "both jobs' objects")
 
 
 def test_the_reconcile_command_releases_its_lease_and_exits_promptly_on_sigterm(envtest: EnvTest, kube_admin: Any,
-                                                                                 namespace: str, tmp_path: Path) -> None:
+                                                                                 kube_namespace: str, tmp_path: Path) -> None:
     lease = ("volcano-job-webhook-reconciler", "volcano-job-webhook")
     delete(kube_admin, "coordination.k8s.io/v1", "Lease", *lease)
     port = free_port()
-    process = start_product(["reconcile", f"--kubeconfig={envtest.kubeconfig(WEBHOOK_USER)}", f"--namespace={namespace}",
+    process = start_product(["reconcile", f"--kubeconfig={envtest.kubeconfig(WEBHOOK_USER)}", f"--namespace={kube_namespace}",
                              f"--health-port={port}", "--leader-elect", f"--lease-name={lease[0]}",
                              f"--lease-namespace={lease[1]}", "--workers=2"], tmp_path / "reconcile.log")
     try:
@@ -475,15 +451,13 @@ def test_the_reconcile_command_releases_its_lease_and_exits_promptly_on_sigterm(
 
         wait_until(ready, 30, f"the reconciler ready and leading:\n{process.log(tail=20)}")
         # Named in our annotation: the command leaves spec.plugins to Volcano's own controller.
-        create(kube_admin, annotated(example_job("svc", namespace)))
-        wait_until(lambda: len(objects(kube_admin, namespace)) == 3, 15, "the job's objects")
+        create(kube_admin, annotated(example_job("svc", kube_namespace)))
+        wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 3, 15, "the job's objects")
         time.sleep(1.0)  # its watches are open and idle: stopping must not wait for their next event
         process.popen.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
+        # Within half the 20 s a watch left to time out would take; bench/reconcile.py measures the
+        # exit against its 2 s target.
         assert process.popen.wait(10) == 0, process.log(tail=20)
-        # The bench measures the exit time against its 2 s target; here: well under the 20 s a
-        # watch left to time out would take.
-        assert time.monotonic() - sent < 5, process.log(tail=20)
     finally:
         process.stop()
     held = read(kube_admin, "coordination.k8s.io/v1", "Lease", *lease)
@@ -493,26 +467,26 @@ def test_the_reconcile_command_releases_its_lease_and_exits_promptly_on_sigterm(
 # The caches as records (webhook/kube/records.py, reconciler/kinds.py) -----------------------------
 
 
-def test_a_finished_job_keeps_no_objects_and_gets_none_again(envtest: EnvTest, kube_admin: Any, namespace: str,
+def test_a_finished_job_keeps_no_objects_and_gets_none_again(envtest: EnvTest, kube_admin: Any, kube_namespace: str,
                                                              start_reconciler: Callable[..., Reconciler]) -> None:
     """Completed (Volcano's controller writes it through the status subresource): our objects go, as
     Volcano's own do, and later status writes make nothing again — no object, no key."""
-    start_reconciler(namespace)
-    create(kube_admin, example_job("mpi", namespace))
-    wait_until(lambda: len(objects(kube_admin, namespace)) == 4, 15, "the job's objects")
-    status_path = resource_path(kube_admin, JOB_API_VERSION, "Job", namespace, "mpi-demo") + "/status"
+    start_reconciler(kube_namespace)
+    create(kube_admin, example_job("mpi", kube_namespace))
+    wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 4, 15, "the job's objects")
+    status_path = resource_path(kube_admin, JOB_API_VERSION, "Job", kube_namespace, "mpi-demo") + "/status"
     request(kube_admin, "PATCH", status_path, body={"status": {"state": {"phase": "Completed"}}},
             content_type="application/merge-patch+json")
-    wait_until(lambda: not objects(kube_admin, namespace), 15, "the finished job's objects gone")
+    wait_until(lambda: not objects(kube_admin, kube_namespace), 15, "the finished job's objects gone")
     since = now()
     for succeeded in (1, 2, 3):
         request(kube_admin, "PATCH", status_path, body={"status": {"succeeded": succeeded}}, content_type="application/merge-patch+json")
     time.sleep(1.0)
-    assert not objects(kube_admin, namespace)
-    assert [r for r in product_requests(envtest, since, namespace) if r[0] in WRITES] == []
+    assert not objects(kube_admin, kube_namespace)
+    assert [r for r in product_requests(envtest, since, kube_namespace) if r[0] in WRITES] == []
 
 
-def test_a_relist_repairs_what_changed_while_the_reconciler_was_cut_off(envtest: EnvTest, kube_admin: Any, namespace: str,
+def test_a_relist_repairs_what_changed_while_the_reconciler_was_cut_off(envtest: EnvTest, kube_admin: Any, kube_namespace: str,
                                                                          start_reconciler: Callable[..., Reconciler]) -> None:
     """Its watches broken (a TCP proxy between it and the API server cut), then mended: the informers
     list again, page by page into the caches, and what changed meanwhile is repaired — a ConfigMap
@@ -526,25 +500,25 @@ def test_a_relist_repairs_what_changed_while_the_reconciler_was_cut_off(envtest:
     try:
         api = envtest.api_client(WEBHOOK_USER)
         api.configuration.host = f"https://127.0.0.1:{proxy.port}"
-        reconciler = Reconciler(api, Chain(), namespaces=[namespace], resync_seconds=3600)
+        reconciler = Reconciler(api, Chain(), namespaces=[kube_namespace], resync_seconds=3600)
         reconciler.start()
         try:
             wait_until(lambda: reconciler.ready, 15, "the reconciler's caches to sync")
-            create(kube_admin, example_job("mpi", namespace))
-            wait_until(lambda: len(objects(kube_admin, namespace)) == 4, 15, "the job's objects")
-            hosts = dict(objects(kube_admin, namespace)[("ConfigMap", "mpi-demo-svc")]["data"])
+            create(kube_admin, example_job("mpi", kube_namespace))
+            wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 4, 15, "the job's objects")
+            hosts = dict(objects(kube_admin, kube_namespace)[("ConfigMap", "mpi-demo-svc")]["data"])
             relists = reconciler.jobs.relists
             proxy.cut()
-            cm = read(kube_admin, "v1", "ConfigMap", "mpi-demo-svc", namespace)
+            cm = read(kube_admin, "v1", "ConfigMap", "mpi-demo-svc", kube_namespace)
             assert cm is not None
             cm["data"]["mpiworker.host"] = "intruder\n"
             replace(kube_admin, cm)
-            delete(kube_admin, "v1", "Service", "mpi-demo", namespace)
+            delete(kube_admin, "v1", "Service", "mpi-demo", kube_namespace)
             time.sleep(1.0)
             proxy.mend()
 
             def repaired() -> bool:
-                got = objects(kube_admin, namespace)
+                got = objects(kube_admin, kube_namespace)
                 return ("Service", "mpi-demo") in got and got[("ConfigMap", "mpi-demo-svc")]["data"] == hosts
             wait_until(repaired, 30, "the edit and the deletion repaired after the relist")
             assert reconciler.jobs.relists > relists

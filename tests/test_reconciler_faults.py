@@ -6,35 +6,26 @@ against a real kube-apiserver."""
 from __future__ import annotations
 
 import copy
+import functools
 import time
-from collections.abc import Callable, Iterator
 
-import pytest
-import yaml
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
-from tests.conftest import EXAMPLES
+from tests.envtest import wait_until
+from tests.jobs import example_job
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.reconciler import Reconciler
 
 MANAGED = {"configmaps": "ConfigMap", "services": "Service", "secrets": "Secret", "networkpolicies.networking.k8s.io": "NetworkPolicy"}
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+wait_for = functools.partial(wait_until, timeout=10.0, interval=0.05)
 
 
 def create_job(server: FakeApiServer, name: str) -> dict:
-    job = yaml.safe_load((EXAMPLES / "jobs" / f"{name}-job.yaml").read_text())
-    job["metadata"].pop("uid", None)
     api = client.CustomObjectsApi(server.api_client())
-    return api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", job)
+    return api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", example_job(name))
 
 
 def state(server: FakeApiServer) -> dict[tuple[str, str], dict]:
@@ -55,12 +46,6 @@ def comparable(objects: dict[tuple[str, str], dict]) -> dict[tuple[str, str], ob
     return out
 
 
-@pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as s:
-        yield s
-
-
 def start(server: FakeApiServer, **options: object) -> Reconciler:
     options.setdefault("resync_seconds", 3600)
     reconciler = Reconciler(server.api_client(), Chain(), **options)  # type: ignore[arg-type]
@@ -68,7 +53,7 @@ def start(server: FakeApiServer, **options: object) -> Reconciler:
     return reconciler
 
 
-def test_faults_end_in_the_same_state_with_nothing_lost_or_duplicated(server: FakeApiServer) -> None:
+def test_faults_end_in_the_same_state_with_nothing_lost_or_duplicated(api_double: FakeApiServer) -> None:
     with FakeApiServer() as clean:
         r = start(clean)
         for name in ("mpi", "ray", "svc"):
@@ -78,52 +63,52 @@ def test_faults_end_in_the_same_state_with_nothing_lost_or_duplicated(server: Fa
         expected = comparable(state(clean))
 
     # Faults aimed at the reconciler's own calls (the test creates jobs through the same server).
-    server.fail_next(3, status=500, method="POST", path_contains="/configmaps")
-    server.fail_next(2, status=429, method="POST", path_contains="/secrets", retry_after=0)
-    server.fail_next(4, status=503, method="GET", path_contains="/configmaps")
-    server.drop_next(1, method="POST", path_contains="/services")
-    r = start(server)
-    create_job(server, "mpi")
+    api_double.fail_next(3, status=500, method="POST", path_contains="/configmaps")
+    api_double.fail_next(2, status=429, method="POST", path_contains="/secrets", retry_after=0)
+    api_double.fail_next(4, status=503, method="GET", path_contains="/configmaps")
+    api_double.drop_next(1, method="POST", path_contains="/services")
+    r = start(api_double)
+    create_job(api_double, "mpi")
     wait_for(lambda: r.ready, what="caches synced")
-    server.close_watches()
-    create_job(server, "ray")
-    server.expire_history()
-    server.close_watches()
-    create_job(server, "svc")
-    wait_for(lambda: len(state(server)) == 11, timeout=20, what="all objects despite faults")
+    api_double.close_watches()
+    create_job(api_double, "ray")
+    api_double.expire_history()
+    api_double.close_watches()
+    create_job(api_double, "svc")
+    wait_for(lambda: len(state(api_double)) == 11, timeout=20, what="all objects despite faults")
     time.sleep(0.5)
     r.stop()
-    assert comparable(state(server)) == expected
-    creates = [q for q in server.requests if q.verb == "create" and q.status == 201 and q.resource not in ("jobs", "events")]
+    assert comparable(state(api_double)) == expected
+    creates = [q for q in api_double.requests if q.verb == "create" and q.status == 201 and q.resource not in ("jobs", "events")]
     assert len(creates) == 11, "each object created exactly once"
     assert r.jobs.relists >= 2, "the expired watch was followed by a fresh list"
 
 
-def test_a_reconcile_that_keeps_failing_is_retried_until_it_succeeds(server: FakeApiServer) -> None:
+def test_a_reconcile_that_keeps_failing_is_retried_until_it_succeeds(api_double: FakeApiServer) -> None:
     # More failures than one reconcile's own retries (kube.backoff.with_retries: 5 attempts), so the
     # job must come back through the work queue's rate-limited re-add: nothing else queues it (no
     # resync within the test, and our own writes' watch events change nothing in the cache).
-    server.fail_next(12, status=500, method="POST", path_contains="/configmaps")
-    r = start(server)
+    api_double.fail_next(12, status=500, method="POST", path_contains="/configmaps")
+    r = start(api_double)
     try:
-        create_job(server, "svc")
-        wait_for(lambda: ("ConfigMap", "svc-demo-svc") in state(server), timeout=30, what="the ConfigMap, eventually")
-        failed = [q for q in server.requests if q.verb == "create" and q.resource == "configmaps" and q.status == 500]
+        create_job(api_double, "svc")
+        wait_for(lambda: ("ConfigMap", "svc-demo-svc") in state(api_double), timeout=30, what="the ConfigMap, eventually")
+        failed = [q for q in api_double.requests if q.verb == "create" and q.resource == "configmaps" and q.status == 500]
         assert len(failed) == 12
         assert r.metrics.reconciles.labels("error")._value.get() >= 2
     finally:
         r.stop()
 
 
-def test_the_api_server_away_and_back(server: FakeApiServer) -> None:
-    r = start(server)
+def test_the_api_server_away_and_back(api_double: FakeApiServer) -> None:
+    r = start(api_double)
     try:
-        create_job(server, "env")
+        create_job(api_double, "env")
         wait_for(lambda: r.ready, what="caches synced")
-        server.stop()
+        api_double.stop()
         time.sleep(0.5)
-        server.restart()
-        create_job(server, "svc")
-        wait_for(lambda: len(state(server)) == 3, timeout=30, what="svc objects after the restart")
+        api_double.restart()
+        create_job(api_double, "svc")
+        wait_for(lambda: len(state(api_double)) == 3, timeout=30, what="svc objects after the restart")
     finally:
         r.stop()

@@ -9,6 +9,7 @@ from importlib.metadata import EntryPoint
 import pytest
 
 from tests.conftest import ROOT
+from tests.jobs import task, volcano_job
 from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.plugins import Chain, ChainConfig, Flag, Job, Plugin, PodContext, containers, ensure_envs, registry
 from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
@@ -40,8 +41,7 @@ def test_third_party_plugins_load_from_entry_points_and_run_after_the_builtins(m
     assert "greet" in reg and "broken" not in reg
     assert "plugin entry point broken = no_such_module:Nothing not loaded" in caplog.text
     assert "plugin entry point env = volcano_job_webhook.plugins.builtin.env:EnvPlugin not loaded: env is a built-in" in caplog.text
-    job = Job.from_object({"metadata": {"name": "j"}, "spec": {
-        "plugins": {"greet": ["--greeting=hi"]}, "tasks": [{"name": "w", "replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}]}})
+    job = Job.from_object(volcano_job("j", namespace=None, plugins={"greet": ["--greeting=hi"]}, tasks=[task("w", container="c", image="x")]))
     chain = Chain(reg)
     assert [p.name for p in chain.plugins(job)] == ["env", "greet"]  # requires added; built-ins first
     pod = {"metadata": {"name": "j-w-0", "annotations": {"volcano.sh/task-spec": "w"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
@@ -65,9 +65,7 @@ def test_a_plugin_knows_its_peers_from_its_constructor() -> None:
     its own, a plugin knows the job's spec.plugins."""
     from volcano_job_webhook.plugins.builtin.torchrun import TorchrunPlugin
 
-    job = Job.from_object({"metadata": {"name": "j"}, "spec": {
-        "plugins": {"pytorch": ["--port=1111"]},
-        "tasks": [{"name": "master", "replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}]}})
+    job = Job.from_object(volcano_job("j", namespace=None, plugins={"pytorch": ["--port=1111"]}, tasks=[task("master", container="c", image="x")]))
     alone = TorchrunPlugin(job, [])
     assert alone.peers == {"pytorch": ["--port=1111"]} and alone.port == 1111
     assert TorchrunPlugin(job, [], peers={"torchrun": []}).port == 29500
@@ -92,10 +90,10 @@ def test_settings_flags_over_environment_over_yaml(tmp_path, monkeypatch):
 def test_bad_settings_are_refused(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("port: 70000\n")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"\nport\n +Input should be less than or equal to 65535"):
         load_settings(str(config))
     config.write_text("prot: 1\n")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"\nprot\n +Extra inputs are not permitted"):
         load_settings(str(config))
 
 
@@ -111,9 +109,7 @@ def test_the_docs_third_party_example_runs_as_written():
     exec(compile(code, "docs/plugins.md", "exec"), namespace)
     cls = namespace["MyPlugin"]
     reg = registry.Registry([*registry.BUILTINS.values(), cls])
-    job = Job.from_object({"metadata": {"name": "j"}, "spec": {
-        "plugins": {"myplugin": ["--greeting=hi"]},
-        "tasks": [{"name": "w", "replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}]}})
+    job = Job.from_object(volcano_job("j", namespace=None, plugins={"myplugin": ["--greeting=hi"]}, tasks=[task("w", container="c", image="x")]))
     pod = {"metadata": {"name": "j-w-0", "annotations": {"volcano.sh/task-spec": "w"}},
            "spec": {"containers": [{"name": "c", "image": "x"}]}}
     result = Chain(reg).mutate(job, pod)

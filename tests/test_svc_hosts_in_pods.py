@@ -28,6 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.envtest import create as create_object
 from tests.envtest import delete, status_message
+from tests.jobs import volcano_job
 from tests.schema import validate_object, validate_pod
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.budget import DATA_LIMIT, GENERATED_LIMIT, STORE_LIMIT, task_hosts
@@ -39,19 +40,8 @@ Obj = dict[str, Any]
 
 
 def job_object(name: str, tasks: list[tuple[str, int, Obj]], plugins: Obj | None = None) -> Obj:
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": "default", "uid": "e0000000-0000-4000-8000-00000000b16"},
-        "spec": {
-            "minAvailable": 1,
-            "plugins": plugins or {"svc": []},
-            "tasks": [
-                {"name": t, "replicas": r, "template": {"spec": {"containers": [{"name": "main", "image": "x:1"}], **extra}}}
-                for t, r, extra in tasks
-            ],
-        },
-    }
+    return volcano_job(name, tasks=tasks, plugins=plugins or {"svc": []}, uid="e0000000-0000-4000-8000-00000000b16", image="x:1",
+                       minAvailable=1)
 
 
 def volcano_files(job_obj: Obj) -> dict[str, str]:

@@ -121,7 +121,7 @@ def test_the_context_allows_tls12_plus_with_forward_secret_aead_ciphers_only(cer
     assert tls12 and all(c["kea"] == "kx-ecdhe" and c["aead"] for c in tls12), tls12
     with_clients = make_server_context(certs / "tls.crt", certs / "tls.key", certs / "ca.crt")
     assert with_clients.verify_mode == ssl.CERT_REQUIRED
-    with pytest.raises(ssl.SSLError):
+    with pytest.raises(ssl.SSLError, match="KEY_VALUES_MISMATCH"):
         make_server_context(certs / "tls.crt", certs / "ca.key")  # not the certificate's key
 
 
@@ -311,7 +311,7 @@ def test_reloader_without_a_server(certs):
     swap_in_new_cert(certs)
     assert reloader.reload_now() is True and reloader.reload_now() is False
     assert reloader.reload_now(force=True) is False  # forced look, same bytes
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=r"absent\.crt"):
         CertReloader(certs / "absent.crt", certs / "tls.key")
 
 

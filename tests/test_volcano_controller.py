@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.cluster import VolcanoCluster, names
 from tests.envtest import apply, create, replace, status_message
+from tests.jobs import job_owner, scheduled_job
 from tests.servers import TinyWebhook, denying, tiny_webhook
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
 
@@ -25,27 +26,7 @@ PLUGIN_OBJECTS = (("Secret", f"{JOB}-ssh"), ("ConfigMap", f"{JOB}-svc"), ("Servi
 PODS = [f"{JOB}-master-0", f"{JOB}-worker-0", f"{JOB}-worker-1"]
 
 
-def volcano_job(name: str = JOB, **spec: Any) -> dict[str, Any]:
-    template = {"spec": {"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}],
-                         "restartPolicy": "Never"}}
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"schedulerName": "volcano", "minAvailable": 3, "queue": "default",
-                     "plugins": {"svc": [], "ssh": [], "env": []},
-                     "tasks": [{"name": "master", "replicas": 1, "template": template},
-                               {"name": "worker", "replicas": 2, "template": template}],
-                     **spec}}
-
-
-@pytest.fixture(params=["emulated", "real"])
-def cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
-    """Each test on the emulation, and again on the real controller (skipped without it)."""
-    found: VolcanoCluster = request.getfixturevalue(f"{request.param}_volcano_cluster")
-    return found
-
-
-def controller_ref(job: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": job["metadata"]["name"],
-            "uid": job["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+PLUGINS = {"svc": [], "ssh": [], "env": []}
 
 
 def plugin_objects(c: VolcanoCluster) -> dict[tuple[str, str], dict[str, Any] | None]:
@@ -65,22 +46,22 @@ def env_of(pod: dict[str, Any]) -> dict[str, Any]:
 
 def started(c: VolcanoCluster) -> list[dict[str, Any]]:
     """Create the Job, wait for its plugin objects, enqueue its PodGroup, wait for its three Pods."""
-    c.create(volcano_job())
+    c.create(scheduled_job(JOB, plugins=PLUGINS))
     c.wait(lambda: all(plugin_objects(c).values()), "Volcano's four plugin objects")
     c.inqueue(JOB)
     return c.wait(lambda: names(pods := c.pods(JOB)) == PODS and pods, "the three Pods")
 
 
 def test_a_new_job_gets_volcanos_objects_and_podgroup_before_any_pod(cluster: VolcanoCluster) -> None:
-    job = cluster.create(volcano_job())
+    job = cluster.create(scheduled_job(JOB, plugins=PLUGINS))
     objects = cluster.wait(lambda: all((found := plugin_objects(cluster)).values()) and found, "Volcano's four plugin objects")
     podgroup = cluster.wait(lambda: cluster.podgroup(JOB), "the PodGroup")
     assert podgroup["metadata"]["name"] == f"{JOB}-{job['metadata']['uid']}"
     assert (podgroup.get("status") or {}).get("phase", "") == ""
-    assert podgroup["metadata"]["ownerReferences"] == [controller_ref(job)]
+    assert podgroup["metadata"]["ownerReferences"] == [job_owner(job)]
     for (kind, name), obj in objects.items():
         assert obj is not None
-        assert obj["metadata"]["ownerReferences"] == [controller_ref(job)], (kind, name)
+        assert obj["metadata"]["ownerReferences"] == [job_owner(job)], (kind, name)
         assert not obj["metadata"].get("labels"), f"{kind} {name} carries labels: Volcano puts none"
     secret = objects[("Secret", f"{JOB}-ssh")]
     assert secret is not None and sorted(secret["data"]) == ["authorized_keys", "config", "id_rsa", "id_rsa.pub"]
@@ -120,7 +101,7 @@ def test_an_enqueued_job_gets_pods_wired_by_volcanos_plugins(cluster: VolcanoClu
         assert volumes[f"{JOB}-ssh"]["secret"]["secretName"] == f"{JOB}-ssh"
         assert annotations["scheduling.k8s.io/group-name"] == f"{JOB}-{job['metadata']['uid']}"
         assert (annotations["volcano.sh/job-version"], annotations["volcano.sh/job-retry-count"]) == ("0", "0")
-        assert pod["metadata"]["ownerReferences"] == [controller_ref(job)]
+        assert pod["metadata"]["ownerReferences"] == [job_owner(job)]
         assert pod["status"]["phase"] == "Pending"
     recorded = cluster.wait(lambda: status(cluster).get("controlledResources"), "controlledResources")
     assert recorded == {"plugin-env": "env", "plugin-ssh": "ssh", "plugin-svc": "svc"}
@@ -199,7 +180,7 @@ def test_a_restart_deletes_everything_and_remakes_it_with_a_new_key(cluster: Vol
 
 
 def test_a_failed_pod_under_a_restart_policy_restarts_the_job(cluster: VolcanoCluster) -> None:
-    cluster.create(volcano_job("pj", policies=[{"event": "PodFailed", "action": "RestartJob"}]))
+    cluster.create(scheduled_job("pj", plugins=PLUGINS, policies=[{"event": "PodFailed", "action": "RestartJob"}]))
     cluster.inqueue("pj")
     pods = cluster.wait(lambda: len(found := cluster.pods("pj")) == 3 and found, "the Pods")
     cluster.set_pod_phase(pods[1]["metadata"]["name"], "Failed")
@@ -222,7 +203,7 @@ def test_a_pod_webhook_that_denies_ends_the_job_after_the_retry_limit(emulated_v
     create(cluster.admin, {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
                            "metadata": {"name": "denier"},
                            "webhooks": [denier.hook("pods.denier.test", "/deny", objectSelector=selector, failurePolicy="Fail")]})
-    cluster.create(volcano_job())
+    cluster.create(scheduled_job(JOB, plugins=PLUGINS))
     cluster.wait(lambda: all(plugin_objects(cluster).values()), "Volcano's four plugin objects")
     cluster.inqueue(JOB)
     cluster.wait(lambda: cluster.phase(JOB) == "Terminated", "the Job to be terminated")
@@ -247,7 +228,7 @@ def test_a_job_naming_a_plugin_volcano_lacks_gives_up_after_the_retry_limit(emul
     # Volcano's TerminateJob runs the plugins' OnJobDelete, which fails the same way: the Job stays
     # Pending, dropped from the queue.
     cluster = emulated_volcano_cluster
-    cluster.create(volcano_job(plugins={"torchrun": []}))
+    cluster.create(scheduled_job(JOB, plugins={"torchrun": []}))
     limit = ("ExecuteAction", "Job failed on action SyncJob for retry limit reached")
     reasons = cluster.wait(lambda: limit in (found := [(e["reason"], e["message"]) for e in cluster.events(JOB)]) and found,
                            "the retry limit")
@@ -262,7 +243,7 @@ def test_a_job_naming_a_plugin_volcano_lacks_gives_up_after_the_retry_limit(emul
 def test_the_double_refuses_a_second_controller_on_volcanos_objects(emulated_volcano_cluster: VolcanoCluster) -> None:
     """What the product must never do beside Volcano: claim an object Volcano controls."""
     cluster = emulated_volcano_cluster
-    cluster.create(volcano_job())
+    cluster.create(scheduled_job(JOB, plugins=PLUGINS))
     config_map = cluster.wait(lambda: cluster.get("ConfigMap", f"{JOB}-svc"), "the ConfigMap")
     ours = {**config_map["metadata"]["ownerReferences"][0], "name": "other", "uid": "0000"}
     config_map["metadata"]["ownerReferences"].append(ours)

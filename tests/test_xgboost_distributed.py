@@ -23,7 +23,8 @@ import yaml
 pytest.importorskip("xgboost.collective")
 
 from tests.envtest import free_port
-from tests.wiring import injected_env, set_plugin_arg
+from tests.jobs import set_plugin_arg
+from tests.wiring import injected_env
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLE = EXAMPLES / "jobs" / "xgboost-job.yaml"

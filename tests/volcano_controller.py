@@ -61,6 +61,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.envtest import request
+from tests.jobs import job_owner
 from volcano_job_webhook.plugins import Chain, ChainConfig, Job, PluginError
 from volcano_job_webhook.plugins.base import Plugin
 from volcano_job_webhook.plugins.keys import (
@@ -133,12 +134,6 @@ def _omitempty(value: Any) -> Any:
     if isinstance(value, list):
         return [_omitempty(v) for v in value]
     return value
-
-
-def controller_ref(job: Obj) -> Obj:
-    meta = job["metadata"]
-    return {"apiVersion": JOB_API_VERSION, "kind": "Job", "name": meta["name"], "uid": meta["uid"],
-            "controller": True, "blockOwnerDeletion": True}
 
 
 def _controlled_by(obj: Obj, uid: str) -> bool:
@@ -657,7 +652,7 @@ class VolcanoController:
         podgroup = c.podgroup
         if podgroup is None:
             pg_meta: Obj = {"name": f"{meta['name']}-{meta['uid']}", "namespace": meta["namespace"],
-                            "ownerReferences": [controller_ref(c.job)]}
+                            "ownerReferences": [job_owner(c.job)]}
             if meta.get("annotations"):
                 pg_meta["annotations"] = meta["annotations"]
             if meta.get("labels"):

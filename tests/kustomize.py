@@ -1,0 +1,96 @@
+"""The install manifests (``manifests/``) as ``kubectl apply -k`` sees them: rendered by kubectl's
+built-in kustomize, so what the tests check is what a user installs.
+
+kubectl is looked for, in order: ``$KUBECTL`` (when set, it alone decides; set it empty to render
+nothing), ``$KUBEBUILDER_ASSETS/kubectl`` (envtest's layout ships one), ``kubectl`` on ``PATH``, and
+``${XDG_CACHE_HOME:-~/.cache}/volcano-job-webhook/bin/kubectl``, where ``.ci/run`` puts one. Without
+it, :func:`build` skips the test naming what it looked for; a kustomization kubectl refuses fails it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFESTS = ROOT / "manifests"
+BASE = MANIFESTS / "base"
+OVERLAYS = MANIFESTS / "overlays"
+COMPONENTS = MANIFESTS / "components"
+VARIANTS: dict[str, Path] = {
+    "cert-manager": OVERLAYS / "cert-manager",
+    "self-managed": OVERLAYS / "self-managed",
+    "split": OVERLAYS / "split",
+}
+DEFAULT_VARIANT = "self-managed"  # what manifests/kustomization.yaml installs
+
+KUBECTL_ENV = "KUBECTL"
+ASSETS_ENV = "KUBEBUILDER_ASSETS"
+
+
+def cached_kubectl(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where ``.ci/run`` installs kubectl when this machine has none."""
+    cache = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "volcano-job-webhook" / "bin" / "kubectl"
+
+
+def find_kubectl(environ: Mapping[str, str] = os.environ) -> Path | None:
+    if KUBECTL_ENV in environ:
+        explicit = environ[KUBECTL_ENV]
+        return Path(explicit) if explicit and os.access(explicit, os.X_OK) else None
+    assets = environ.get(ASSETS_ENV)
+    candidates = [Path(assets) / "kubectl"] if assets else []
+    on_path = shutil.which("kubectl", path=environ.get("PATH"))
+    candidates += [Path(on_path)] if on_path else []
+    candidates.append(cached_kubectl(environ))
+    return next((c for c in candidates if os.access(c, os.X_OK)), None)
+
+
+def missing_kubectl() -> str:
+    """The skip reason: what was looked for."""
+    if KUBECTL_ENV in os.environ:
+        if not os.environ[KUBECTL_ENV]:
+            return f"kubectl: {KUBECTL_ENV} is set empty, which turns the manifest rendering off"
+        return f"kubectl not found: {KUBECTL_ENV}={os.environ[KUBECTL_ENV]} is not an executable"
+    return (f"kubectl not found (${KUBECTL_ENV}, ${ASSETS_ENV}/kubectl, PATH, {cached_kubectl()}); "
+            ".ci/run installs it there, or set KUBECTL")
+
+
+def kubectl_or_skip() -> Path:
+    kubectl = find_kubectl()
+    if kubectl is None:
+        pytest.skip(missing_kubectl())
+    return kubectl
+
+
+def _render(kubectl: Path, directory: Path) -> str:
+    done = subprocess.run([str(kubectl), "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise AssertionError(f"kubectl kustomize {directory} failed:\n{done.stderr}")
+    return done.stdout
+
+
+# The repository's own kustomizations do not change during a run; a test's own (under tmp_path) may.
+_render_manifests = functools.cache(_render)
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def build(directory: Path) -> list[dict[str, Any]]:
+    """``kubectl kustomize directory``, in kustomize's order; a fresh copy each call, so a test may
+    edit what it gets."""
+    kubectl, directory = kubectl_or_skip(), directory.resolve()
+    text = (_render_manifests if directory.is_relative_to(MANIFESTS) else _render)(kubectl, directory)
+    return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc is not None]
+
+
+def build_variant(name: str) -> list[dict[str, Any]]:
+    return build(MANIFESTS if name == "default" else VARIANTS[name])
