@@ -9,7 +9,7 @@ import base64
 import functools
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -211,7 +211,8 @@ def test_what_the_first_list_finds_waits_behind_a_change():
     assert controller.queue.get(timeout=0) == ("default", "listed-0")
 
 
-def test_the_first_list_reports_listed_and_a_relist_reports_changes(server: FakeApiServer):
+def test_the_first_list_reports_listed_and_a_relist_reports_changes(api_double: FakeApiServer):
+    server = api_double
     from volcano_job_webhook.kube.informer import LISTED, Informer
     from volcano_job_webhook.reconciler.kinds import OWNED
 
