@@ -12,7 +12,6 @@ key; a webhook cut off from the API server refuses a Pod with an error and wires
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from collections.abc import Iterator
