@@ -9,7 +9,6 @@ stdin, answering each with one JSON line on stdout:
   it, through ``FakeApiServer.load`` (no requests); answers the seconds it took;
 * ``{"op": "put", "object": {...}}``: store one object as another client would (a watch event);
 * ``{"op": "exists", "objects": [[resource, namespace, name], ...]}``: whether each is stored;
-* ``{"op": "delete", "objects": [...]}``: delete each (a watch event), if stored;
 * ``{"op": "mark"}``: the position in the request log now;
 * ``{"op": "requests", "since": M}``: the requests since ``M``, watches aside, counted by
   ``"verb resource"``;
@@ -69,8 +68,6 @@ class Store:
             return {}
         if op == "exists":
             return {"exists": [self.api.get_object(r, n, ns) is not None for r, ns, n in command["objects"]]}
-        if op == "delete":
-            return {"deleted": [self.api.delete_object(r, n, ns) is not None for r, ns, n in command["objects"]]}
         if op == "mark":
             return {"mark": len(self.api.requests)}
         if op == "requests":
