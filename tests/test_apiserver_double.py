@@ -168,6 +168,45 @@ def test_list_with_label_selectors_and_pages(core: client.CoreV1Api) -> None:
     assert listing.kind == "ConfigMapList" and listing.metadata.resource_version
 
 
+def test_pages_follow_writes_made_between_them(api_double: FakeApiServer, core: client.CoreV1Api) -> None:
+    # The sorted keys are kept between pages; a write in between must show in the next page.
+    for name in ("a", "c", "e"):
+        core.create_namespaced_config_map(NS, configmap(name, labels={"app": "x"}))
+    first = core.list_namespaced_config_map(NS, limit=1, label_selector="app=x")
+    assert [i.metadata.name for i in first.items] == ["a"] and first.metadata.remaining_item_count == 2
+    core.create_namespaced_config_map(NS, configmap("b", labels={"app": "x"}))
+    core.delete_namespaced_config_map("e", NS)
+    rest = core.list_namespaced_config_map(NS, limit=5, label_selector="app=x", _continue=first.metadata._continue)
+    assert [i.metadata.name for i in rest.items] == ["b", "c"] and not rest.metadata._continue
+    assert rest.metadata.resource_version == first.metadata.resource_version  # the list's, from the token
+    with pytest.raises(ApiException) as exc:
+        core.list_namespaced_config_map(NS, limit=1, _continue="bm90LWpzb24=")
+    assert exc.value.status == 400
+
+
+def test_load_stores_objects_as_creates_do_and_forgets_the_history(api_double: FakeApiServer, core: client.CoreV1Api,
+                                                                   custom: client.CustomObjectsApi) -> None:
+    core.create_namespaced_config_map(NS, configmap("before"))
+    old_rv = str(api_double.resource_version)
+    jobs = [volcano_job(f"j{i}") | {"status": {"state": {"phase": "Completed"}}} for i in range(3)]
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}
+    assert api_double.load([*jobs, service]) == 4
+    assert api_double.resource_version == int(old_rv) + 4
+
+    listed = custom.list_cluster_custom_object(*VOLCANO, "jobs", limit=2)
+    assert [j["metadata"]["name"] for j in listed["items"]] == ["j0", "j1"]
+    assert [j["metadata"]["resourceVersion"] for j in listed["items"]] == [str(int(old_rv) + 1), str(int(old_rv) + 2)]
+    assert all(j["status"] == {"state": {"phase": "Completed"}} and j["metadata"]["uid"] for j in listed["items"])
+    stored = core.read_namespaced_service("s", NS)  # defaulted as a create is
+    assert stored.spec.type == "ClusterIP" and stored.spec.cluster_ip and stored.spec.ports[0].target_port == 80
+
+    with pytest.raises(ValueError, match="taken"):
+        api_double.load([volcano_job("j0")])
+    with pytest.raises(ApiException) as exc:  # nobody saw the load: a watch from before it lists again
+        list(watch.Watch().stream(core.list_namespaced_config_map, NS, resource_version=old_rv, timeout_seconds=1))
+    assert exc.value.status == 410
+
+
 def test_watch_streams_added_modified_deleted(api_double: FakeApiServer, core: client.CoreV1Api) -> None:
     core.create_namespaced_config_map(NS, configmap("before"))
     rv = core.list_namespaced_config_map(NS).metadata.resource_version
