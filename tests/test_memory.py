@@ -72,3 +72,38 @@ async def test_the_trimmer_trims_after_connections_go_and_not_on_a_quiet_server(
     guard.released += 1000
     await trimmer.step()
     assert calls == [1, 1] and guard.released == 0
+
+
+async def test_the_pacer_collects_nothing_while_the_cache_first_loads():
+    loaded = False
+    pacer = CollectorPacer(young=0.01, middle=0.02, full=0.04, loaded=lambda: loaded, load_limit=60.0)
+    task = asyncio.create_task(pacer.run())
+    try:
+        await asyncio.sleep(0.1)
+        assert pacer.collections == [0, 0, 0] and not gc.isenabled(), "no collection of any kind during the load"
+        loaded = True
+        for _ in range(100):
+            if pacer.collections[0]:
+                break
+            await asyncio.sleep(0.01)
+        assert pacer.collections[0] > 0
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert gc.isenabled()
+
+
+async def test_the_pacer_does_not_wait_for_a_load_for_ever():
+    pacer = CollectorPacer(young=0.01, middle=0.02, full=0.04, loaded=lambda: False, load_limit=0.05)
+    task = asyncio.create_task(pacer.run())
+    try:
+        for _ in range(100):
+            if pacer.collections[0]:
+                break
+            await asyncio.sleep(0.01)
+        assert pacer.collections[0] > 0
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

@@ -3,6 +3,7 @@ until SIGTERM, then a graceful stop (in-flight reconciles finish, the Lease is r
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -37,6 +38,19 @@ def run(
     stop: threading.Event | None = None,
 ) -> None:
     logs.configure(settings.log_level)
+    # No collection while the caches first load (at most two minutes): measured at 100,000 Jobs,
+    # 49 full collections walking the pages as they became records took 14 s of the 30 s to Ready,
+    # and what the load makes is long-lived. Once loaded it is frozen out of the collector's way.
+    gc.disable()
+    safety = threading.Timer(120.0, gc.enable)
+    safety.daemon = True
+    safety.start()
+
+    def settled() -> None:
+        safety.cancel()
+        settle_memory()
+        gc.enable()
+
     api = api_client(kubeconfig or settings.kubeconfig)
     metrics = ReconcilerMetrics()
     elector: LeaderElector | None = None
@@ -65,7 +79,7 @@ def run(
         workers=workers,
         is_leader=is_leader,
         metrics=metrics,
-        on_synced=settle_memory,
+        on_synced=settled,
     )
     rec = reconciler
     health = HealthServer(

@@ -28,6 +28,7 @@ import ctypes.util
 import gc
 import logging
 from collections import Counter
+from collections.abc import Callable
 
 from .connections import ConnectionGuard, log_closed
 
@@ -97,11 +98,17 @@ class CollectorPacer:
     (generations 0-1) and ``full`` seconds (all), with automatic collection off meanwhile; turns
     automatic collection back on when cancelled."""
 
-    def __init__(self, young: float = 0.02, middle: float = 0.2, full: float = 30.0) -> None:
+    def __init__(self, young: float = 0.02, middle: float = 0.2, full: float = 30.0,
+                 loaded: Callable[[], bool] = lambda: True, load_limit: float = 120.0) -> None:
         self.young = young
         self.every_middle = max(1, round(middle / young))
         self.every_full = max(1, round(full / young))
         self.collections = [0, 0, 0]
+        # Nothing is collected while the job cache first loads (``loaded`` false, for at most
+        # ``load_limit`` seconds): measured at 100,000 Jobs, collections walking each page as it
+        # became records cost 1.8 s of the 8 s to Ready, and what the load makes is long-lived.
+        self.loaded = loaded
+        self.load_limit = load_limit
 
     def step(self, tick: int) -> None:
         generation = 2 if tick % self.every_full == 0 else 1 if tick % self.every_middle == 0 else 0
@@ -111,6 +118,10 @@ class CollectorPacer:
     async def run(self) -> None:
         gc.disable()
         try:
+            waited = 0.0
+            while not self.loaded() and waited < self.load_limit:
+                await asyncio.sleep(self.young)
+                waited += self.young
             tick = 0
             while True:
                 await asyncio.sleep(self.young)

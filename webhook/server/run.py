@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -66,15 +67,15 @@ def connection_limits(settings: WebhookSettings) -> ConnectionLimits:
     )
 
 
-def server_options(limits: ConnectionLimits) -> tuple[ConnectionGuard, dict[str, Any]]:
+def server_options(limits: ConnectionLimits, loaded: Callable[[], bool] = lambda: True) -> tuple[ConnectionGuard, dict[str, Any]]:
     """The guard over one server's connections and the :func:`build_server` keywords that apply
     ``limits``: the guarded listener and protocol, uvicorn's keep-alive timeout, the TLS handshake
-    and shutdown timeouts, the receive buffer, the memory trimmer and the garbage collector's pacer;
-    no WebSocket upgrades (nothing here speaks WebSocket, and an upgraded connection would leave the
+    and shutdown timeouts, the receive buffer, the memory trimmer and the garbage collector's pacer
+    (which waits for ``loaded``: the job source's first load); no WebSocket upgrades (nothing here speaks WebSocket, and an upgraded connection would leave the
     guard)."""
     guard = ConnectionGuard(limits)
     trimmer = MemoryTrimmer(guard)
-    pacer = CollectorPacer()
+    pacer = CollectorPacer(loaded=loaded)
     return guard, {
         "http": guarded_protocol(guard),
         "ws": "none",
@@ -97,7 +98,7 @@ def run(settings: WebhookSettings) -> None:
     print(f"CA bundle: {paths.ca_cert}", flush=True)
     app = create_app(source, settings.chain(), max_body_bytes=settings.max_body_bytes,
                      audit=settings.enforcement == "audit")
-    guard, options = server_options(connection_limits(settings))
+    guard, options = server_options(connection_limits(settings), loaded=lambda: source.ready)
     app.metrics.registry.register(GuardCollector(guard))
     # What start-up made lives as long as the process: out of the collector's way, so the full
     # collections a flood of connections triggers scan only what the flood made (measured: full
