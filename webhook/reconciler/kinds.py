@@ -7,7 +7,16 @@ from typing import Any
 
 import orjson
 
-from volcano_job_webhook.kube.records import Packer, digested, intern_key, resource_version, undigested
+from volcano_job_webhook.kube.records import (
+    Packer,
+    digested,
+    intern_key,
+    packed_uid,
+    resource_version,
+    shared_uid,
+    undigested,
+    unpacked_uid,
+)
 from volcano_job_webhook.kube.rest import Resource
 from volcano_job_webhook.plugins.keys import (
     JOB_GROUP,
@@ -101,19 +110,23 @@ class OwnedRecord:
     """A cached object of ours: identity, owner, the paths our field manager owns, and the rest
     packed — long data values (host files, SSH keys) as digests, never the values."""
 
-    __slots__ = ("_blob", "key", "owned", "owner", "owner_uid", "uid", "version")
+    __slots__ = ("_blob", "_uid", "key", "owned", "owner", "owner_uid", "version")
 
     def __init__(self, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         self.key = intern_key(obj)
         self.version = resource_version(obj)
-        self.uid: str | None = meta.get("uid")
+        self._uid = packed_uid(meta.get("uid"))
         self.owner = owner_job(obj)
-        self.owner_uid = owner_uid(obj)
+        self.owner_uid = shared_uid(owner_uid(obj))
         self.owned = owned_paths(meta.get("managedFields") or [], FIELD_MANAGER)
         body = {k: obj[k] for k in ("apiVersion", "kind", *_CONTENT) if k in obj}
         body["metadata"] = {k: meta[k] for k in _METADATA if k in meta}
         self._blob = OBJECTS.pack(digested(body))
+
+    @property
+    def uid(self) -> str | None:
+        return unpacked_uid(self._uid)
 
     def object(self) -> dict[str, Any]:
         """The object as the comparison reads it (:data:`OWNED_FIELDS` set, long values digests)."""
