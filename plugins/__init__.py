@@ -27,6 +27,7 @@ from .job import Job, Task
 from .keys import MANAGED_BY, MANAGED_BY_LABEL, PLUGINS_ANNOTATION
 from .pod import Obj, containers, ensure_env, ensure_envs, ensure_mount, ensure_port, ensure_volume, spec
 from .registry import BUILTIN_ORDER, BUILTINS, ENTRY_POINT_GROUP, Registry, default_registry
+from .workloads import IndexedJob, JobSet, read_workload
 
 __all__ = [
     "BUILTINS",
@@ -41,7 +42,9 @@ __all__ = [
     "Existing",
     "Flag",
     "FlagError",
+    "IndexedJob",
     "Job",
+    "JobSet",
     "Mount",
     "Mutation",
     "Obj",
@@ -63,6 +66,7 @@ __all__ = [
     "plugin_error",
     "plugin_warning",
     "port_flag",
+    "read_workload",
     "require_hostnames",
     "require_mount_free",
     "require_name",

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, NamedTuple
 from .errors import FlagError, PluginError
 from .flags import Flag, parse_flags, shown
 from .job import Job, Task
-from .pod import Obj, containers, task_index
+from .pod import Obj, containers
 
 DEFAULT_HOSTS_ENV_LIMIT = 100_000
 # Live side objects the reconciler found for a job, by (kind, name); only ones this project manages.
@@ -85,14 +85,13 @@ class PodContext:
 
     def index(self, plugin: str) -> str:
         """The Pod's index within its task as a string (docs/volcano-behaviour.md#task-and-index), or an error naming ``plugin``."""
-        found = task_index(self.pod)
+        found = self.job.index_of(self.pod)
         if found is None:
             raise PluginError(
                 self.job.key,
                 plugin,
                 "pod index",
-                f"cannot find the index of Pod {self.pod_name!r}: no volcano.sh/task-index label or "
-                "annotation, and the name does not end in -<index>",
+                f"cannot find the index of Pod {self.pod_name!r}: {self.job.index_sources()}",
             )
         return found
 

@@ -27,8 +27,10 @@ The limits, as measured against kube-apiserver v1.36 and etcd 3.6 (docs/volcano-
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .job import Job, Task
+if TYPE_CHECKING:  # the job views size their names with digits_below
+    from .job import Job, Task
 
 ENV_STRING_LIMIT = 32 * 4096
 DATA_LIMIT = 1024 * 1024
@@ -92,9 +94,7 @@ def task_hosts(job: Job, task: Task, *, every_replica: bool = False) -> Hosts:
     if task.hostname:
         count = task.replicas if every_replica else min(task.replicas, 1)
         return Hosts(count, count * len(task.hostname), subdomain)
-    # <job>-<task>-<i>: the fixed part per replica, then the index's digits.
-    prefix = len(job.name) + len(task.name) + 2
-    return Hosts(task.replicas, task.replicas * prefix + digits_below(task.replicas), subdomain)
+    return Hosts(task.replicas, job.host_label_chars(task), subdomain)
 
 
 def env_string(name: str, value_length: int) -> int:

@@ -22,7 +22,7 @@ from .errors import PluginError
 from .flags import go_prefix, shown
 from .job import Job, Task
 from .keys import PLUGINS_ANNOTATION
-from .pod import Obj, task_name
+from .pod import Obj
 from .registry import BUILTIN_ORDER, Registry, default_registry
 
 
@@ -121,11 +121,11 @@ class PreparedJob:
 
     def _run(self, pod: Obj, plugins: tuple[Plugin, ...]) -> Mutation:
         job = self.job
-        name = task_name(pod)
+        name = job.task_of(pod)
         task = job.task(name)
         if task is None:
             tasks = ", ".join(t.name for t in job.tasks)
-            raise PluginError(job.key, "", "volcano.sh/task-spec", f"the Pod's task {name!r} is not in spec.tasks ({tasks})")
+            raise PluginError(job.key, "", job.task_field, f"the Pod's task {name!r} is not in {job.tasks_field} ({tasks})")
         copied, size = _sized_copy(pod)
         injected = self.injected_init
         if injected:
@@ -300,6 +300,9 @@ class Chain:
                 raise PluginError(job.key, name, "plugin", f"unknown plugin {name!r} (known: {known})")
             if self.config.allowed is not None and name not in self.config.allowed and name not in volcano:
                 raise PluginError(job.key, name, "plugin", f"plugin {name!r} is not allowed by this server")
+            refused = job.refuses(name)
+            if refused:
+                raise PluginError(job.key, name, "plugin", refused)
             if not lenient:
                 plugin = cls(job, list(args), self.config.settings, peers=merged)
                 warnings.extend(plugin.check())

@@ -38,7 +38,7 @@ def require_name(plugin: Plugin, rule: str, value: str, what: str) -> None:
 def template_containers(task: Task, *, init: bool = True) -> Iterator[tuple[str, Obj]]:
     """A task template's containers (and init containers), each with its field path."""
     spec = task.template.get("spec") or {}
-    where = f"spec.tasks[{task.position}].template.spec"
+    where = f"{task.template_path}.spec"
     for key in ("containers", "initContainers") if init else ("containers",):
         found = spec.get(key)
         for i, container in enumerate(found if isinstance(found, list) else []):
@@ -72,7 +72,7 @@ def require_hostnames(plugin: Plugin, task: Task) -> None:
     """Every hostname and subdomain the task's Pods will get must be DNS-1123 labels."""
     job = plugin.job
     if task.hostname:
-        require_name(plugin, "label", task.hostname, f"spec.tasks[{task.position}].template.spec.hostname")
+        require_name(plugin, "label", task.hostname, f"{task.template_path}.spec.hostname")
     elif task.replicas:
         # The longest pod name of the task is the one with the highest index.
         require_name(plugin, "label", job.pod_name(task.name, task.replicas - 1), f"hostname of task {task.name!r}")

@@ -10,11 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from .budget import digits_below
 from .errors import PluginError
-from .keys import CONTROLLED_PREFIX, FINISHED_PHASES, JOB_API_VERSION, JOB_KIND, MANAGED_BY, MANAGED_BY_LABEL
+from .keys import (
+    CONTROLLED_PREFIX,
+    FINISHED_PHASES,
+    JOB_API_VERSION,
+    JOB_KIND,
+    JOB_NAME_KEY,
+    JOB_NAMESPACE_KEY,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    TASK_SPEC_KEY,
+)
 from .names import dns1123_label
+from .pod import Obj, task_index, task_name
 
 
 @dataclass(frozen=True)
@@ -25,6 +37,17 @@ class Task:
     replicas: int
     position: int
     template: Mapping[str, Any]
+    # Field paths in the workload, for errors; "" for a Volcano task (spec.tasks[position]).
+    template_at: str = ""
+    replicas_at: str = ""
+
+    @property
+    def template_path(self) -> str:
+        return self.template_at or f"spec.tasks[{self.position}].template"
+
+    @property
+    def replicas_path(self) -> str:
+        return self.replicas_at or f"spec.tasks[{self.position}].replicas"
 
     @property
     def hostname(self) -> str:
@@ -43,7 +66,17 @@ class Task:
 class Job:
     """A Volcano Job as the plugins see it. Build one with :meth:`from_object`.
 
-    Compared and hashed by identity: a Job is a snapshot of one resourceVersion."""
+    Compared and hashed by identity: a Job is a snapshot of one resourceVersion. Other workload
+    kinds (:mod:`.workloads`) are views of the same shape that answer the questions below their own
+    way: which task and index a Pod has, what its host name is, what selects the job's Pods."""
+
+    # The workload's API, for owner references and messages.
+    api_version: ClassVar[str] = JOB_API_VERSION
+    kind: ClassVar[str] = JOB_KIND
+    # Where a Pod names its task, for errors.
+    task_field: ClassVar[str] = TASK_SPEC_KEY
+    # Where the job lists its tasks, for errors.
+    tasks_field: ClassVar[str] = "spec.tasks"
 
     name: str
     namespace: str
@@ -142,6 +175,42 @@ class Job:
         """In a phase Volcano never leaves: no Pod of the job will be created again."""
         return self.phase in FINISHED_PHASES
 
+    @property
+    def own_service(self) -> bool:
+        """The workload's own controller makes the headless Service its Pods' subdomain names: svc
+        makes none."""
+        return False
+
+    def task_of(self, pod: Obj) -> str:
+        """The name of the task ``pod`` belongs to (docs/volcano-behaviour.md#task-and-index)."""
+        return task_name(pod)
+
+    def index_of(self, pod: Obj) -> str | None:
+        """``pod``'s index within its task as written on it, or None when nothing says."""
+        return task_index(pod)
+
+    def index_sources(self) -> str:
+        """Where :meth:`index_of` looks, for the error when it finds nothing."""
+        return "no volcano.sh/task-index label or annotation, and the name does not end in -<index>"
+
+    def refuses(self, plugin: str) -> str | None:
+        """Why ``plugin`` cannot wire this kind of workload, or None."""
+        return None
+
+    def pod_selector(self) -> dict[str, str]:
+        """Labels every Pod of the job carries and no other Pod does (Services, NetworkPolicies)."""
+        return {JOB_NAME_KEY: self.name, JOB_NAMESPACE_KEY: self.namespace}
+
+    def host_prefix(self, task: Task) -> str | None:
+        """``p`` such that member ``i`` of ``task`` is called ``p-i`` (an init container writes long
+        host lists from it), or None when names do not follow that pattern."""
+        return f"{self.name}-{task.name}"
+
+    def host_label_chars(self, task: Task) -> int:
+        """Characters in all of :meth:`host_labels` without a fixed hostname (one per member)."""
+        # <job>-<task>-<i>: the fixed part per replica, then the index's digits.
+        return task.replicas * (len(self.name) + len(task.name) + 2) + digits_below(task.replicas)
+
     def task(self, name: str) -> Task | None:
         """The task called ``name``, or None (Volcano's ``GetTaskIndexUnderJob`` == -1)."""
         for task in self.tasks:
@@ -178,8 +247,8 @@ class Job:
     def owner_reference(self) -> dict[str, Any]:
         """The controller reference Volcano puts on everything it makes for a job."""
         return {
-            "apiVersion": JOB_API_VERSION,
-            "kind": JOB_KIND,
+            "apiVersion": self.api_version,
+            "kind": self.kind,
             "name": self.name,
             "uid": self.uid,
             "controller": True,

@@ -33,5 +33,34 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "volcano-job-webhook"
 PLUGINS_ANNOTATION = "volcano-job-webhook/plugins"
 
+# Kubernetes Indexed Jobs and JobSets, wired when they opt in (docs/workloads.md): the opt-in label on
+# their Pod template (the webhook's objectSelector), and what their controllers put on each Pod.
+OPT_IN_LABEL = "volcano-job-webhook/enabled"
+TASK_ANNOTATION = "volcano-job-webhook/task"
+BATCH_JOB_API_VERSION = "batch/v1"
+BATCH_JOB_KIND = "Job"
+BATCH_JOB_NAME_KEY = "batch.kubernetes.io/job-name"
+COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_VERSION = "v1alpha2"
+JOBSET_API_VERSION = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
+JOBSET_KIND = "JobSet"
+JOBSET_PLURAL = "jobsets"
+JOBSET_NAME_KEY = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID_KEY = "jobset.sigs.k8s.io/jobset-uid"
+REPLICATED_JOB_KEY = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"
+
+# The workload kinds, named as resource.group: what a job source is asked for.
+VOLCANO_JOBS = f"{JOB_PLURAL}.{JOB_GROUP}"
+BATCH_JOBS = "jobs.batch"
+JOBSETS = f"{JOBSET_PLURAL}.{JOBSET_GROUP}"
+# Each kind's group, version and plural, for the API server's paths.
+WORKLOAD_RESOURCES = {
+    VOLCANO_JOBS: (JOB_GROUP, JOB_VERSION, JOB_PLURAL),
+    BATCH_JOBS: ("batch", "v1", "jobs"),
+    JOBSETS: (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL),
+}
+
 # A Job's identity in caches and work queues: (namespace, name).
 JobKey = tuple[str, str]

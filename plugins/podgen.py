@@ -1,6 +1,7 @@
 """The Pod Volcano's controller builds for a task replica, before plugins (``createJobPod``,
-docs/volcano-behaviour.md#the-pod-before-plugins). Used by the CLI to show what a job's Pods become without a Pod file, and to make
-sample AdmissionReviews."""
+docs/volcano-behaviour.md#the-pod-before-plugins), and the Pod the Job controller builds for an
+Indexed Job's or a JobSet's member (docs/workloads.md#the-pods). Used by the CLI to show what a
+job's Pods become without a Pod file, and to make sample AdmissionReviews."""
 
 from __future__ import annotations
 
@@ -9,7 +10,22 @@ from typing import Any
 
 from .errors import PluginError
 from .job import Job
-from .keys import GROUP_NAME_KEY, JOB_NAME_KEY, JOB_NAMESPACE_KEY, QUEUE_NAME_KEY, TASK_INDEX_KEY, TASK_SPEC_KEY
+from .keys import (
+    BATCH_JOB_API_VERSION,
+    BATCH_JOB_NAME_KEY,
+    COMPLETION_INDEX_KEY,
+    GROUP_NAME_KEY,
+    JOB_INDEX_KEY,
+    JOB_NAME_KEY,
+    JOB_NAMESPACE_KEY,
+    JOBSET_NAME_KEY,
+    JOBSET_UID_KEY,
+    QUEUE_NAME_KEY,
+    REPLICATED_JOB_KEY,
+    TASK_INDEX_KEY,
+    TASK_SPEC_KEY,
+)
+from .workloads import IndexedJob, JobSet
 
 DEFAULT_SCHEDULER = "volcano"
 
@@ -19,6 +35,10 @@ def make_pod(job: Job, task_name: str, index: int) -> dict[str, Any]:
     task = job.task(task_name)
     if task is None:
         raise PluginError(job.key, "", "task", f"the job has no task {task_name!r}")
+    if isinstance(job, (IndexedJob, JobSet)):
+        if not 0 <= index < task.replicas:
+            raise PluginError(job.key, "", "index", f"task {task.name!r} has {task.replicas} Pods: no index {index}")
+        return _member_pod(job, task.name, index)
     spec = job.raw.get("spec") or {}
     status = job.raw.get("status") or {}
     queue = spec.get("queue") or "default"
@@ -58,6 +78,43 @@ def make_pod(job: Job, task_name: str, index: int) -> dict[str, Any]:
             "labels": labels,
             "annotations": annotations,
             "ownerReferences": [job.owner_reference()],
+        },
+        "spec": pod_spec,
+    }
+
+
+def _member_pod(job: IndexedJob | JobSet, task_name: str, index: int) -> dict[str, Any]:
+    """Member ``index`` as the Job controller makes it: the pod template with the completion index
+    as label and annotation, the hostname ``<Job>-<completion index>``, the Job's labels and owner
+    reference; for a JobSet member, of the child Job ``<jobset>-<replicated job>-<job index>`` with
+    JobSet's labels and annotations as well (its ``labelAndAnnotateObject``)."""
+    task = job.task(task_name)
+    assert task is not None
+    if isinstance(job, JobSet):
+        count = job.completions.get(task_name, 1) or 1
+        job_index, completion = divmod(index, count)
+        child, child_uid = f"{job.name}-{task_name}-{job_index}", f"{job.uid or 'jobset'}-{task_name}-{job_index}"
+        extra = {JOBSET_NAME_KEY: job.name, JOBSET_UID_KEY: job.uid, REPLICATED_JOB_KEY: task_name, JOB_INDEX_KEY: str(job_index)}
+    else:
+        completion, child, child_uid, extra = index, job.name, job.uid, {}
+    template = copy.deepcopy(dict(task.template))
+    meta = template.get("metadata") or {}
+    labels = {**(meta.get("labels") or {}), **extra, "batch.kubernetes.io/controller-uid": child_uid,
+              COMPLETION_INDEX_KEY: str(completion), BATCH_JOB_NAME_KEY: child, "controller-uid": child_uid, "job-name": child}
+    annotations = {**(meta.get("annotations") or {}), **extra, COMPLETION_INDEX_KEY: str(completion)}
+    pod_spec = template.get("spec") or {}
+    pod_spec["hostname"] = f"{child}-{completion}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"{child}-{completion}-",
+            "namespace": job.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "finalizers": ["batch.kubernetes.io/job-tracking"],
+            "ownerReferences": [{"apiVersion": BATCH_JOB_API_VERSION, "kind": "Job", "name": child, "uid": child_uid,
+                                 "controller": True, "blockOwnerDeletion": True}],
         },
         "spec": pod_spec,
     }

@@ -54,7 +54,7 @@ def reject_reserved_env(plugin: Plugin, reserved: Collection[str], why: str) -> 
                 if isinstance(name, str) and name in reserved:
                     raise plugin_error(
                         plugin,
-                        f"spec.tasks[{task.position}].template.spec.containers[{i}].env[{j}]",
+                        f"{task.template_path}.spec.containers[{i}].env[{j}]",
                         f"{name} is reserved: {why}; remove it from the template and use the plugin's flags",
                     )
 

@@ -19,6 +19,10 @@ get the variable their MPI implementation reads: ``OMPI_MCA_orte_default_hostfil
 ``OMPI_MCA_orte_keep_fqdn_hostnames=true`` (openmpi), ``I_MPI_HYDRA_HOST_FILE`` (intel),
 ``HYDRA_HOST_FILE`` (mpich); deepspeed reads the default path itself.
 
+One task can be launcher and hosts alike: when the job has a single task and neither ``--master``
+nor ``--worker`` names a task of it (an Indexed Job, docs/workloads.md), the file lists that task's
+Pods once and all of them mount it and get the variable.
+
 A host file over a ConfigMap's limit (1 MiB) refuses the job: the file is this plugin's whole
 contract, and a launcher given part of it would start a smaller job without a word.
 """
@@ -81,9 +85,9 @@ class HostfilePlugin(Plugin):
         path = self.path
         if not path.startswith("/") or path.endswith("/") or ".." in path.split("/") or ":" in path:
             raise plugin_error(self, "--path", f"must be an absolute path to a file (no trailing '/', '..' or ':'), got {path!r}")
-        master, worker = self.options["master"], self.options["worker"]
-        if master == worker:
-            raise plugin_error(self, "--worker", f"names the master task {master!r}; master and worker must be different tasks")
+        if self.options["master"] == self.options["worker"]:
+            raise plugin_error(self, "--worker", f"names the master task {self.options['master']!r}; master and worker must be different tasks")
+        master, worker = self._roles
         if self.job.task(master) is None:
             raise plugin_error(self, "--master", f"the job has no task {master!r} (the launcher that reads the host file)")
         if self.job.task(worker) is None:
@@ -98,7 +102,7 @@ class HostfilePlugin(Plugin):
             largest = max(self._listed(), key=lambda t: t.replicas)
             raise plugin_error(
                 self,
-                f"spec.tasks[{largest.position}].replicas",
+                f"{largest.replicas_path}",
                 f"the host file would be {size} bytes ({sum(task_hosts(self.job, t).count for t in self._listed())} hosts), "
                 f"over {DATA_LIMIT_TEXT}; the ConfigMap {config_map_name(self.job.name)!r} cannot hold it",
             )
@@ -107,9 +111,18 @@ class HostfilePlugin(Plugin):
     def mounts(self) -> list[Mount]:
         return [Mount(self.path, config_map_name(self.job.name), "--path")]
 
+    @cached_property
+    def _roles(self) -> tuple[str, str]:
+        """The master and worker task names; one name twice when one task is both."""
+        master, worker = self.options["master"], self.options["worker"]
+        tasks = self.job.tasks
+        if master != worker and len(tasks) == 1 and self.job.task(master) is None and self.job.task(worker) is None:
+            return tasks[0].name, tasks[0].name
+        return master, worker
+
     def _pod_tasks(self) -> list[Task]:
         """The tasks whose Pods mount the file: master and worker."""
-        names = (self.options["master"], self.options["worker"])
+        names = dict.fromkeys(self._roles)
         return [task for task in map(self.job.task, names) if task is not None]
 
     def _separator(self) -> str:
@@ -121,7 +134,8 @@ class HostfilePlugin(Plugin):
         return sum(task_hosts(self.job, t).joined(sep=0, each=sep + digits(self._slots(t)) + 1) for t in self._listed())
 
     def _listed(self) -> list[Task]:
-        names = ([self.options["master"]] if self.options["include-master"] else []) + [self.options["worker"]]
+        master, worker = self._roles
+        names = dict.fromkeys(([master] if self.options["include-master"] else []) + [worker])
         return [task for task in map(self.job.task, names) if task is not None]
 
     def _slots(self, task: Task) -> int:
@@ -129,7 +143,7 @@ class HostfilePlugin(Plugin):
             return int(self.options["slots"])
         first = task.containers[0] if task.containers else {}
         try:
-            gpus = gpu_limit(first, f"spec.tasks[{task.position}].template.spec.containers[0]")
+            gpus = gpu_limit(first, f"{task.template_path}.spec.containers[0]")
         except ValueError as exc:
             raise plugin_error(self, "--slots=auto", str(exc)) from None
         return gpus or 1
@@ -146,8 +160,9 @@ class HostfilePlugin(Plugin):
         return "".join(lines)
 
     def mutate(self, ctx: PodContext) -> None:
-        is_master = ctx.task.name == self.options["master"]
-        if not is_master and ctx.task.name != self.options["worker"]:
+        master, worker = self._roles
+        is_master = ctx.task.name == master
+        if not is_master and ctx.task.name != worker:
             return
         name = config_map_name(self.job.name)
         problem = ensure_volume(ctx.pod, {"name": name, "configMap": {"name": name}})

@@ -55,7 +55,6 @@ from ..budget import (
 )
 from ..flags import Flag
 from ..helpers import plugin_error, plugin_warning, require_hostnames, require_mount_free, require_name, template_containers
-from ..keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY
 from ..pod import Obj, containers, ensure_envs, ensure_mount, ensure_volume, spec
 from .pytorch import wait_image
 
@@ -166,7 +165,8 @@ class SvcPlugin(Plugin):
         for task in self.job.tasks:
             require_hostnames(self, task)
         require_name(self, "label", config_map_name(self.job.name), "volume name")
-        require_name(self, "dns1035", self.job.name, "Service name")
+        if not self.job.own_service:
+            require_name(self, "dns1035", self.job.name, "Service name")
         if self._plan.generated:
             require_name(self, "label", hosts_volume_name(self.job.name), "volume name")
             self._check_init_container()
@@ -212,7 +212,7 @@ class SvcPlugin(Plugin):
         if not _fits(keys, values, entries):
             raise plugin_error(
                 self,
-                "spec.tasks",
+                self.job.tasks_field,
                 f"the ConfigMap {cm!r} would hold the counts (VC_<TASK>_NUM) of {len(hosts)} tasks even with every host file "
                 f"written in the Pods: {_over(keys, values, entries)}",
             )
@@ -222,11 +222,20 @@ class SvcPlugin(Plugin):
             assert largest is not None
             raise plugin_error(
                 self,
-                f"spec.tasks[{largest.position}].replicas",
+                f"{largest.replicas_path}",
                 f"the host files ({MOUNT_PATH}/<task>.host) would be {files} bytes; the {written} bytes of them the ConfigMap "
                 f"{cm!r} cannot hold would be written in every Pod, over {GENERATED_LIMIT_TEXT}; task {largest.name!r} alone "
                 f"has {length[largest.name]} bytes for {hosts[largest.name].count} hosts",
             )
+        for name in generated:
+            task = job.task(name)
+            if task is not None and not task.hostname and job.host_prefix(task) is None:
+                raise plugin_error(
+                    self,
+                    f"{job.tasks_field}[{task.position}]",
+                    f"the host file {MOUNT_PATH}/{host_file_key(name)} ({length[name]} bytes for {hosts[name].count} hosts) "
+                    f"does not fit the ConfigMap {cm!r}, and a {job.kind}'s host names cannot be written by counting in the Pods",
+                )
         warnings = [
             plugin_warning(
                 self,
@@ -292,7 +301,8 @@ class SvcPlugin(Plugin):
                 host = f"{task.hostname}.{subdomain}" if count else ""
                 line = f"write_one {shlex.quote(file)} {shlex.quote(host)}"
             else:
-                prefix = f"{self.job.name}-{task.name}"
+                prefix = self.job.host_prefix(task)
+                assert prefix is not None  # _plan refuses a task whose names are not counted
                 line = f"write_hosts {shlex.quote(file)} {shlex.quote(prefix)} {count} {shlex.quote(subdomain)}"
             lines.append(line)
             written.append(f"{file} ({count} hosts)")
@@ -432,7 +442,7 @@ class SvcPlugin(Plugin):
         return data
 
     def _selector(self) -> dict[str, str]:
-        return {JOB_NAME_KEY: self.job.name, JOB_NAMESPACE_KEY: self.job.namespace}
+        return self.job.pod_selector()
 
     def resources(self, existing: Existing | None = None) -> list[Obj]:
         job = self.job
@@ -443,7 +453,9 @@ class SvcPlugin(Plugin):
                 "metadata": job.object_meta(config_map_name(job.name)),
                 "data": self.hosts_data(),
             },
-            {
+        ]
+        if not job.own_service:  # a JobSet makes its own, named after its subdomain
+            out.append({
                 "apiVersion": "v1",
                 "kind": "Service",
                 "metadata": job.object_meta(job.name),
@@ -452,8 +464,7 @@ class SvcPlugin(Plugin):
                     "selector": self._selector(),
                     "publishNotReadyAddresses": self.options["publish-not-ready-addresses"],
                 },
-            },
-        ]
+            })
         if not self.options["disable-network-policy"]:
             selector = self._selector()
             out.append(

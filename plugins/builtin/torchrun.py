@@ -24,6 +24,10 @@ Every regular container of the master and worker Pods gets:
 (``spec.plugins``, the plugin annotation or the server's defaults), else to 29500 (torchrun's own
 default).
 
+One task can be the whole group: when the job has a single task and neither ``--master`` nor
+``--worker`` names a task of it (an Indexed Job, docs/workloads.md), Pod ``i`` of that task is node
+rank ``i`` and its Pod 0 the master.
+
 Elastic means ``--min-nodes`` or ``--max-nodes`` is given; the missing bound is the job's node count
 (master + worker replicas); both must be at least 1 and min ≤ max.
 
@@ -92,8 +96,19 @@ class TorchrunPlugin(Plugin):
     def elastic(self) -> bool:
         return self.options["min-nodes"] is not None or self.options["max-nodes"] is not None
 
+    @cached_property
+    def single(self) -> str | None:
+        """The one task that is master and workers alike, or None."""
+        master, worker = self.options["master"], self.options["worker"]
+        tasks = self.job.tasks
+        if master != worker and len(tasks) == 1 and self.job.task(master) is None and self.job.task(worker) is None:
+            return tasks[0].name
+        return None
+
     def node_count(self) -> int:
-        """Master + worker replicas."""
+        """Master + worker replicas (the one task's, when :attr:`single`)."""
+        if self.single is not None:
+            return self.job.replicas(self.single)
         return self.job.replicas(self.options["master"]) + self.job.replicas(self.options["worker"])
 
     def nnodes(self) -> str:
@@ -113,7 +128,7 @@ class TorchrunPlugin(Plugin):
         return None if value == "auto" else int(value)
 
     def master_address(self) -> str:
-        master = self.job.task(self.options["master"])
+        master = self.job.task(self.single or self.options["master"])
         assert master is not None  # check() makes sure
         return self.job.domain_name(master, 0)
 
@@ -124,15 +139,20 @@ class TorchrunPlugin(Plugin):
 
     def check(self) -> list[str]:
         master_name, worker_name = self.options["master"], self.options["worker"]
+        if self.single is not None:
+            master_name = worker_name = self.single
         master = self.job.task(master_name)
         if master is None:
             raise plugin_error(self, "--master", f"the job has no task {master_name!r} (torchrun needs a master Pod for node rank 0)")
-        if worker_name == master_name:
+        if self.single is None and worker_name == master_name:
             raise plugin_error(self, "--worker", f"names the master task {master_name!r}; master and worker must be different tasks")
-        if master.replicas != 1:
+        if self.single is not None:
+            if not master.replicas:
+                raise plugin_error(self, master.replicas_path, f"task {master_name!r} has no Pods; torchrun needs a master Pod for node rank 0")
+        elif master.replicas != 1:
             raise plugin_error(
                 self,
-                f"spec.tasks[{master.position}].replicas",
+                f"{master.replicas_path}",
                 f"the master task {master_name!r} has {master.replicas} replicas; torchrun needs exactly 1 (node rank 0)",
             )
         nproc = self.options["nproc-per-node"]
@@ -150,7 +170,7 @@ class TorchrunPlugin(Plugin):
         self._check_reserved()
         require_port_free(self, [t for t in (master, self.job.task(worker_name)) if t], PORT_NAME, self.port)
         warnings = []
-        if self.job.task(worker_name) is None:
+        if self.single is None and self.job.task(worker_name) is None:
             warnings.append(plugin_warning(self, f"--worker: the job has no task {worker_name!r}; only the master runs (PET_NNODES counts it alone)"))
         if self.elastic:
             warnings.extend(self._check_bounds())
@@ -172,7 +192,7 @@ class TorchrunPlugin(Plugin):
         return []
 
     def _check_reserved(self) -> None:
-        for task_name in (self.options["master"], self.options["worker"]):
+        for task_name in dict.fromkeys((self.single or self.options["master"], self.single or self.options["worker"])):
             task = self.job.task(task_name)
             if task is None:
                 continue
@@ -183,13 +203,17 @@ class TorchrunPlugin(Plugin):
                     if isinstance(name, str) and name.startswith(RESERVED_PREFIX):
                         raise plugin_error(
                             self,
-                            f"spec.tasks[{task.position}].template.spec.containers[{i}].env[{j}]",
+                            f"{task.template_path}.spec.containers[{i}].env[{j}]",
                             f"{name} is reserved: the torchrun plugin sets the PET_* variables torchrun reads; "
                             "remove it from the template and use the plugin's flags",
                         )
 
     def mutate(self, ctx: PodContext) -> None:
-        if ctx.task.name == self.options["master"]:
+        if self.single is not None:
+            if ctx.task.name != self.single:
+                return
+            rank = ctx.index_number(self.name)
+        elif ctx.task.name == self.options["master"]:
             rank = 0
         elif ctx.task.name == self.options["worker"]:
             rank = ctx.index_number(self.name) + 1

@@ -159,7 +159,7 @@ class WaitforPlugin(Plugin):
                 if isinstance(container, dict) and container.get("name") == WAIT_CONTAINER:
                     raise plugin_error(
                         self,
-                        f"spec.tasks[{task.position}].template.spec.initContainers[{i}]",
+                        f"{task.template_path}.spec.initContainers[{i}]",
                         f"the name {WAIT_CONTAINER!r} is the waitfor plugin's init container; rename it",
                     )
             for where, container in template_containers(task, init=False):
@@ -215,10 +215,11 @@ class WaitforPlugin(Plugin):
         lines: list[str] = []
         for task in self.tasks:
             subdomain = task.subdomain or self.job.name
-            if task.hostname:  # svc lists one name for a task whose template fixes the hostname
+            prefix = self.job.host_prefix(task)
+            if task.hostname or prefix is None:  # svc lists one name for a task whose template fixes the hostname
                 lines.extend(f'hosts="$hosts {host}"' for host in self.job.host_names(task))
             elif task.replicas:
-                lines.append(f"add {shlex.quote(self.job.name + '-' + task.name)} {task.replicas} {shlex.quote(subdomain)}")
+                lines.append(f"add {shlex.quote(prefix)} {task.replicas} {shlex.quote(subdomain)}")
         names = ", ".join(t.name for t in self.tasks)
         return _SCRIPT.format(
             name=WAIT_CONTAINER,

@@ -1,0 +1,337 @@
+"""Kubernetes Indexed Jobs and JobSets as job views for the plugins (docs/workloads.md).
+
+Each is a :class:`~.job.Job` whose tasks, Pod names and selectors come from its own kind, so every
+plugin reads it as it reads a Volcano Job:
+
+* an Indexed ``batch/v1`` Job is one task (named after the Job, or ``volcano-job-webhook/task``) of
+  ``completions`` members; a Pod's index is its completion index, its host name ``<job>-<index>``
+  (the Job controller sets it) under the template's ``subdomain``, else the Job's name, as svc sets it;
+* a JobSet is one task per ``replicatedJobs[]`` entry of ``replicas × completions`` members; member
+  ``job-index × completions + completion-index`` is the Pod ``<jobset>-<rjob>-<job-index>-<completion-index>``
+  under ``spec.network.subdomain`` or the JobSet's name, whose headless Service JobSet makes itself.
+
+The spec is read as the API server keeps it after defaulting; only what the plugins need is checked,
+each problem naming its field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .budget import digits_below
+from .errors import PluginError
+from .job import Job, Task
+from .keys import (
+    BATCH_JOB_API_VERSION,
+    BATCH_JOB_KIND,
+    BATCH_JOB_NAME_KEY,
+    BATCH_JOBS,
+    COMPLETION_INDEX_KEY,
+    JOB_INDEX_KEY,
+    JOBSET_API_VERSION,
+    JOBSET_GROUP,
+    JOBSET_KIND,
+    JOBSET_NAME_KEY,
+    JOBSETS,
+    OPT_IN_LABEL,
+    PLUGINS_ANNOTATION,
+    REPLICATED_JOB_KEY,
+    TASK_ANNOTATION,
+    VOLCANO_JOBS,
+)
+from .names import dns1123_label
+from .pod import Obj, metadata
+
+__all__ = ["IndexedJob", "JobSet", "finished_phase", "opted_in", "read_workload", "require_opt_in", "workload_kind"]
+
+# Plugins that only make sense on Volcano's own labels.
+_RAY = (
+    "ray's head Service selects the head task's Pods by Volcano's task label (volcano.sh/task-spec), "
+    "which a {kind}'s Pods do not carry; run Ray with KubeRay"
+)
+
+
+def workload_kind(obj: Mapping[str, Any]) -> str | None:
+    """``jobs.batch.volcano.sh``, ``jobs.batch`` or ``jobsets.jobset.x-k8s.io`` for an object of
+    that kind (a ``kind: Job`` without ``apiVersion`` is Volcano's), else None."""
+    api_version, kind = str(obj.get("apiVersion") or ""), obj.get("kind")
+    if kind == BATCH_JOB_KIND:
+        return BATCH_JOBS if api_version == BATCH_JOB_API_VERSION else VOLCANO_JOBS
+    if kind == JOBSET_KIND and api_version.startswith(f"{JOBSET_GROUP}/"):
+        return JOBSETS
+    return None
+
+
+def read_workload(obj: Any) -> Job:
+    """The job view of a Volcano Job, an Indexed Job or a JobSet, by its ``apiVersion`` and ``kind``.
+
+    Raises :class:`PluginError` naming the field for anything that is not shaped like one."""
+    kind = workload_kind(obj) if isinstance(obj, Mapping) else None
+    if kind == BATCH_JOBS:
+        return IndexedJob.from_object(obj)
+    if kind == JOBSETS:
+        return JobSet.from_object(obj)
+    return Job.from_object(obj)
+
+
+def _templates(obj: Mapping[str, Any]) -> list[Any]:
+    """The Pod templates of an Indexed Job or a JobSet, as they are in the object."""
+    spec: Mapping[str, Any] = obj["spec"] if isinstance(obj.get("spec"), Mapping) else {}
+    if workload_kind(obj) == BATCH_JOBS:
+        return [spec.get("template")]
+    jobs = spec.get("replicatedJobs")
+    return [((rj.get("template") or {}).get("spec") or {}).get("template") if isinstance(rj, Mapping) else None
+            for rj in (jobs if isinstance(jobs, list) else [])]
+
+
+def opted_in(obj: Mapping[str, Any]) -> bool:
+    """Whether an Indexed Job or a JobSet asks for our plugins: our annotation, or the opt-in label
+    on one of its Pod templates (whose Pods the webhook then wires, with the server's default plugins
+    at least)."""
+    annotations = (obj.get("metadata") or {}).get("annotations")
+    if isinstance(annotations, Mapping) and PLUGINS_ANNOTATION in annotations:
+        return True
+    for template in _templates(obj):
+        labels = ((template or {}).get("metadata") or {}).get("labels") if isinstance(template, Mapping) else None
+        if isinstance(labels, Mapping) and labels.get(OPT_IN_LABEL) == "true":
+            return True
+    return False
+
+
+def finished_phase(obj: Mapping[str, Any]) -> str:
+    """"Completed" or "Failed" for an Indexed Job or JobSet that will start no Pod again, else ""."""
+    status = obj.get("status")
+    if not isinstance(status, Mapping):
+        return ""
+    if workload_kind(obj) == JOBSETS:
+        terminal = status.get("terminalState")
+        return terminal if terminal in ("Completed", "Failed") else ""
+    return _finished_conditions(status)
+
+
+def require_opt_in(job: Job) -> None:
+    """Raise :class:`PluginError` when an Indexed Job's or JobSet's Pod template lacks the opt-in
+    label: the webhook's ``objectSelector`` would never see its Pods, which would run unwired."""
+    if type(job) is Job:
+        return
+    for task in job.tasks:
+        labels = (task.template.get("metadata") or {}).get("labels") or {}
+        if labels.get(OPT_IN_LABEL) != "true":
+            raise PluginError(
+                job.key, "", f"{task.template_path}.metadata.labels",
+                f"the {job.kind} names plugins in {PLUGINS_ANNOTATION} but its Pod template lacks the label "
+                f"{OPT_IN_LABEL}: \"true\": its Pods would never reach the webhook and would run unwired",
+            )
+
+
+def _label_or_annotation(pod: Obj, key: str) -> str | None:
+    meta = metadata(pod)
+    for source in (meta.get("annotations"), meta.get("labels")):
+        if isinstance(source, dict) and source.get(key) not in (None, ""):
+            return str(source[key])
+    return None
+
+
+def _meta(obj: Mapping[str, Any], what: str) -> tuple[str, str, Mapping[str, Any]]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise PluginError("?", "", "metadata.name", f"the {what} has no name")
+    namespace = meta.get("namespace") or "default"
+    if not isinstance(namespace, str):
+        raise PluginError(meta["name"], "", "metadata.namespace", "must be a string")
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, Mapping):
+        raise PluginError(f"{namespace}/{meta['name']}", "", "metadata.annotations", "must be a map")
+    return meta["name"], namespace, annotations
+
+
+def _count(key: str, value: Any, where: str, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PluginError(key, "", where, f"must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _indexed_spec(key: str, spec: Any, where: str) -> tuple[int, Mapping[str, Any]]:
+    """A batch Job spec's member count and Pod template, checked to be Indexed."""
+    if not isinstance(spec, Mapping):
+        raise PluginError(key, "", where, "must be a Job spec")
+    mode = spec.get("completionMode") or "NonIndexed"
+    if mode != "Indexed":
+        raise PluginError(key, "", f"{where}.completionMode",
+                          f"is {mode!r}: only Indexed Jobs can be wired (a NonIndexed Job's Pods have no index)")
+    # The API server's defaulting: no completions and no parallelism is one of each; Indexed
+    # with parallelism alone is refused before it gets here.
+    completions = _count(key, spec.get("completions"), f"{where}.completions", 1 if spec.get("parallelism") is None else -1)
+    if completions < 0:
+        raise PluginError(key, "", f"{where}.completions", "an Indexed Job needs spec.completions")
+    template = spec.get("template")
+    if not isinstance(template, Mapping) or not isinstance(template.get("spec") or {}, Mapping):
+        raise PluginError(key, "", f"{where}.template", "must be a pod template object")
+    return completions, template
+
+
+def _pod_template(template: Mapping[str, Any], subdomain: str | None) -> dict[str, Any]:
+    """The template as its Pods are made: no fixed hostname (the Job controller names each Pod's
+    ``<job>-<index>``), and the subdomain its controller sets when it sets one."""
+    pod_spec = {k: v for k, v in (template.get("spec") or {}).items() if k != "hostname"}
+    if subdomain is not None:
+        pod_spec["subdomain"] = subdomain
+    return {**template, "spec": pod_spec}
+
+
+def _finished_conditions(status: Mapping[str, Any]) -> str:
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("status") == "True":
+            if condition.get("type") == "Complete":
+                return "Completed"
+            if condition.get("type") == "Failed":
+                return "Failed"
+    return ""
+
+
+@dataclass(frozen=True, eq=False)
+class IndexedJob(Job):
+    """A ``batch/v1`` Job in ``Indexed`` completion mode: one task, a Pod per completion index."""
+
+    api_version = BATCH_JOB_API_VERSION
+    kind = BATCH_JOB_KIND
+    task_field = COMPLETION_INDEX_KEY
+    tasks_field = "spec"
+
+    @classmethod
+    def from_object(cls, obj: Any) -> IndexedJob:
+        name, namespace, annotations = _meta(obj, "Job")
+        key = f"{namespace}/{name}"
+        completions, template = _indexed_spec(key, obj.get("spec"), "spec")
+        task_name = annotations.get(TASK_ANNOTATION) or name
+        problem = dns1123_label(str(task_name))
+        if problem:
+            where = f"metadata.annotations[{TASK_ANNOTATION}]" if annotations.get(TASK_ANNOTATION) else "metadata.name"
+            raise PluginError(key, "", where, f"names the task: {problem}")
+        task = Task(str(task_name), completions, 0, _pod_template(template, None), "spec.template", "spec.completions")
+        meta = obj["metadata"]
+        return cls(name=name, namespace=namespace, uid=str(meta.get("uid") or ""), tasks=(task,), plugins={},
+                   annotations=dict(annotations), raw=obj, phase=finished_phase(obj))
+
+    def task_of(self, pod: Obj) -> str:
+        return self.tasks[0].name
+
+    def index_of(self, pod: Obj) -> str | None:
+        return _label_or_annotation(pod, COMPLETION_INDEX_KEY)
+
+    def index_sources(self) -> str:
+        return f"no {COMPLETION_INDEX_KEY} annotation or label (the Job controller sets both)"
+
+    def refuses(self, plugin: str) -> str | None:
+        return _RAY.format(kind="Job") if plugin == "ray" else None
+
+    def pod_selector(self) -> dict[str, str]:
+        return {BATCH_JOB_NAME_KEY: self.name}
+
+    def pod_name(self, task: str, index: int) -> str:
+        """The Job controller's hostname for completion index ``index``: ``<job>-<index>``."""
+        return f"{self.name}-{index}"
+
+    def host_prefix(self, task: Task) -> str | None:
+        return self.name
+
+    def host_label_chars(self, task: Task) -> int:
+        return task.replicas * (len(self.name) + 1) + digits_below(task.replicas)
+
+
+@dataclass(frozen=True, eq=False)
+class JobSet(Job):
+    """A JobSet: a task per replicated Job, a member per (job index, completion index)."""
+
+    api_version = JOBSET_API_VERSION
+    kind = JOBSET_KIND
+    task_field = REPLICATED_JOB_KEY
+    tasks_field = "spec.replicatedJobs"
+    # Completions of each replicated Job's Jobs, by task name.
+    completions: Mapping[str, int] = field(default_factory=dict)
+    # JobSet makes a headless Service named after the subdomain (enableDNSHostnames, on by default).
+    dns_hostnames: bool = True
+
+    @property
+    def own_service(self) -> bool:
+        return self.dns_hostnames
+
+    @classmethod
+    def from_object(cls, obj: Any) -> JobSet:
+        name, namespace, annotations = _meta(obj, "JobSet")
+        key = f"{namespace}/{name}"
+        spec = obj.get("spec")
+        if not isinstance(spec, Mapping):
+            raise PluginError(key, "", "spec", "the JobSet has no spec")
+        network: Mapping[str, Any] = spec["network"] if isinstance(spec.get("network"), Mapping) else {}
+        dns = network.get("enableDNSHostnames") is not False
+        subdomain = (network.get("subdomain") or name) if dns else None
+        raw_jobs = spec.get("replicatedJobs")
+        if not isinstance(raw_jobs, list) or not raw_jobs:
+            raise PluginError(key, "", "spec.replicatedJobs", "the JobSet has no replicated Jobs")
+        tasks: list[Task] = []
+        completions: dict[str, int] = {}
+        for position, raw in enumerate(raw_jobs):
+            where = f"spec.replicatedJobs[{position}]"
+            if not isinstance(raw, Mapping):
+                raise PluginError(key, "", where, "must be an object")
+            task_name = raw.get("name")
+            problem = dns1123_label(task_name) if isinstance(task_name, str) else "must be a string"
+            if problem or not isinstance(task_name, str):
+                raise PluginError(key, "", f"{where}.name", problem or "must be a string")
+            if task_name in completions:
+                raise PluginError(key, "", f"{where}.name", f"duplicate replicated Job name {task_name!r}")
+            replicas = _count(key, raw.get("replicas"), f"{where}.replicas", 1)
+            job_template = raw.get("template")
+            if not isinstance(job_template, Mapping):
+                raise PluginError(key, "", f"{where}.template", "must be a Job template")
+            # JobSet's defaulting makes every child Job Indexed.
+            job_spec = job_template.get("spec")
+            job_spec = {"completionMode": "Indexed", **job_spec} if isinstance(job_spec, Mapping) else job_spec
+            count, template = _indexed_spec(key, job_spec, f"{where}.template.spec")
+            completions[task_name] = count
+            tasks.append(Task(task_name, replicas * count, position, _pod_template(template, subdomain),
+                              f"{where}.template.spec.template", f"{where}.replicas"))
+        meta = obj["metadata"]
+        return cls(name=name, namespace=namespace, uid=str(meta.get("uid") or ""), tasks=tuple(tasks), plugins={},
+                   annotations=dict(annotations), raw=obj, completions=completions, dns_hostnames=dns,
+                   phase=finished_phase(obj))
+
+    def task_of(self, pod: Obj) -> str:
+        return _label_or_annotation(pod, REPLICATED_JOB_KEY) or ""
+
+    def index_of(self, pod: Obj) -> str | None:
+        job_index = _label_or_annotation(pod, JOB_INDEX_KEY)
+        completion = _label_or_annotation(pod, COMPLETION_INDEX_KEY)
+        if job_index is None or completion is None:
+            return None
+        if not (job_index.isascii() and job_index.isdigit() and completion.isascii() and completion.isdigit()):
+            return f"{job_index}-{completion}"  # not a number: index_number says so
+        count = self.completions.get(self.task_of(pod), 1)
+        return str(int(job_index) * count + int(completion))
+
+    def index_sources(self) -> str:
+        return f"no {JOB_INDEX_KEY} and {COMPLETION_INDEX_KEY} labels or annotations (JobSet and the Job controller set them)"
+
+    def refuses(self, plugin: str) -> str | None:
+        return _RAY.format(kind="JobSet") if plugin == "ray" else None
+
+    def pod_selector(self) -> dict[str, str]:
+        return {JOBSET_NAME_KEY: self.name}
+
+    def pod_name(self, task: str, index: int) -> str:
+        """Member ``index`` of ``task``: ``<jobset>-<task>-<job index>-<completion index>``."""
+        count = self.completions.get(task, 1) or 1
+        return f"{self.name}-{task}-{index // count}-{index % count}"
+
+    def host_prefix(self, task: Task) -> str | None:
+        return None  # two counters in each name
+
+    def host_label_chars(self, task: Task) -> int:
+        count = self.completions.get(task.name, 1) or 1
+        jobs = task.replicas // count
+        return task.replicas * (len(self.name) + len(task.name) + 3) + count * digits_below(jobs) + jobs * digits_below(count)
