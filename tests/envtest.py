@@ -625,6 +625,31 @@ def new_namespace(api: client.ApiClient, prefix: str = "test-", labels: Mapping[
 
 # This project's prerequisites ------------------------------------------------------------------
 
+# JobSet's CRD, permissive (docs/workloads.md): what the tests need of it is that the API server
+# serves the kind; its schema is JobSet's business.
+JOBSET_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "jobsets.jobset.x-k8s.io"},
+    "spec": {"group": "jobset.x-k8s.io", "scope": "Namespaced",
+             "names": {"plural": "jobsets", "singular": "jobset", "kind": "JobSet", "listKind": "JobSetList"},
+             "versions": [{"name": "v1alpha2", "served": True, "storage": True, "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+
+
+def install_jobset_crd(api: client.ApiClient, timeout: float = 20.0) -> None:
+    """Register :data:`JOBSET_CRD` and wait until the API server serves JobSets."""
+    apply(api, JOBSET_CRD)
+
+    def served() -> bool:
+        try:
+            request(api, "GET", "/apis/jobset.x-k8s.io/v1alpha2/jobsets")
+        except ApiException:
+            return False
+        return True
+
+    wait_until(served, timeout, "the JobSet CRD to be served")
+
 
 def job_crd() -> dict[str, Any]:
     """The CustomResourceDefinition of Volcano's Job (tests/fixtures/crd/)."""

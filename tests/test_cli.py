@@ -74,9 +74,9 @@ def test_resources_yaml_and_json(capsys):
     ("argv", "message"),
     [
         (["mutate", "--job", "/nonexistent.yaml", "--task", "w"], "/nonexistent.yaml: cannot read"),
-        (["mutate", "--job", str(EXAMPLES / "jobs" / "env-job.yaml")], "give a POD file, or --task"),
+        (["mutate", "--job", str(EXAMPLES / "jobs" / "pytorch-job.yaml")], "give a POD file, or --task"),
         (["mutate", "--job", str(EXAMPLES / "jobs" / "env-job.yaml"), "--task", "nope"], "job default/env-demo: task: the job has no task 'nope'"),
-        (["resources", "--job", str(EXAMPLES / "admission" / "env-pod.json")], "expected one Job, found: AdmissionReview"),
+        (["resources", "--job", str(EXAMPLES / "admission" / "env-pod.json")], "expected one Job or JobSet, found: AdmissionReview"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(capsys, argv, message):

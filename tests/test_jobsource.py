@@ -58,7 +58,7 @@ async def test_bad_files_are_skipped_with_one_warning_each(tmp_path, caplog):
     source = DirectoryJobSource(tmp_path, interval=0, max_file_bytes=4096)
     source.start()
     await asyncio.wait_for(source.loaded(), 60)  # a fifo opened for reading would block it for ever
-    assert sorted(name for _, name in source._jobs) == ["good"]
+    assert sorted(name for *_, name in source._jobs) == ["good"]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert sorted(warnings) == sorted([
         f"jobs file skipped: {tmp_path / 'big.yaml'}: larger than the limit of 4096 bytes",

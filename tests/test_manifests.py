@@ -75,11 +75,19 @@ EXPECTED_PERMISSIONS = {
     *(("networking.k8s.io", "networkpolicies", v) for v in OWNED_VERBS),
     *(("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")),
     ("", "events", "create"),
+    # Opted-in Indexed Jobs and JobSets (docs/workloads.md): the webhook GETs them, the reconciler
+    # caches them; their finalizers as for Volcano Jobs (blockOwnerDeletion).
+    *((group, resource, v) for group, resource in (("batch", "jobs"), ("jobset.x-k8s.io", "jobsets")) for v in ("get", "list", "watch")),
+    ("batch", "jobs/finalizers", "update"),
+    ("jobset.x-k8s.io", "jobsets/finalizers", "update"),
 }
-# The webhook alone (`serve --job-source=kube`): its Job cache and the GET of a Job not cached yet.
-EXPECTED_WEBHOOK_ONLY_PERMISSIONS = {("batch.volcano.sh", "jobs", v) for v in ("get", "list", "watch")}
-# The reconciler alone: all the rest; its Job cache lists and watches, it never GETs a Job.
-EXPECTED_RECONCILER_ONLY_PERMISSIONS = EXPECTED_PERMISSIONS - {("batch.volcano.sh", "jobs", "get")}
+# The webhook alone (`serve --job-source=kube`): its Job cache and the GET of a Job not cached yet,
+# and of an opted-in workload (never cached).
+EXPECTED_WEBHOOK_ONLY_PERMISSIONS = {("batch.volcano.sh", "jobs", v) for v in ("get", "list", "watch")} | {
+    ("batch", "jobs", "get"), ("jobset.x-k8s.io", "jobsets", "get")}
+# The reconciler alone: all the rest; its caches list and watch, it never GETs a job.
+EXPECTED_RECONCILER_ONLY_PERMISSIONS = EXPECTED_PERMISSIONS - {
+    ("batch.volcano.sh", "jobs", "get"), ("batch", "jobs", "get"), ("jobset.x-k8s.io", "jobsets", "get")}
 EXPECTED_CERTGEN_PERMISSIONS = {
     *(("", "secrets", v) for v in ("get", "create", "update")),
     *(("admissionregistration.k8s.io", r, v)
@@ -363,13 +371,17 @@ def test_schema_check_catches_mistakes() -> None:
 # Webhook registrations ----------------------------------------------------------------------------
 
 
-def mutating(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    (webhook,) = find_one(objects, "MutatingWebhookConfiguration", "volcano-job-webhook")["webhooks"]
+def mutating(objects: list[dict[str, Any]], name: str = "pods.volcano-job-webhook.io") -> dict[str, Any]:
+    webhooks = find_one(objects, "MutatingWebhookConfiguration", "volcano-job-webhook")["webhooks"]
+    assert [w["name"] for w in webhooks] == ["pods.volcano-job-webhook.io", "workloads.volcano-job-webhook.io"]
+    (webhook,) = [w for w in webhooks if w["name"] == name]
     return webhook
 
 
-def validating(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    (webhook,) = find_one(objects, "ValidatingWebhookConfiguration", "volcano-job-webhook")["webhooks"]
+def validating(objects: list[dict[str, Any]], name: str = "jobs.volcano-job-webhook.io") -> dict[str, Any]:
+    webhooks = find_one(objects, "ValidatingWebhookConfiguration", "volcano-job-webhook")["webhooks"]
+    assert [w["name"] for w in webhooks] == ["jobs.volcano-job-webhook.io", "workloads.volcano-job-webhook.io"]
+    (webhook,) = [w for w in webhooks if w["name"] == name]
     return webhook
 
 
@@ -949,3 +961,42 @@ def test_kubectl_is_looked_for_in_the_documented_order(tmp_path: Path) -> None:
     assert find_kubectl({"KUBECTL": str(tmp_path / "absent"), "PATH": str(places["path"].parent)}) is None
     places["cache/volcano-job-webhook/bin"].chmod(0o644)
     assert find_kubectl(environ) is None, "not executable"
+
+
+# Indexed Jobs and JobSets (docs/workloads.md) -----------------------------------------------------
+
+WORKLOADS_HOOK = "workloads.volcano-job-webhook.io"
+
+
+def test_workload_pod_webhook_selects_only_opted_in_pods(base: list[dict[str, Any]]) -> None:
+    from volcano_job_webhook.plugins import read_workload
+    from volcano_job_webhook.plugins.podgen import make_pod
+
+    webhook = mutating(base, WORKLOADS_HOOK)
+    assert webhook["failurePolicy"] == "Fail" and webhook["reinvocationPolicy"] == "IfNeeded"
+    assert webhook["clientConfig"]["service"]["path"] == "/mutate"
+    assert webhook["namespaceSelector"] == {"matchExpressions": [EXCLUDED_NAMESPACES]}
+    for path in sorted((ROOT / "examples" / "workloads").glob("*.yaml")):
+        job = read_workload(yaml.safe_load(path.read_text()))
+        for task in job.tasks:
+            pod = make_pod(job, task.name, 0)
+            pod["metadata"]["name"] = "p"
+            assert pod_request(webhook, pod), f"{path.name} {task.name}"
+            assert not pod_request(mutating(base), pod), "the Volcano entry leaves it alone"
+            del pod["metadata"]["labels"]["volcano-job-webhook/enabled"]
+            assert not pod_request(webhook, pod), "a workload that did not opt in never calls us"
+    both = volcano_pod()
+    both["metadata"]["labels"]["volcano-job-webhook/enabled"] = "true"
+    assert pod_request(mutating(base), both) and not pod_request(webhook, both), "one call per Pod"
+
+
+def test_workload_validating_webhook_rules(base: list[dict[str, Any]]) -> None:
+    webhook = validating(base, WORKLOADS_HOOK)
+    assert webhook["rules"] == [
+        {"operations": ["CREATE", "UPDATE"], "apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "scope": "Namespaced"},
+        {"operations": ["CREATE", "UPDATE"], "apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"],
+         "resources": ["jobsets"], "scope": "Namespaced"},
+    ]
+    (condition,) = webhook["matchConditions"]
+    assert "volcano-job-webhook/plugins" in condition["expression"]
+    assert webhook["failurePolicy"] == "Ignore" and webhook["clientConfig"]["service"]["path"] == "/validate"

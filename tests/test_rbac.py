@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from kubernetes import client
 
-from tests.apiserver import FakeApiServer
+from tests.apiserver import FakeApiServer, ResourceType
 from tests.conftest import ApiServerFactory
 from tests.envtest import (
     JOB_API_VERSION,
@@ -31,6 +31,7 @@ from tests.envtest import (
     create,
     delete,
     grant_role,
+    install_jobset_crd,
     new_namespace,
     rbac_objects,
     read,
@@ -67,7 +68,9 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
     elector = LeaderElector(server.api_client(WEBHOOK_USER), *LEASE, "me", lease_duration=3, renew_deadline=2, retry_period=0.3)
     elector.start()
     wait_until(lambda: elector.is_leader, 10, "leadership")
-    reconciler = Reconciler(server.api_client(WEBHOOK_USER), Chain(), is_leader=lambda: elector.is_leader)  # all namespaces
+    install_jobset_crd(admin)  # Indexed Jobs and JobSets too (docs/workloads.md)
+    reconciler = Reconciler(server.api_client(WEBHOOK_USER), Chain(), is_leader=lambda: elector.is_leader,  # all namespaces
+                            workloads=["jobs.batch", "jobsets.jobset.x-k8s.io"])
     reconciler.start()
     source = KubeJobSource(server.api_client(WEBHOOK_USER))
     source.start()
@@ -78,6 +81,10 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
         invalid["spec"]["plugins"]["nope"] = []
         create(admin, invalid)
         wait_until(lambda: len(objects(admin, namespace)) == 10, 20, "every job's objects")
+        for workload in (indexed_workload(namespace), jobset_workload(namespace)):
+            create(admin, workload)
+        wait_until(lambda: {("ConfigMap", "idx-svc"), ("ConfigMap", "js-svc")} <= set(objects(admin, namespace)), 20,
+                   "the Indexed Job's and the JobSet's objects")
         job = read(admin, JOB_API_VERSION, "Job", "mpi-demo", namespace)
         assert job is not None
         job["spec"]["tasks"][1]["replicas"] = 3
@@ -106,6 +113,9 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
         source.informer.stop()
         create(admin, example_job("tensorflow", namespace))
         assert asyncio.run(source.get(namespace, "tf-demo")) is not None
+        # An opted-in workload's Pods: the webhook GETs the workload.
+        assert asyncio.run(source.get(namespace, "idx", None, "jobs.batch")) is not None
+        assert asyncio.run(source.get(namespace, "js", None, "jobsets.jobset.x-k8s.io")) is not None
     finally:
         source.stop()
         reconciler.stop()
@@ -120,9 +130,29 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
     if any(e.verb in ("create", "patch") and e.code == 201 and e.resource != "events" for e in requests):
         # Every side object has a blockOwnerDeletion reference to its Job.
         used.add(("batch.volcano.sh", "jobs/finalizers", "update"))
+        # And the Indexed Job's and JobSet's objects to theirs.
+        used |= {("batch", "jobs/finalizers", "update"), ("jobset.x-k8s.io", "jobsets/finalizers", "update")}
     granted = rbac_permissions()
     assert used - granted == set(), "calls the ClusterRole/Role does not grant"
     assert granted - used == set(), "permissions granted that the code never uses"
+
+
+def indexed_workload(namespace: str) -> dict:
+    """An opted-in Indexed Job with svc (no Job controller runs here: it makes no Pods)."""
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "idx", "namespace": namespace, "annotations": {"volcano-job-webhook/plugins": '{"svc": []}'}},
+            "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2, "template": {
+                "metadata": {"labels": {"volcano-job-webhook/enabled": "true"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}
+
+
+def jobset_workload(namespace: str) -> dict:
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "js", "namespace": namespace, "annotations": {"volcano-job-webhook/plugins": '{"svc": []}'}},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
+                "completions": 2, "parallelism": 2, "template": {
+                    "metadata": {"labels": {"volcano-job-webhook/enabled": "true"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}]}}
 
 
 def test_without_update_on_job_finalizers_an_enforcing_server_refuses_the_side_objects(apiserver_factory: ApiServerFactory) -> None:
@@ -132,7 +162,7 @@ def test_without_update_on_job_finalizers_an_enforcing_server_refuses_the_side_o
     admin = server.api_client()
     namespace = new_namespace(admin)
     role = next(o for o in rbac_objects() if o["kind"] == "ClusterRole")
-    rules = [r for r in role["rules"] if r["resources"] != ["jobs/finalizers"]]
+    rules = [r for r in role["rules"] if (r["apiGroups"], r["resources"]) != (["batch.volcano.sh"], ["jobs/finalizers"])]
     assert len(rules) == len(role["rules"]) - 1
     grant_role(admin, NOBODY, namespace, "trimmed", rules)
     reconciler = Reconciler(server.api_client(NOBODY), Chain(), namespaces=[namespace], resync_seconds=3600)
@@ -160,6 +190,9 @@ def test_split_identities_cover_exactly_what_each_process_calls() -> None:
     authorizes nothing: the test above, on a real server, shows the combined grants are enforced.)"""
     webhook_sa, reconciler_sa = "volcano-job-webhook", "volcano-job-webhook-reconciler"
     with FakeApiServer() as server:
+        # Indexed Jobs and JobSets (docs/workloads.md): the reconciler caches both, the webhook GETs them.
+        server.register_resource(ResourceType("batch", "v1", "jobs", "Job", status=True))
+        server.register_resource(ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", custom=True, status=True))
         admin = server.api_client()
         custom = client.CustomObjectsApi(admin)
         namespace = "team-a"
@@ -180,7 +213,8 @@ def test_split_identities_cover_exactly_what_each_process_calls() -> None:
         elector = LeaderElector(as_(reconciler_sa), *LEASE, "me", lease_duration=3, renew_deadline=2, retry_period=0.3)
         elector.start()
         wait_until(lambda: elector.is_leader, 10, "leadership")
-        reconciler = Reconciler(as_(reconciler_sa), Chain(), is_leader=lambda: elector.is_leader, resync_seconds=3600)
+        reconciler = Reconciler(as_(reconciler_sa), Chain(), is_leader=lambda: elector.is_leader, resync_seconds=3600,
+                                workloads=["jobs.batch", "jobsets.jobset.x-k8s.io"])
         reconciler.start()
         source = KubeJobSource(as_(webhook_sa))
         source.start()
@@ -214,6 +248,9 @@ def test_split_identities_cover_exactly_what_each_process_calls() -> None:
             source.informer.stop()  # the webhook's live GET of a Job its cache has not seen
             custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", example_job("tensorflow", namespace))
             assert asyncio.run(source.get(namespace, "tf-demo")) is not None
+            # An opted-in Indexed Job's and JobSet's Pods: their workload is always a GET.
+            for kind in ("jobs.batch", "jobsets.jobset.x-k8s.io"):
+                assert asyncio.run(source.get(namespace, "absent", None, kind)) is None
         finally:
             source.stop()
             reconciler.stop()
@@ -225,6 +262,7 @@ def test_split_identities_cover_exactly_what_each_process_calls() -> None:
     # Not requests of their own (as in the test above): an owner reference with blockOwnerDeletion
     # needs update on jobs/finalizers under OwnerReferencesPermissionEnforcement.
     calls[reconciler_sa].add(("batch.volcano.sh", "jobs/finalizers", "update"))
+    calls[reconciler_sa] |= {("batch", "jobs/finalizers", "update"), ("jobset.x-k8s.io", "jobsets/finalizers", "update")}
     assert calls[webhook_sa] == rbac_permissions(webhook_sa, "split")
     assert calls[reconciler_sa] == rbac_permissions(reconciler_sa, "split")
     assert not any(resource == "secrets" for _, resource, _ in rbac_permissions(webhook_sa, "split"))

@@ -57,6 +57,11 @@ class WebhookSettings(BaseSettings):
         "objects are Volcano's); default: its eight on a cluster (job_source=kube, reconcile), none for job files; "
         "[] where it does not run them (docs/install.md#who-runs-what)",
     )
+    workloads: list[Literal["jobs.batch", "jobsets.jobset.x-k8s.io"]] = Field(
+        ["jobs.batch", "jobsets.jobset.x-k8s.io"],
+        description="Kubernetes workload kinds the reconciler makes side objects for when they opt in "
+        "(docs/workloads.md); a kind the API server does not serve is left out with a warning; [] for Volcano Jobs only",
+    )
     enforcement: Literal["deny", "audit"] = Field(
         "deny", description="audit: what would be denied is allowed with a warning (rolling out onto running jobs)"
     )

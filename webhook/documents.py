@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from volcano_job_webhook.limits import MAX_ALIAS_NODES, MAX_DEPTH, MAX_INPUT_BYTES
-from volcano_job_webhook.plugins import Job
+from volcano_job_webhook.plugins import Job, read_workload
 
 # Standard input that sends nothing for this long is taken as never ending.
 STDIN_IDLE_SECONDS = 30.0
@@ -204,17 +204,19 @@ def parse_documents(text: str, source: str = "<input>") -> list[Any]:
         raise DocumentError(f"{source}: not valid YAML or JSON: {reason}") from None
 
 
-def load_object(source: str, kind: str) -> dict[str, Any]:
-    """The one object of ``kind`` in ``source``. A stream with several objects must hold exactly
-    one of that kind; an object without ``kind`` is taken as it is."""
+def load_object(source: str, kind: str | tuple[str, ...]) -> dict[str, Any]:
+    """The one object of ``kind`` (or of one of several) in ``source``. A stream with several
+    objects must hold exactly one of that kind; an object without ``kind`` is taken as it is."""
+    kinds = (kind,) if isinstance(kind, str) else kind
+    kind = " or ".join(kinds)
     docs = parse_documents(read_text(source), source)
     if not docs:
         raise DocumentError(f"{source}: no document found")
     if any(not isinstance(doc, dict) for doc in docs):
         raise DocumentError(f"{source}: expected a {kind} object, found something else")
-    if len(docs) == 1 and docs[0].get("kind") in (None, kind):
+    if len(docs) == 1 and docs[0].get("kind") in (None, *kinds):
         return docs[0]
-    matches = [doc for doc in docs if doc.get("kind") == kind]
+    matches = [doc for doc in docs if doc.get("kind") in kinds]
     if len(matches) != 1:
         found = ", ".join(str(doc.get("kind")) for doc in docs)
         raise DocumentError(f"{source}: expected one {kind}, found: {found}")
@@ -239,5 +241,5 @@ def dump_yaml_stream(objects: list[Any]) -> str:
 
 
 def load_job(source: str) -> Job:
-    """The Volcano Job in a file (``-`` for standard input)."""
-    return Job.from_object(load_object(source, "Job"))
+    """The Volcano Job, Indexed Job or JobSet in a file (``-`` for standard input)."""
+    return read_workload(load_object(source, ("Job", "JobSet")))

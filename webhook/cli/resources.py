@@ -15,7 +15,7 @@ from .inputs import add_config_argument, chain_from, load_job
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser("resources", help="print the side objects a job needs")
-    parser.add_argument("--job", required=True, metavar="JOB", help="Volcano Job file (YAML or JSON, - for stdin)")
+    parser.add_argument("--job", required=True, metavar="JOB", help="Volcano Job, Indexed Job or JobSet file (YAML or JSON, - for stdin)")
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     add_config_argument(parser)
     parser.set_defaults(run=run)

@@ -213,6 +213,8 @@ class JobRecord:
     """A cached Volcano Job: identity, phase, and (unless finished) the fields plugins read, packed."""
 
     __slots__ = ("_blob", "deleting", "key", "phase", "reconciled", "uid", "version")
+    api_version = "batch.volcano.sh/v1alpha1"
+    kind = "Job"
 
     def __init__(self, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.kube.rest import Rest
-from volcano_job_webhook.plugins.keys import JOB_API_VERSION, JobKey
+from volcano_job_webhook.plugins.keys import JobKey
 
 from .controller import describe
 from .kinds import EVENT
@@ -35,6 +35,7 @@ class EventRecorder:
     def warn(self, job: JobRecord, reason: str, subject: str, message: str) -> None:
         namespace, name = job.key
         said = f"{job.uid}\0{message}"
+        said = f"{job.kind}\0{said}"  # an Indexed Job and a Volcano Job may share a name
         with self._lock:
             if self._said.get((job.key, reason, subject)) == said:
                 return
@@ -45,7 +46,7 @@ class EventRecorder:
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {"apiVersion": JOB_API_VERSION, "kind": "Job", "name": name, "namespace": namespace,
+            "involvedObject": {"apiVersion": job.api_version, "kind": job.kind, "name": name, "namespace": namespace,
                                "uid": job.uid, "resourceVersion": str(job.version)},
             "reason": reason, "message": message[:1024], "type": "Warning",
             "source": {"component": COMPONENT},

@@ -1,6 +1,7 @@
 """One job's reconcile: make the cluster hold the side objects the plugins we run want for it, exactly.
 
-For a Volcano Job the plugin chain says which objects the job needs (``Chain.resources``: the plugins
+For a Volcano Job (or an Indexed Job or JobSet that opted in, docs/workloads.md: one reconciler
+per kind, each with its own keys) the plugin chain says which objects the job needs (``Chain.resources``: the plugins
 we run, not those Volcano's own controller runs, docs/install.md#who-runs-what); the reconcile creates
 the missing ones, repairs drifted ones, and deletes the ones this project made that the job no longer
 asks for — all of them when the job is gone (owner references are set too, but garbage collection
@@ -20,14 +21,14 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from volcano_job_webhook.kube.informer import Informer, JobInformer
+from volcano_job_webhook.kube.informer import Informer
 from volcano_job_webhook.kube.records import JobRecord, digested
-from volcano_job_webhook.plugins import Chain, Job, PluginError
-from volcano_job_webhook.plugins.keys import JobKey
+from volcano_job_webhook.plugins import Chain, PluginError, read_workload
+from volcano_job_webhook.plugins.keys import VOLCANO_JOBS
 
 from .compare import changes
 from .events import EventRecorder
-from .kinds import OwnedRecord, owner_job, owner_uid
+from .kinds import OwnedRecord, OwnerKey, key_kind, owner_job, owner_uid
 from .limits import oversize
 from .metrics import ReconcilerMetrics
 from .writer import CacheBehind, Ident, ObjectWriter, Write
@@ -39,9 +40,16 @@ log = logging.getLogger(__name__)
 ATTEMPTS = 3
 
 
+JobKey = OwnerKey
+
+
 class JobReconciler:
-    def __init__(self, jobs: JobInformer, owned: Mapping[str, Informer[OwnedRecord]], chain: Chain, writer: ObjectWriter,
-                 events: EventRecorder, metrics: ReconcilerMetrics, may_write: Callable[[], bool]) -> None:
+    """Reconciles the jobs of one kind (``kind``, resource.group), keyed as :func:`~.kinds.owner_key`."""
+
+    def __init__(self, jobs: Informer[Any], owned: Mapping[str, Informer[OwnedRecord]], chain: Chain, writer: ObjectWriter,
+                 events: EventRecorder, metrics: ReconcilerMetrics, may_write: Callable[[], bool],
+                 kind: str = VOLCANO_JOBS) -> None:
+        self.kind = kind
         self.jobs = jobs
         self.owned = owned
         self.chain = chain
@@ -59,7 +67,7 @@ class JobReconciler:
         """An owned object's event: its owner's key, to be reconciled. A deletion the watch saw comes
         as the object it was (Secrets, see the informer's ``deleted_objects``): kept for the plugins."""
         owner = obj.owner if isinstance(obj, OwnedRecord) else owner_job(obj)
-        if owner is None:
+        if owner is None or key_kind(owner) != self.kind:
             return None
         ident = (kind, obj.key[1] if isinstance(obj, OwnedRecord) else obj["metadata"]["name"])
         with self._lock:
@@ -84,8 +92,12 @@ class JobReconciler:
     def _records(self, key: JobKey) -> dict[Ident, OwnedRecord]:
         return {(kind, record.key[1]): record for kind, informer in self.owned.items() for record in informer.by_index(key)}
 
+    def owns(self, key: JobKey) -> bool:
+        """Whether ``key`` names a job of this reconciler's kind."""
+        return key_kind(key) == self.kind
+
     def _reconcile(self, key: JobKey) -> None:
-        namespace, name = key
+        namespace, name = key[0], key[1]
         job = self.jobs.get(namespace, name)
         uid = job.uid if job is not None else None
         records = self._records(key)
@@ -108,7 +120,7 @@ class JobReconciler:
         else:
             try:
                 # A finished job starts no Pod again: its objects go, as Volcano's own do.
-                desired = [] if job.finished else self.chain.resources(Job.from_object(job.object()), self._existing(key, uid, mine))
+                desired = [] if job.finished else self.chain.resources(read_workload(job.object()), self._existing(key, uid, mine))
             except PluginError as exc:
                 # A job we cannot read is left as it is: deleting its objects could break running Pods.
                 log.warning("job %s/%s: not reconciled: %s", namespace, name, exc)
@@ -182,7 +194,7 @@ class JobReconciler:
     def _forget(self, key: JobKey) -> None:
         with self._lock:
             self._deleted.pop(key, None)
-        self.events.forget(key)
+        self.events.forget((key[0], key[1]))
 
 
 def _fingerprint(versions: dict[Ident, int]) -> int:

@@ -19,10 +19,15 @@ from volcano_job_webhook.kube.records import (
 )
 from volcano_job_webhook.kube.rest import Resource
 from volcano_job_webhook.plugins.keys import (
+    BATCH_JOBS,
     JOB_GROUP,
     JOB_KIND,
+    JOBSET_GROUP,
+    JOBSET_KIND,
+    JOBSETS,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    VOLCANO_JOBS,
     JobKey,
 )
 
@@ -48,27 +53,46 @@ def managed(obj: dict[str, Any]) -> bool:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
 
 
-def _job_reference(obj: dict[str, Any]) -> dict[str, Any] | None:
+# The owners our objects can have, by (group, kind) of the owner reference.
+_OWNER_KINDS = {(JOB_GROUP, JOB_KIND): VOLCANO_JOBS, ("batch", "Job"): BATCH_JOBS, (JOBSET_GROUP, JOBSET_KIND): JOBSETS}
+
+# Which job a reconcile is for: (namespace, name) for a Volcano Job, (namespace, name, kind) for an
+# Indexed Job or a JobSet (docs/workloads.md), so that a Volcano Job and a batch Job of one name in
+# one namespace are never taken for each other.
+OwnerKey = tuple[str, ...]
+
+
+def owner_key(kind: str, namespace: str, name: str) -> OwnerKey:
+    return (namespace, name) if kind == VOLCANO_JOBS else (namespace, name, kind)
+
+
+def key_kind(key: OwnerKey) -> str:
+    return key[2] if len(key) > 2 else VOLCANO_JOBS
+
+
+def _job_reference(obj: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == JOB_KIND and str(ref.get("apiVersion", "")).startswith(f"{JOB_GROUP}/"):
-            return dict(ref)
+        kind = _OWNER_KINDS.get((str(ref.get("apiVersion", "")).rpartition("/")[0], ref.get("kind")))
+        if kind is not None:
+            return kind, dict(ref)
     return None
 
 
-def owner_job(obj: dict[str, Any]) -> JobKey | None:
-    """The Volcano Job that controls ``obj``, by (namespace, name): whose reconcile an event on it
-    queues. Which Job that is, of all that ever had the name, says its ``owner_uid``: a Job
-    deleted and made again under the same name is another Job, whose objects these are not."""
-    ref = _job_reference(obj)
-    if ref is None:
+def owner_job(obj: dict[str, Any]) -> JobKey | OwnerKey | None:
+    """The job that controls ``obj`` (:func:`owner_key`): whose reconcile an event on it queues.
+    Which job that is, of all that ever had the name, says its ``owner_uid``: a job deleted and
+    made again under the same name is another job, whose objects these are not."""
+    found = _job_reference(obj)
+    if found is None:
         return None
-    return (sys.intern((obj.get("metadata") or {}).get("namespace") or "default"), sys.intern(str(ref.get("name"))))
+    kind, ref = found
+    return owner_key(kind, sys.intern((obj.get("metadata") or {}).get("namespace") or "default"), sys.intern(str(ref.get("name"))))
 
 
 def owner_uid(obj: dict[str, Any]) -> str | None:
-    """The uid of the Volcano Job that controls ``obj``."""
-    ref = _job_reference(obj)
-    return None if ref is None else ref.get("uid")
+    """The uid of the job that controls ``obj``."""
+    found = _job_reference(obj)
+    return None if found is None else found[1].get("uid")
 
 
 # What of an owned object the comparison reads: its identity, labels, annotations and owner

@@ -5,27 +5,56 @@ the ``Reconcile``.
 The caches: Volcano Jobs as records (:class:`~volcano_job_webhook.kube.records.JobRecord`), and of
 each owned kind only the objects with our label (the ``managed-by`` selector), as records indexed by
 owning Job. An event on a Job queues it, an event on an owned object queues its owner.
+
+Each workload kind that may opt in (Indexed Jobs, JobSets: docs/workloads.md) is one more
+``For(kind)`` controller with its own cache, queue and workers, sharing the owned caches: an owned
+object's event goes to every controller, and the one whose kind owns it queues it.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.informer import Informer, JobInformer
 from volcano_job_webhook.kube.rest import Rest, widen_pool
 from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.plugins.keys import JobKey
+from volcano_job_webhook.plugins.keys import VOLCANO_JOBS, WORKLOAD_RESOURCES
 
 from .controller import Controller
 from .events import EventRecorder
 from .jobs import JobReconciler
-from .kinds import MANAGED_SELECTOR, OWNED, OwnedRecord
+from .kinds import MANAGED_SELECTOR, OWNED, OwnedRecord, OwnerKey, key_kind, owner_key
 from .metrics import ReconcilerMetrics
+from .workloads import WorkloadRecord, resource
 from .workqueue import WorkQueue
 from .writer import ObjectWriter
+
+log = logging.getLogger(__name__)
+
+
+def served_workloads(api: client.ApiClient, kinds: Iterable[str]) -> list[str]:
+    """The workload kinds of ``kinds`` the API server serves (JobSet's CRD may not be installed:
+    its cache would never fill, and the reconciler would never be ready)."""
+    rest, served = Rest(api), []
+    for kind in kinds:
+        group, version, _ = WORKLOAD_RESOURCES[kind]
+        try:
+            rest.call("GET", f"/apis/{group}/{version}")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            log.warning("%s/%s is not served by the API server: %s are not reconciled (restart once it is installed)",
+                        group, version, kind)
+            continue
+        served.append(kind)
+    return served
 
 
 class Reconciler:
@@ -43,11 +72,13 @@ class Reconciler:
         is_leader: Callable[[], bool] = lambda: True,
         metrics: ReconcilerMetrics | None = None,
         on_synced: Callable[[], None] | None = None,
+        workloads: Iterable[str] = (),
     ) -> None:
         self.metrics = metrics = metrics or ReconcilerMetrics()
         self.namespaces = list(namespaces)
-        watches = len(self.namespaces or [""]) * (1 + len(OWNED))
-        widen_pool(api, watches + workers * 4 + 4)
+        workloads = [kind for kind in workloads if kind != VOLCANO_JOBS]
+        watches = len(self.namespaces or [""]) * (1 + len(OWNED) + len(workloads))
+        widen_pool(api, watches + workers * 4 * (1 + len(workloads)) + 4)
         rest = Rest(api)
         self._stopping = threading.Event()
 
@@ -63,12 +94,27 @@ class Reconciler:
         }
         self.events = EventRecorder(rest, metrics, is_leader)
         self.writer = ObjectWriter(rest, self.owned, metrics, self.events, may_write, threads=workers * 4)
-        self.job_reconciler = JobReconciler(self.jobs, self.owned, chain or Chain(), self.writer, self.events, metrics, may_write)
+        chain = chain or Chain()
+        self.job_reconciler = JobReconciler(self.jobs, self.owned, chain, self.writer, self.events, metrics, may_write)
         self.controller = Controller(self.jobs, self.owned, self.job_reconciler.reconcile, resync_seconds=resync_seconds,
-                                     workers=workers, is_leader=is_leader, metrics=metrics, on_synced=on_synced)
+                                     workers=workers, is_leader=is_leader, metrics=metrics, on_synced=on_synced,
+                                     owns=self.job_reconciler.owns)
         self.jobs.on_event = self.controller.on_primary
+        # The other kinds: a cache, a reconciler and a controller each, the owned caches shared.
+        self.reconcilers: dict[str, JobReconciler] = {VOLCANO_JOBS: self.job_reconciler}
+        self.controllers: list[Controller] = [self.controller]
+        for kind in workloads:
+            informer: Informer[Any] = Informer(api, resource(kind), self.namespaces, transform=WorkloadRecord)
+            reconciler = JobReconciler(informer, self.owned, chain, self.writer, self.events, metrics, may_write, kind=kind)
+            controller = Controller(informer, self.owned, reconciler.reconcile, resync_seconds=resync_seconds,
+                                    workers=workers, is_leader=is_leader, metrics=metrics, owns=reconciler.owns,
+                                    start_owned=False, key_of=functools.partial(_workload_key, kind))
+            informer.on_event = controller.on_primary
+            self.reconcilers[kind] = reconciler
+            self.controllers.append(controller)
         for kind, informer in self.owned.items():
-            informer.on_event = self.controller.owned_handler(kind, self.job_reconciler.on_owned)
+            handlers = [(c, r) for c, r in zip(self.controllers, self.reconcilers.values(), strict=True)]
+            informer.on_event = _fan_out([c.owned_handler(kind, r.on_owned) for c, r in handlers])
         metrics.cached_jobs.set_function(lambda: len(self.jobs))
         for kind, informer in self.owned.items():
             metrics.cached_objects.labels(kind).set_function(informer.__len__)
@@ -79,28 +125,45 @@ class Reconciler:
 
     @property
     def ready(self) -> bool:
-        return self.controller.ready
+        return all(controller.ready for controller in self.controllers)
 
     def start(self) -> None:
-        self.controller.start()
+        for controller in self.controllers:
+            controller.start()
 
     def stop(self, timeout: float = 1.5) -> None:
         """Stop taking work and writing at once; give in-flight reconciles ``timeout`` to finish."""
         self._stopping.set()
-        self.controller.stop(timeout)
+        for controller in reversed(self.controllers):  # the one that stops the shared caches last
+            controller.stop(timeout)
         self.writer.close()
 
     def leadership_changed(self, leading: bool) -> None:
-        self.controller.leadership_changed(leading)
+        for controller in self.controllers:
+            controller.leadership_changed(leading)
 
     def resync(self) -> int:
-        return self.controller.resync()
+        return sum(controller.resync() for controller in self.controllers)
 
-    def reconcile(self, key: JobKey) -> None:
-        self.job_reconciler.reconcile(key)
+    def reconcile(self, key: OwnerKey) -> None:
+        self.reconcilers[key_kind(key)].reconcile(key)
 
 
-def _owner(record: OwnedRecord) -> JobKey | None:
+def _owner(record: OwnedRecord) -> OwnerKey | None:
     return record.owner
+
+
+def _workload_key(kind: str, record: WorkloadRecord) -> OwnerKey:
+    return owner_key(kind, *record.key)
+
+
+def _fan_out(handlers: list[Callable[[str, Any], None]]) -> Callable[[str, Any], None]:
+    if len(handlers) == 1:
+        return handlers[0]
+
+    def on_event(event: str, obj: Any) -> None:
+        for handler in handlers:
+            handler(event, obj)
+    return on_event
 
 

@@ -19,7 +19,7 @@ from volcano_job_webhook.kube.informer import settle_memory
 
 from .health import HealthServer
 from .leader import LeaderElector
-from .manager import Reconciler
+from .manager import Reconciler, served_workloads
 from .metrics import ReconcilerMetrics
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ def run(
         is_leader=is_leader,
         metrics=metrics,
         on_synced=settled,
+        workloads=served_workloads(api, settings.workloads),
     )
     rec = reconciler
     health = HealthServer(

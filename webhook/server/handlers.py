@@ -13,8 +13,25 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from volcano_job_webhook.limits import MAX_DEPTH, nested_deeper_than
-from volcano_job_webhook.plugins import Chain, Job, PluginError, PreparedJob
-from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_KIND, JOB_NAME_KEY, PLUGINS_ANNOTATION
+from volcano_job_webhook.plugins import Chain, PluginError, PreparedJob, read_workload
+from volcano_job_webhook.plugins.keys import (
+    BATCH_JOB_API_VERSION,
+    BATCH_JOB_KIND,
+    BATCH_JOB_NAME_KEY,
+    BATCH_JOBS,
+    JOB_GROUP,
+    JOB_KIND,
+    JOB_NAME_KEY,
+    JOBSET_GROUP,
+    JOBSET_KIND,
+    JOBSET_NAME_KEY,
+    JOBSET_UID_KEY,
+    JOBSETS,
+    OPT_IN_LABEL,
+    PLUGINS_ANNOTATION,
+    VOLCANO_JOBS,
+)
+from volcano_job_webhook.plugins.workloads import require_opt_in, workload_kind
 
 from .jobs import JobSource, NamespaceNotWatched
 from .metrics import WebhookMetrics
@@ -61,7 +78,7 @@ class JobCache:
             meta = _object_meta(raw)
             raise PluginError(f"{meta.get('namespace') or 'default'}/{meta.get('name')}", "", "job",
                               f"nested more than {MAX_DEPTH} levels deep")
-        prepared = self.chain.prepare(Job.from_object(raw))
+        prepared = self.chain.prepare(read_workload(raw))
         self._entries[key] = prepared
         if len(self._entries) > self.size:
             self._entries.popitem(last=False)
@@ -83,14 +100,37 @@ def _object_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
-def owner_uid(pod: Mapping[str, Any]) -> str | None:
-    """The uid of the Volcano Job that controls ``pod`` (Volcano's controller sets the reference),
-    or None for a Pod without one."""
+def owner_uid(pod: Mapping[str, Any], api_version: str = f"{JOB_GROUP}/") -> str | None:
+    """The uid of the Job (Volcano's, or of ``api_version``) that controls ``pod``, or None for a
+    Pod without such a reference."""
     refs = _object_meta(pod).get("ownerReferences")
     for ref in refs if isinstance(refs, list) else ():
         if (isinstance(ref, Mapping) and ref.get("kind") == JOB_KIND and ref.get("controller")
-                and str(ref.get("apiVersion", "")).startswith(f"{JOB_GROUP}/") and isinstance(ref.get("uid"), str)):
+                and str(ref.get("apiVersion", "")).startswith(api_version) and isinstance(ref.get("uid"), str)):
             return str(ref["uid"])
+    return None
+
+
+_NOUNS = {VOLCANO_JOBS: "job", BATCH_JOBS: "Job", JOBSETS: "JobSet"}
+
+
+def workload_of(pod: Mapping[str, Any]) -> tuple[str, Any, str | None] | None:
+    """Which workload ``pod`` belongs to: (kind as resource.group, its name as labelled, the uid
+    the Pod says it has), or None for a Pod of none we wire. A Volcano Job's Pods are found by
+    Volcano's label; an Indexed Job's and a JobSet's only when their template opts in
+    (docs/workloads.md), by the labels their controllers set."""
+    labels = _object_meta(pod).get("labels")
+    if not isinstance(labels, Mapping):
+        return None
+    if labels.get(JOB_NAME_KEY):
+        return VOLCANO_JOBS, labels[JOB_NAME_KEY], owner_uid(pod)
+    if labels.get(OPT_IN_LABEL) != "true":
+        return None
+    if labels.get(JOBSET_NAME_KEY):
+        uid = labels.get(JOBSET_UID_KEY)
+        return JOBSETS, labels[JOBSET_NAME_KEY], uid if isinstance(uid, str) and uid else None
+    if labels.get(BATCH_JOB_NAME_KEY):
+        return BATCH_JOBS, labels[BATCH_JOB_NAME_KEY], owner_uid(pod, BATCH_JOB_API_VERSION)
     return None
 
 
@@ -123,12 +163,17 @@ class PodMutator:
         if nested_deeper_than(pod):
             return _too_deep()
         meta = _object_meta(pod)
-        labels = meta.get("labels")
-        job_name = labels.get(JOB_NAME_KEY) if isinstance(labels, Mapping) else None
-        if not job_name:
+        workload = workload_of(pod)
+        if workload is None:
+            if isinstance(meta.get("labels"), Mapping) and meta["labels"].get(OPT_IN_LABEL) == "true":
+                # Opted in, but made by no workload we wire: said, not silently passed.
+                return AdmissionResponse.allow("no-job", [
+                    f"volcano-job-webhook: the Pod has {OPT_IN_LABEL}=true but no Indexed Job or JobSet labels "
+                    f"({BATCH_JOB_NAME_KEY}, {JOBSET_NAME_KEY}): not wired"])
             return AdmissionResponse.allow("ignored")
+        kind, job_name, owner = workload
         if not isinstance(job_name, str):
-            return AdmissionResponse.deny(f"label {JOB_NAME_KEY} must be a string", code=400, result="bad-request")
+            return AdmissionResponse.deny("the Pod's job-name label must be a string", code=400, result="bad-request")
         problem = pod_shape_problem(pod)  # type: ignore[arg-type]
         if problem is not None:
             return AdmissionResponse.deny(f"request.object.{problem}", code=400, result="bad-request")
@@ -136,9 +181,10 @@ class PodMutator:
         context = {"uid": req.uid, "namespace": namespace, "pod": meta.get("name") or req.name, "job": job_name}
 
         lookups = self.metrics.lookups
-        owner = owner_uid(pod)
+        noun = _NOUNS[kind]
         try:
-            raw_job = await self.source.get(namespace, job_name, owner)
+            raw_job = await (self.source.get(namespace, job_name, owner) if kind == VOLCANO_JOBS
+                             else self.source.get(namespace, job_name, owner, kind))
         except NamespaceNotWatched:
             lookups.labels("not_watched").inc()
             log.warning("namespace not watched; Pod passes unchanged", extra=context)
@@ -152,13 +198,13 @@ class PodMutator:
             lookups.labels("error").inc()
             log.warning("job lookup failed: %s", exc, extra=context)
             return AdmissionResponse.errored(
-                f"volcano-job-webhook: could not look up job {namespace}/{job_name} ({_describe(exc)}); the Pod is not "
+                f"volcano-job-webhook: could not look up {noun} {namespace}/{job_name} ({_describe(exc)}); the Pod is not "
                 "admitted unwired: create it again")
         if raw_job is None or (owner is not None and _uid(raw_job) not in (None, owner)):
             gone = raw_job is not None
             lookups.labels("owner_gone" if gone else "not_found").inc()
-            why = (f"job {namespace}/{job_name} is not the Pod's owner (uid {owner}): it was deleted" if gone
-                   else f"job {namespace}/{job_name} not found")
+            why = (f"{noun} {namespace}/{job_name} is not the Pod's owner (uid {owner}): it was deleted" if gone
+                   else f"{noun} {namespace}/{job_name} not found")
             log.warning("%s; Pod passes unchanged", why, extra=context)
             return AdmissionResponse.allow("no-job", [f"volcano-job-webhook: {why}: Pod not wired by its plugins"])
         lookups.labels("found").inc()
@@ -193,18 +239,38 @@ def _too_deep() -> AdmissionResponse:
     return AdmissionResponse.deny(f"request.object: nested more than {MAX_DEPTH} levels deep", code=400, result="bad-request")
 
 
-# What of a Job the plugins read: an UPDATE that changes none of it is not judged again.
+# What of a Job the plugins read: an UPDATE that changes none of it is not judged again. Of an
+# Indexed Job or a JobSet, the whole spec (the pod templates are most of it).
 def _plugin_inputs(obj: Mapping[str, Any]) -> tuple[Any, ...]:
     meta = _object_meta(obj)
     spec = obj.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     annotations = meta.get("annotations")
-    return (meta.get("name"), spec.get("plugins"), spec.get("tasks"),
-            annotations.get(PLUGINS_ANNOTATION) if isinstance(annotations, Mapping) else None)
+    read = (spec.get("plugins"), spec.get("tasks")) if workload_kind(obj) == VOLCANO_JOBS else (spec,)
+    return (meta.get("name"), *read, annotations.get(PLUGINS_ANNOTATION) if isinstance(annotations, Mapping) else None)
+
+
+# The kinds /validate judges, by (group, kind) of the request: resource.group and apiVersion.
+_VALIDATED = {
+    (JOB_GROUP, JOB_KIND): VOLCANO_JOBS,
+    ("batch", BATCH_JOB_KIND): BATCH_JOBS,
+    (JOBSET_GROUP, JOBSET_KIND): JOBSETS,
+}
+
+
+def _typed(obj: Mapping[str, Any], req: AdmissionRequest) -> Mapping[str, Any]:
+    """``obj`` with the request's apiVersion and kind when it has none (read_workload tells the
+    kinds apart by them)."""
+    if obj.get("apiVersion") and obj.get("kind"):
+        return obj
+    group = f"{req.kind.group}/" if req.kind.group else ""
+    return {**obj, "apiVersion": f"{group}{req.kind.version}", "kind": req.kind.kind}
 
 
 class JobValidator:
-    """Denies a Volcano Job whose plugins would fail, with the message its Pods would get.
+    """Denies a Volcano Job whose plugins would fail, with the message its Pods would get; and an
+    Indexed Job or JobSet that names plugins in our annotation, the same way, or whose Pod template
+    does not opt in (docs/workloads.md). Indexed Jobs and JobSets without the annotation pass.
 
     A CREATE is judged whole. An UPDATE is judged only when it changes what the plugins read (the
     tasks, ``spec.plugins``, our annotation), and refused only for a problem the old Job did not
@@ -216,10 +282,15 @@ class JobValidator:
         self.audit = audit
 
     async def __call__(self, req: AdmissionRequest) -> AdmissionResponse:
-        if req.kind.group != JOB_GROUP or req.kind.kind != JOB_KIND or req.operation not in ("CREATE", "UPDATE"):
+        kind = _VALIDATED.get((req.kind.group, req.kind.kind))
+        if kind is None or req.operation not in ("CREATE", "UPDATE"):
             return AdmissionResponse.allow("ignored")
         if not isinstance(req.object, Mapping):
             return AdmissionResponse.deny("request.object: missing or not a Volcano Job", code=400, result="bad-request")
+        if kind != VOLCANO_JOBS:
+            annotations = _object_meta(req.object).get("annotations")
+            if not isinstance(annotations, Mapping) or PLUGINS_ANNOTATION not in annotations:
+                return AdmissionResponse.allow("ignored")
         if nested_deeper_than(req.object) or nested_deeper_than(req.old_object):
             return _too_deep()
         if _object_meta(req.object).get("deletionTimestamp"):
@@ -228,9 +299,9 @@ class JobValidator:
         if old is not None and _plugin_inputs(old) == _plugin_inputs(req.object):
             return AdmissionResponse.allow("unchanged")
         try:
-            warnings = self._check(req.object, req.namespace)
+            warnings = self._check(_typed(req.object, req), req.namespace)
         except PluginError as exc:
-            if old is not None and self._same_problem(old, req.namespace, exc):
+            if old is not None and self._same_problem(_typed(old, req), req.namespace, exc):
                 return AdmissionResponse.allow("allowed", [f"volcano-job-webhook: {exc} (already so before this update)"])
             if self.audit:
                 return AdmissionResponse.allow("audit", [f"volcano-job-webhook (audit): would deny: {exc}"])
@@ -243,7 +314,9 @@ class JobValidator:
         if namespace and not meta.get("namespace"):
             # A namespaced CREATE may leave the namespace to the request.
             obj["metadata"] = {**meta, "namespace": namespace}
-        return self.chain.check(Job.from_object(obj))
+        workload = read_workload(obj)
+        require_opt_in(workload)
+        return self.chain.check(workload)
 
     def _same_problem(self, old: Mapping[str, Any], namespace: str, problem: PluginError) -> bool:
         try:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from volcano_job_webhook.plugins.keys import VOLCANO_JOBS
+
 from .files import DirectoryJobSource
 
 __all__ = ["DirectoryJobSource", "JobSource", "NamespaceNotWatched"]
@@ -44,9 +46,10 @@ class JobSource(Protocol):
     def status(self) -> dict[str, Any]:
         """Details for ``/readyz``."""
 
-    async def get(self, namespace: str, name: str, uid: str | None = None) -> dict[str, Any] | None:
+    async def get(self, namespace: str, name: str, uid: str | None = None, kind: str = VOLCANO_JOBS) -> dict[str, Any] | None:
         """The Job object, or None when there is no such Job; raises :class:`NamespaceNotWatched`
         for a namespace the source does not serve. ``uid`` is the one the caller expects (a Pod's
         owner): a held Job of another uid is a predecessor of the same name, so a source that can
-        asks again rather than answer with it."""
+        asks again rather than answer with it. ``kind`` (resource.group) asks for an Indexed Job
+        (``jobs.batch``) or a JobSet (``jobsets.jobset.x-k8s.io``) instead."""
 

@@ -1,4 +1,4 @@
-"""Volcano Jobs from files in a directory: the embedded default source, for a server with no cluster.
+"""Jobs (Volcano Jobs, Indexed Jobs, JobSets) from files in a directory: the embedded default source, for a server with no cluster.
 
 Files are read and parsed off the event loop: a 50 MB YAML file dropped into the directory once
 froze the server, ``/healthz`` included, for minutes. One worker thread looks at the directory and
@@ -21,9 +21,13 @@ from typing import Any
 from volcano_job_webhook.documents import DocumentError, parse_documents, read_text
 from volcano_job_webhook.jobfiles import ParserProcess
 from volcano_job_webhook.limits import MAX_INPUT_BYTES
-from volcano_job_webhook.plugins.keys import JobKey
+from volcano_job_webhook.plugins.keys import VOLCANO_JOBS
+from volcano_job_webhook.plugins.workloads import workload_kind
 
 log = logging.getLogger(__name__)
+
+# A workload's identity in the table: (kind as resource.group, namespace, name).
+FileKey = tuple[str, str, str]
 
 JOB_SUFFIXES = (".yaml", ".yml", ".json")
 # Files up to this size are parsed in the worker thread (about 40 ms of GIL); larger ones by the child.
@@ -32,9 +36,9 @@ Signature = dict[Path, tuple[int, int]]
 
 
 class DirectoryJobSource:
-    """Volcano Jobs read from ``*.yaml``, ``*.yml`` and ``*.json`` files in one directory.
+    """Jobs read from ``*.yaml``, ``*.yml`` and ``*.json`` files in one directory.
 
-    A file may hold several documents; only ``kind: Job`` objects are kept and a missing namespace
+    A file may hold several documents; only Volcano Jobs, Indexed Jobs and JobSets are kept and a missing namespace
     means ``default``. A lookup lists the directory again when ``interval`` seconds have passed
     since the last look; files whose names, sizes or modification times changed are re-read in the
     worker, and a file that no longer parses keeps its last good Jobs (logged), so an
@@ -60,9 +64,9 @@ class DirectoryJobSource:
         self._checked = float("-inf")
         # Owned by the worker thread; the event loop reads only ``_jobs``, replaced whole.
         self._signature: Signature = {}
-        self._by_file: dict[Path, dict[JobKey, dict[str, Any]]] = {}
+        self._by_file: dict[Path, dict[FileKey, dict[str, Any]]] = {}
         self._skipped: dict[Path, tuple[int, int]] = {}
-        self._jobs: dict[JobKey, dict[str, Any]] = {}
+        self._jobs: dict[FileKey, dict[str, Any]] = {}
         self._ready = False
 
     def start(self) -> None:
@@ -83,10 +87,10 @@ class DirectoryJobSource:
     def status(self) -> dict[str, Any]:
         return {"source": "files", "directory": str(self.directory)}
 
-    async def get(self, namespace: str, name: str, uid: str | None = None) -> dict[str, Any] | None:
+    async def get(self, namespace: str, name: str, uid: str | None = None, kind: str = VOLCANO_JOBS) -> dict[str, Any] | None:
         # Files are matched by name alone: a file stands for the job of that name, whatever its uid.
         look, small = self._schedule()
-        job = self._jobs.get((namespace, name))
+        job = self._jobs.get((kind, namespace, name))
         # Wait for a look under way when the job is not there, or when it only re-reads small files
         # (a few milliseconds): a Job written a moment before its Pods is then seen. A large file
         # being parsed never holds up a lookup the current table answers.
@@ -95,7 +99,7 @@ class DirectoryJobSource:
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(look)), self.miss_wait)
             except (TimeoutError, concurrent.futures.CancelledError):
                 pass
-            job = self._jobs.get((namespace, name))
+            job = self._jobs.get((kind, namespace, name))
         return job
 
     async def loaded(self) -> None:
@@ -146,7 +150,7 @@ class DirectoryJobSource:
                 loaded = self._load(path, sig)
                 if loaded is not None:
                     by_file[path] = loaded
-        jobs: dict[JobKey, dict[str, Any]] = {}
+        jobs: dict[FileKey, dict[str, Any]] = {}
         for loaded in by_file.values():
             jobs.update(loaded)
         self._signature, self._by_file = signature, by_file
@@ -166,7 +170,7 @@ class DirectoryJobSource:
             signature[path] = (st.st_mtime_ns, st.st_size)
         return signature
 
-    def _load(self, path: Path, sig: tuple[int, int]) -> dict[JobKey, dict[str, Any]] | None:
+    def _load(self, path: Path, sig: tuple[int, int]) -> dict[FileKey, dict[str, Any]] | None:
         try:
             if self.child_bytes < sig[1] <= self.max_file_bytes:  # larger ones are refused unread, here
                 docs = self.parser.parse(str(path), self.max_file_bytes)
@@ -182,8 +186,9 @@ class DirectoryJobSource:
         self._skipped.pop(path, None)
         jobs = {}
         for doc in docs:
-            if isinstance(doc, dict) and doc.get("kind") == "Job":
+            kind = workload_kind(doc) if isinstance(doc, dict) else None
+            if kind is not None:
                 meta = doc.get("metadata") or {}
                 if isinstance(meta, dict) and isinstance(meta.get("name"), str):
-                    jobs[(meta.get("namespace") or "default", meta["name"])] = doc
+                    jobs[(kind, meta.get("namespace") or "default", meta["name"])] = doc
         return jobs

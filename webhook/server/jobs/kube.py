@@ -13,9 +13,12 @@ from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.informer import JobInformer
 from volcano_job_webhook.kube.records import JobRecord
-from volcano_job_webhook.plugins.keys import JOB_GROUP, JOB_PLURAL, JOB_VERSION, JobKey
+from volcano_job_webhook.plugins.keys import VOLCANO_JOBS, WORKLOAD_RESOURCES, JobKey
 
 from . import NamespaceNotWatched
+
+# A live lookup's identity: (kind as resource.group, namespace, name).
+LookupKey = tuple[str, str, str]
 
 
 class KubeJobSource:
@@ -31,7 +34,9 @@ class KubeJobSource:
     up — asks the API server. A live GET's answer is never put in the informer's cache (a Job deleted
     while the GET was in flight could stay there for good); a Job it found is reused for
     ``lookup_ttl`` seconds, a 404 only for lookups that name no uid and only for ``not_found_ttl``
-    (a Pod's owner exists, or existed a moment ago: its Job is always asked for). Lookups of the
+    (a Pod's owner exists, or existed a moment ago: its Job is always asked for). Indexed Jobs and
+    JobSets (docs/workloads.md) are not cached by an informer: they are always looked up this way,
+    a GET per ``lookup_ttl`` while their Pods come in. Lookups of the
     same Job while a GET is under way wait for that one GET. At most ``max_fetched`` answers are held
     (the oldest go first): Pods naming made-up jobs cannot grow the cache.
     """
@@ -46,8 +51,8 @@ class KubeJobSource:
         self.not_found_ttl = not_found_ttl
         self.max_fetched = max_fetched
         self.watched = frozenset(ns for ns in self.informer.namespaces if ns)  # empty: every namespace
-        self._fetched: OrderedDict[JobKey, tuple[float, dict[str, Any] | None]] = OrderedDict()
-        self._inflight: dict[JobKey, asyncio.Future[dict[str, Any] | None]] = {}
+        self._fetched: OrderedDict[LookupKey, tuple[float, dict[str, Any] | None]] = OrderedDict()
+        self._inflight: dict[LookupKey, asyncio.Future[dict[str, Any] | None]] = {}
         self.max_decoded = max_decoded
         self._decoded_jobs: OrderedDict[JobKey, tuple[JobRecord, dict[str, Any]]] = OrderedDict()
         self.live_gets = 0
@@ -69,15 +74,18 @@ class KubeJobSource:
         # Still ready while the API server is away (the cache keeps answering), but say so.
         return {"source": "kube", "apiServer": "reachable" if self.informer.connected else "unreachable"}
 
-    async def get(self, namespace: str, name: str, uid: str | None = None) -> dict[str, Any] | None:
+    async def get(self, namespace: str, name: str, uid: str | None = None, kind: str = VOLCANO_JOBS) -> dict[str, Any] | None:
         if self.watched and namespace not in self.watched:
             raise NamespaceNotWatched(namespace)
-        record = self.informer.get(namespace, name)
-        if record is not None and (uid is None or record.uid == uid) and not record.finished:
-            return self._decoded(record)
-        # Not held, a finished Job (kept as its identity only: its Pods are all made), or another
-        # Job of the same name: the API server is asked.
-        key = (namespace, name)
+        if kind == VOLCANO_JOBS:
+            record = self.informer.get(namespace, name)
+            if record is not None and (uid is None or record.uid == uid) and not record.finished:
+                return self._decoded(record)
+        elif kind not in WORKLOAD_RESOURCES:
+            raise ValueError(f"unknown workload kind {kind!r}")
+        # Not held, a finished Job (kept as its identity only: its Pods are all made), another
+        # Job of the same name, or another kind: the API server is asked.
+        key = (kind, namespace, name)
         fetched = self._fetched.get(key)
         if fetched is not None:
             expires, job = fetched
@@ -108,17 +116,19 @@ class KubeJobSource:
             self._decoded_jobs.popitem(last=False)
         return job
 
-    def _finished(self, key: JobKey, task: asyncio.Task[dict[str, Any] | None]) -> None:
+    def _finished(self, key: LookupKey, task: asyncio.Task[dict[str, Any] | None]) -> None:
         self._inflight.pop(key, None)
         if not task.cancelled():
             task.exception()  # retrieved here too: every requester may have gone
 
-    async def _fetch(self, key: JobKey) -> dict[str, Any] | None:
+    async def _fetch(self, key: LookupKey) -> dict[str, Any] | None:
         self.live_gets += 1
-        namespace, name = key
+        kind, namespace, name = key
+        group, version, plural = WORKLOAD_RESOURCES[kind]
         try:
+            # The custom objects API builds /apis/<group>/<version>/... for built-in groups too.
             found: Any = await asyncio.to_thread(
-                self.custom.get_namespaced_custom_object, JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name,
+                self.custom.get_namespaced_custom_object, group, version, namespace, plural, name,
                 _request_timeout=self.get_timeout,
             )
             job: dict[str, Any] | None = found
@@ -129,7 +139,7 @@ class KubeJobSource:
         self._remember(key, job)
         return job
 
-    def _remember(self, key: JobKey, job: dict[str, Any] | None) -> None:
+    def _remember(self, key: LookupKey, job: dict[str, Any] | None) -> None:
         ttl = self.lookup_ttl if job is not None else self.not_found_ttl
         if ttl <= 0:
             self._fetched.pop(key, None)
