@@ -20,16 +20,9 @@ import yaml
 pytest.importorskip("jax")
 
 from tests.envtest import free_port
-from tests.wiring import injected_env
+from tests.wiring import JAX_PROGRAM, injected_env
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "jax-job.yaml"
-PROGRAM = """
-import os, jax
-jax.distributed.initialize(num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
-                           process_id=int(os.environ["JAX_PROCESS_ID"]))
-print("JOINED", jax.process_index(), jax.process_count(), flush=True)
-jax.distributed.shutdown()
-"""
 
 
 def test_example_pods_form_one_jax_cluster(tmp_path):
@@ -43,7 +36,7 @@ def test_example_pods_form_one_jax_cluster(tmp_path):
         assert injected["JAX_COORDINATOR_ADDRESS"] == "jax-demo-leader-0.jax-demo:6666"
         env.update(injected, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_PLATFORMS="cpu", TMPDIR=str(tmp_path))
         procs.append((injected, subprocess.Popen(
-            [sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+            [sys.executable, "-c", JAX_PROGRAM], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     try:
         outputs = [(injected, proc.communicate(timeout=240)[0], proc.returncode) for injected, proc in procs]
     finally:

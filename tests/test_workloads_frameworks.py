@@ -19,7 +19,7 @@ import yaml
 
 from tests.envtest import free_port
 from tests.jobs import set_plugin_arg
-from tests.wiring import injected_env
+from tests.wiring import JAX_PROGRAM, injected_env
 from volcano_job_webhook.plugins import read_workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,13 +62,6 @@ def test_torchrun_trains_across_an_indexed_jobs_pods(tmp_path):
     assert "(world size 3)" in outputs[0] and "done" in outputs[0], outputs[0]
 
 
-JAX_PROGRAM = """
-import os, jax
-jax.distributed.initialize(num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
-                           process_id=int(os.environ["JAX_PROCESS_ID"]))
-print("JOINED", jax.process_index(), jax.process_count(), flush=True)
-jax.distributed.shutdown()
-"""
 
 
 def test_jax_forms_one_cluster_across_a_jobsets_pods(tmp_path):

@@ -19,3 +19,13 @@ def injected_env(job_obj: dict[str, Any], task: str, index: int, prefix: str) ->
     return {e["name"]: e["value"] for e in container["env"] if e["name"].startswith(prefix)}
 
 
+
+
+# What each Pod of a JAX job runs in the framework tests: join the cluster the plugin describes, say so.
+JAX_PROGRAM = """
+import os, jax
+jax.distributed.initialize(num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+                           process_id=int(os.environ["JAX_PROCESS_ID"]))
+print("JOINED", jax.process_index(), jax.process_count(), flush=True)
+jax.distributed.shutdown()
+"""
