@@ -480,3 +480,69 @@ def test_hostfile_on_an_indexed_job_lists_its_one_task_once():
     assert env(pod)["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
     with pytest.raises(PluginError, match="master and worker must be different tasks"):
         Chain().check(read_workload(indexed_job(plugins={"hostfile": ["--master=idx", "--worker=idx"]})))
+
+
+# Through an API server: admission of the workloads' Pods, the product as its own processes ------
+
+
+def test_through_the_api_double_pods_are_wired_on_the_way_in_and_objects_follow_the_workload(tmp_path):
+    """The product's ``serve`` and ``reconcile`` as subprocesses against the API double, which calls
+    the manifests' webhook entries as kube-apiserver does (tests/admission.py; no Job controller runs
+    there, so the Pods are created as the Job controller and JobSet make them, plugins/podgen.py).
+    Where kube-controller-manager is at hand, tests/test_envtest_workloads.py does this with its Pods."""
+    from kubernetes.client.rest import ApiException
+
+    from tests.apiserver import FakeApiServer, ResourceType
+    from tests.cluster import VolcanoCluster, product_reconciler
+    from tests.envtest import apply, create, delete, read, serving_webhook, status_message, wait_until, webhook_configurations
+
+    with FakeApiServer() as server:
+        server.register_resource(ResourceType(*BATCH_JOBS_TYPE, status=True))
+        server.register_resource(ResourceType(*JOBSETS_TYPE, custom=True, status=True))
+        admin = server.api_client()
+        kubeconfig = Path(server.kubeconfig(str(tmp_path / "kubeconfig.yaml")))
+        config = tmp_path / "config.yaml"
+        config.write_text("volcano_controller_plugins: []\n", encoding="utf-8")
+        cluster = VolcanoCluster("emulated", admin, admin, "fake", "default", api=server)
+        (tmp_path / "serve").mkdir()
+        with serving_webhook(tmp_path / "serve", kubeconfig, f"--config={config}") as served, \
+                product_reconciler(cluster, tmp_path, f"--config={config}"):
+            for obj in webhook_configurations(served.base_url, served.ca_bundle):
+                apply(admin, obj)
+            # The Indexed Job: /validate lets it in, its Pods come back wired.
+            job_obj = example("torchrun-indexed-job.yaml")
+            del job_obj["metadata"]["uid"]
+            job = create(admin, job_obj)
+            view = read_workload(job)
+            for index in range(3):
+                pod = make_pod(view, view.tasks[0].name, index)
+                pod["metadata"]["name"] = f"torchrun-indexed-{index}-x"  # the API server's generateName, in short
+                stored = create(admin, pod)
+                variables = env(stored)
+                assert variables["PET_NODE_RANK"] == str(index) and variables["PET_MASTER_ADDR"] == "torchrun-indexed-0.torchrun-indexed"
+                assert stored["spec"]["subdomain"] == "torchrun-indexed"
+            expected = {("ConfigMap", "torchrun-indexed-svc"), ("Service", "torchrun-indexed"), ("NetworkPolicy", "torchrun-indexed")}
+            wait_until(lambda: expected <= set(owned_objects(server)), 15, "the Indexed Job's objects")
+            assert all(o["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"] for o in owned_objects(server).values())
+            # A bad flag is refused at /validate, naming the workload, plugin and argument.
+            bad = indexed_job("bad", plugins={"svc": ["--no-such-flag"]})
+            bad["metadata"]["namespace"] = "default"
+            del bad["metadata"]["uid"]
+            with pytest.raises(ApiException) as refused:
+                create(admin, bad)
+            assert "default/bad" in status_message(refused.value) and "--no-such-flag" in status_message(refused.value)
+            # The JobSet: its Pods wired too; its objects made, no Service of ours.
+            js_obj = example("jax-jobset.yaml")
+            del js_obj["metadata"]["uid"]
+            js = read_workload(create(admin, js_obj))
+            pod = make_pod(js, "workers", 3)
+            pod["metadata"]["name"] = "jax-jobset-workers-1-1-x"
+            stored = create(admin, pod)
+            assert env(stored)["JAX_PROCESS_ID"] == "4"
+            wait_until(lambda: ("ConfigMap", "jax-jobset-svc") in owned_objects(server), 15, "the JobSet's objects")
+            assert ("Service", "jax-jobset") not in owned_objects(server)
+            # The workloads gone: their objects go (no garbage collector runs in the double).
+            delete(admin, "batch/v1", "Job", "torchrun-indexed", "default")
+            delete(admin, "jobset.x-k8s.io/v1alpha2", "JobSet", "jax-jobset", "default")
+            wait_until(lambda: not owned_objects(server), 15, "the workloads' objects deleted")
+            assert read(admin, "batch/v1", "Job", "bad", "default") is None
