@@ -44,7 +44,7 @@ from .keys import (
 from .names import dns1123_label
 from .pod import Obj, metadata
 
-__all__ = ["IndexedJob", "JobSet", "finished_phase", "opted_in", "read_workload", "require_opt_in", "workload_kind"]
+__all__ = ["IndexedJob", "JobSet", "finished_phase", "jobset_child", "opted_in", "read_workload", "require_opt_in", "workload_kind"]
 
 # Plugins that only make sense on Volcano's own labels.
 _RAY = (
@@ -86,10 +86,18 @@ def _templates(obj: Mapping[str, Any]) -> list[Any]:
             for rj in (jobs if isinstance(jobs, list) else [])]
 
 
+def jobset_child(obj: Mapping[str, Any]) -> bool:
+    """Whether a batch Job is one JobSet made: its Pods are the JobSet's, wired as the JobSet's."""
+    labels = (obj.get("metadata") or {}).get("labels")
+    return workload_kind(obj) == BATCH_JOBS and isinstance(labels, Mapping) and bool(labels.get(JOBSET_NAME_KEY))
+
+
 def opted_in(obj: Mapping[str, Any]) -> bool:
     """Whether an Indexed Job or a JobSet asks for our plugins: our annotation, or the opt-in label
     on one of its Pod templates (whose Pods the webhook then wires, with the server's default plugins
-    at least)."""
+    at least). A JobSet's own Jobs carry its template's label, but are the JobSet's: not on their own."""
+    if jobset_child(obj):
+        return False
     annotations = (obj.get("metadata") or {}).get("annotations")
     if isinstance(annotations, Mapping) and PLUGINS_ANNOTATION in annotations:
         return True

@@ -546,3 +546,18 @@ def test_through_the_api_double_pods_are_wired_on_the_way_in_and_objects_follow_
             delete(admin, "jobset.x-k8s.io/v1alpha2", "JobSet", "jax-jobset", "default")
             wait_until(lambda: not owned_objects(server), 15, "the workloads' objects deleted")
             assert read(admin, "batch/v1", "Job", "bad", "default") is None
+
+
+def test_a_jobsets_own_jobs_are_not_workloads_of_their_own():
+    """JobSet copies its template's labels (the opt-in one too) into the Jobs it makes: those Jobs
+    are the JobSet's; the reconciler makes nothing for them and /validate leaves them alone."""
+    js = read_workload(jobset(plugins={"svc": ["--nope"]}))
+    task = js.task("workers")
+    child = {"apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"name": "js-workers-0", "namespace": "ml", "uid": "child",
+                          "labels": {"jobset.sigs.k8s.io/jobset-name": "js"},
+                          "annotations": {ANNOTATION: json.dumps({"svc": ["--nope"]})}},
+             "spec": {"completionMode": "Indexed", "completions": 3, "parallelism": 3, "template": dict(task.template)}}
+    assert not opted_in(child)
+    assert validate(child).result == "ignored"
+    assert not validate(jobset(plugins={"svc": ["--nope"]})).allowed  # the JobSet itself is judged

@@ -31,7 +31,7 @@ from volcano_job_webhook.plugins.keys import (
     PLUGINS_ANNOTATION,
     VOLCANO_JOBS,
 )
-from volcano_job_webhook.plugins.workloads import require_opt_in, workload_kind
+from volcano_job_webhook.plugins.workloads import jobset_child, require_opt_in, workload_kind
 
 from .jobs import JobSource, NamespaceNotWatched
 from .metrics import WebhookMetrics
@@ -289,7 +289,8 @@ class JobValidator:
             return AdmissionResponse.deny("request.object: missing or not a Volcano Job", code=400, result="bad-request")
         if kind != VOLCANO_JOBS:
             annotations = _object_meta(req.object).get("annotations")
-            if not isinstance(annotations, Mapping) or PLUGINS_ANNOTATION not in annotations:
+            if (not isinstance(annotations, Mapping) or PLUGINS_ANNOTATION not in annotations
+                    or jobset_child(_typed(req.object, req))):  # a JobSet's Job: judged as the JobSet
                 return AdmissionResponse.allow("ignored")
         if nested_deeper_than(req.object) or nested_deeper_than(req.old_object):
             return _too_deep()
