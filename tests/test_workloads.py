@@ -561,3 +561,16 @@ def test_a_jobsets_own_jobs_are_not_workloads_of_their_own():
     assert not opted_in(child)
     assert validate(child).result == "ignored"
     assert not validate(jobset(plugins={"svc": ["--nope"]})).allowed  # the JobSet itself is judged
+
+
+def test_which_workload_kinds_the_reconciler_takes(api_double):
+    """A kind the API server does not serve (JobSet not installed) is left out; one whose discovery
+    fails otherwise is kept, so an API server away at start does not drop it."""
+    from tests.apiserver import ResourceType
+    from volcano_job_webhook.reconciler.manager import served_workloads
+
+    kinds = ["jobs.batch", "jobsets.jobset.x-k8s.io"]
+    api_double.register_resource(ResourceType(*BATCH_JOBS_TYPE, status=True))
+    assert served_workloads(api_double.api_client(), kinds) == ["jobs.batch"]
+    api_double.fail_next(9, status=503, method="GET", path_contains="/apis/")
+    assert served_workloads(api_double.api_client(), kinds, pause=0) == kinds

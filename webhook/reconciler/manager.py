@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -39,21 +40,33 @@ from .writer import ObjectWriter
 log = logging.getLogger(__name__)
 
 
-def served_workloads(api: client.ApiClient, kinds: Iterable[str]) -> list[str]:
+def served_workloads(api: client.ApiClient, kinds: Iterable[str], attempts: int = 3, pause: float = 1.0) -> list[str]:
     """The workload kinds of ``kinds`` the API server serves (JobSet's CRD may not be installed:
-    its cache would never fill, and the reconciler would never be ready)."""
+    its cache would never fill). A kind whose discovery keeps failing otherwise (the API server
+    away at start) is kept: its cache lists once the server answers."""
     rest, served = Rest(api), []
     for kind in kinds:
         group, version, _ = WORKLOAD_RESOURCES[kind]
-        try:
-            rest.call("GET", f"/apis/{group}/{version}")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            log.warning("%s/%s is not served by the API server: %s are not reconciled (restart once it is installed)",
-                        group, version, kind)
-            continue
-        served.append(kind)
+        for attempt in range(attempts):
+            try:
+                rest.call("GET", f"/apis/{group}/{version}")
+            except ApiException as exc:
+                if exc.status == 404:
+                    log.warning("%s/%s is not served by the API server: %s are not reconciled (restart once it is "
+                                "installed)", group, version, kind)
+                    break
+                problem: Exception = exc
+            except Exception as exc:  # the API server unreachable
+                problem = exc
+            else:
+                served.append(kind)
+                break
+            if attempt + 1 == attempts:
+                log.warning("could not ask whether %s/%s is served (%s): %s are reconciled as if it were",
+                            group, version, problem, kind)
+                served.append(kind)
+            else:
+                time.sleep(pause)
     return served
 
 
