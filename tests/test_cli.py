@@ -262,3 +262,23 @@ def test_the_offline_commands_run_the_chain_serve_runs(capsys, tmp_path, monkeyp
     assert err.startswith("note: pytorch run by Volcano's controller")
     code, _, err = run(capsys, "mutate", "--job", str(job), "--task", "worker", "--config", str(tmp_path / "typo.yaml"))
     assert code == 2 and "typo.yaml does not exist" in err
+
+
+def test_the_offline_commands_load_no_web_server():
+    """mutate, review and resources take the JSON-patch diff and the AdmissionReview from the server
+    package, which re-exports lazily: no FastAPI, Starlette or uvicorn is imported for them."""
+    import subprocess
+    import sys
+
+    program = (
+        "import contextlib, io, sys\n"
+        "from volcano_job_webhook.cli import main\n"
+        f"job = {str(EXAMPLES / 'jobs' / 'pytorch-job.yaml')!r}\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    for argv in (['mutate', '--job', job, '--task', 'worker', '--patch'], ['review', '--job', job, '--task', 'worker'],\n"
+        "                 ['resources', '--job', job]):\n"
+        "        assert main(argv) == 0, argv\n"
+        "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -8,11 +8,27 @@ under the limits of :mod:`.listener` and :mod:`.connections` and handing memory 
 :mod:`.memory`.
 """
 
-from .app import AdmissionEndpoint, WebhookServer, create_app
-from .handlers import Handler, JobCache, JobValidator, PodMutator
-from .jobs import DirectoryJobSource, JobSource
-from .patch import make_patch
-from .review import AdmissionRequest, AdmissionResponse, ReviewError, admission_review, parse_review, review_response
+from importlib import import_module
+from typing import Any
+
+# Re-exported lazily (PEP 562), so that the offline commands, which use only .patch and .review,
+# do not load FastAPI, uvicorn and the server's modules.
+_EXPORTS = {
+    "AdmissionEndpoint": ".app", "WebhookServer": ".app", "create_app": ".app",
+    "Handler": ".handlers", "JobCache": ".handlers", "JobValidator": ".handlers", "PodMutator": ".handlers",
+    "DirectoryJobSource": ".jobs", "JobSource": ".jobs",
+    "make_patch": ".patch",
+    "AdmissionRequest": ".review", "AdmissionResponse": ".review", "ReviewError": ".review",
+    "admission_review": ".review", "parse_review": ".review", "review_response": ".review",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(module, __name__), name)
+
 
 __all__ = [
     "AdmissionEndpoint",
