@@ -118,7 +118,8 @@ def env_of(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def pods(api: kube_client.ApiClient, namespace: str, selector: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = request(api, "GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")["items"]
+    items: list[dict[str, Any]] = request(api, "GET", f"/api/v1/namespaces/{namespace}/pods",
+                                          query=[("labelSelector", selector)])["items"]
     return items
 
 
@@ -187,7 +188,8 @@ def test_a_jobsets_pods_are_wired_on_the_way_in(envtest: EnvTest, kube_admin: ku
         for index in range(task.replicas):
             pod = make_pod(view, task.name, index)
             pod["metadata"]["namespace"] = namespace
-            del pod["metadata"]["ownerReferences"]  # the child Jobs JobSet would make are not made here
+            # The child Jobs JobSet would make are not made here: no owner, and no Job controller's finalizer.
+            del pod["metadata"]["ownerReferences"], pod["metadata"]["finalizers"]
             stored = create(kube_admin, pod)
             variables = env_of(stored)
             offline = env_of(Chain().mutate(view, make_pod(view, task.name, index)).pod)
