@@ -37,7 +37,7 @@ import yaml
 
 from tests.conftest import EXAMPLES
 from tests.jobs import set_plugin_arg
-from volcano_job_webhook.plugins import Chain, Job
+from volcano_job_webhook.plugins import Chain, read_workload
 from volcano_job_webhook.plugins.podgen import make_pod
 
 MPIRUN = shutil.which("mpirun.openmpi")
@@ -116,8 +116,9 @@ def mpi_job() -> dict[str, Any]:
 
 
 def launcher(job_obj: dict[str, Any], task: str, tmp: Path) -> Launcher:
-    """Wire the launcher Pod through the chain and lay its mounted files and ssh config out in ``tmp``."""
-    job = Job.from_object(copy.deepcopy(job_obj))
+    """Wire the launcher Pod (Pod 0 of ``task``) through the chain and lay its mounted files and ssh
+    config out in ``tmp``; ``job_obj`` is a Volcano Job or an Indexed Job."""
+    job = read_workload(copy.deepcopy(job_obj))
     resources = Chain().resources(job)
     pod = Chain().mutate(job, make_pod(job, task, 0)).pod
     config_maps = {o["metadata"]["name"]: o.get("data") or {} for o in resources if o["kind"] == "ConfigMap"}
@@ -311,3 +312,29 @@ def test_deepspeed_launches_ranks_from_the_deepspeed_hostfile(tmp_path):
         "--no_ssh_check", "--master_addr", "127.0.0.1", "--launcher_args", launcher_args, str(program),
     ]
     check_ranks(run(argv, wired), slots)
+
+
+# ---------------------------------------------------------------------------------------------
+# An Indexed Job (docs/workloads.md): one task, every Pod a host, Pod 0 launches
+
+
+def indexed_hostfile_job(fmt: str) -> dict[str, Any]:
+    """An opted-in Indexed Job of WORKERS Pods with ssh and ``hostfile --format=<fmt>``."""
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "mpi-indexed", "namespace": "default", "uid": "5b1f3f0e-0000-4000-8000-000000000201",
+                     "annotations": {"volcano-job-webhook/plugins": f'{{"ssh": [], "hostfile": ["--format={fmt}"]}}'}},
+        "spec": {"completionMode": "Indexed", "completions": WORKERS, "parallelism": WORKERS, "template": {
+            "metadata": {"labels": {"volcano-job-webhook/enabled": "true"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "mpi", "image": "mpioperator/openmpi"}]}}},
+    }
+
+
+@pytest.mark.parametrize("fmt", [pytest.param("openmpi", marks=needs_openmpi), pytest.param("mpich", marks=needs_hydra)])
+def test_the_launchers_read_an_indexed_jobs_hostfile(fmt, tmp_path):
+    wired = launcher(indexed_hostfile_job(fmt), "mpi-indexed", tmp_path)
+    path = wired.files["/etc/mpi/hostfile"]
+    slots = parse_hostfile(path.read_text())
+    assert list(slots) == [f"mpi-indexed-{i}.mpi-indexed" for i in range(WORKERS)]
+    # From the Pod's environment alone, as `mpirun prog` / `mpiexec prog` in Pod 0 would start.
+    check_ranks(run(mpirun(wired) if fmt == "openmpi" else hydra(wired), wired), slots)
