@@ -79,6 +79,16 @@ def require_hostnames(plugin: Plugin, task: Task) -> None:
     require_name(plugin, "label", task.subdomain or job.name, f"subdomain of task {task.name!r}")
 
 
+def sole_task(plugin: Plugin, master: str, worker: str) -> str | None:
+    """The job's only task when neither ``master`` nor ``worker`` names one of its tasks (an Indexed
+    Job's, docs/workloads.md): master and workers alike, its Pod 0 the master. None otherwise, and
+    when the two name the same task (an error of their own)."""
+    tasks = plugin.job.tasks
+    if master != worker and len(tasks) == 1 and plugin.job.task(master) is None and plugin.job.task(worker) is None:
+        return tasks[0].name
+    return None
+
+
 def peer_options(plugin: Plugin, peer: type[Plugin], *, field: str = "", reason: str = "cannot read its arguments") -> dict[str, Any] | None:
     """``peer``'s arguments, parsed, as the chain runs it beside ``plugin`` for the job; None when
     it does not run. Arguments that do not parse are ``plugin``'s error, on ``field`` (default

@@ -122,7 +122,7 @@ def finished_phase(obj: Mapping[str, Any]) -> str:
 def require_opt_in(job: Job) -> None:
     """Raise :class:`PluginError` when an Indexed Job's or JobSet's Pod template lacks the opt-in
     label: the webhook's ``objectSelector`` would never see its Pods, which would run unwired."""
-    if type(job) is Job:
+    if not isinstance(job, (IndexedJob, JobSet)):
         return
     for task in job.tasks:
         labels = (task.template.get("metadata") or {}).get("labels") or {}

@@ -34,7 +34,7 @@ from functools import cached_property
 from ..base import Existing, Mount, Plugin, PodContext
 from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
 from ..flags import Flag
-from ..helpers import plugin_error, require_mount_free, require_name
+from ..helpers import plugin_error, require_mount_free, require_name, sole_task
 from ..job import Task
 from ..pod import Obj, ensure_envs, ensure_mount, ensure_volume
 from .quantity import gpu_limit
@@ -102,7 +102,7 @@ class HostfilePlugin(Plugin):
             largest = max(self._listed(), key=lambda t: t.replicas)
             raise plugin_error(
                 self,
-                f"{largest.replicas_path}",
+                largest.replicas_path,
                 f"the host file would be {size} bytes ({sum(task_hosts(self.job, t).count for t in self._listed())} hosts), "
                 f"over {DATA_LIMIT_TEXT}; the ConfigMap {config_map_name(self.job.name)!r} cannot hold it",
             )
@@ -115,10 +115,8 @@ class HostfilePlugin(Plugin):
     def _roles(self) -> tuple[str, str]:
         """The master and worker task names; one name twice when one task is both."""
         master, worker = self.options["master"], self.options["worker"]
-        tasks = self.job.tasks
-        if master != worker and len(tasks) == 1 and self.job.task(master) is None and self.job.task(worker) is None:
-            return tasks[0].name, tasks[0].name
-        return master, worker
+        sole = sole_task(self, master, worker)
+        return (sole, sole) if sole is not None else (master, worker)
 
     def _pod_tasks(self) -> list[Task]:
         """The tasks whose Pods mount the file: master and worker."""

@@ -222,7 +222,7 @@ class SvcPlugin(Plugin):
             assert largest is not None
             raise plugin_error(
                 self,
-                f"{largest.replicas_path}",
+                largest.replicas_path,
                 f"the host files ({MOUNT_PATH}/<task>.host) would be {files} bytes; the {written} bytes of them the ConfigMap "
                 f"{cm!r} cannot hold would be written in every Pod, over {GENERATED_LIMIT_TEXT}; task {largest.name!r} alone "
                 f"has {length[largest.name]} bytes for {hosts[largest.name].count} hosts",

@@ -47,7 +47,7 @@ class TensorflowPlugin(Plugin):
         if size > env_value_limit("TF_CONFIG"):
             raise plugin_error(
                 self,
-                f"{task.replicas_path}" if task else "spec.tasks",
+                task.replicas_path if task else self.job.tasks_field,
                 f"TF_CONFIG would be {size} bytes (a cluster of {self._cluster_hosts()} addresses), over {ENV_LIMIT_TEXT}; "
                 "TensorFlow reads the cluster from this variable only",
             )

@@ -44,7 +44,7 @@ from typing import Any
 
 from ..base import Plugin, PodContext
 from ..flags import Flag
-from ..helpers import peer_options, plugin_error, plugin_warning, require_port_free
+from ..helpers import peer_options, plugin_error, plugin_warning, require_port_free, sole_task
 from ..pod import Obj, containers, ensure_envs, ensure_port
 from .pytorch import PytorchPlugin
 from .quantity import gpu_limit, parse_quantity, requested, whole
@@ -99,11 +99,7 @@ class TorchrunPlugin(Plugin):
     @cached_property
     def single(self) -> str | None:
         """The one task that is master and workers alike, or None."""
-        master, worker = self.options["master"], self.options["worker"]
-        tasks = self.job.tasks
-        if master != worker and len(tasks) == 1 and self.job.task(master) is None and self.job.task(worker) is None:
-            return tasks[0].name
-        return None
+        return sole_task(self, self.options["master"], self.options["worker"])
 
     def node_count(self) -> int:
         """Master + worker replicas (the one task's, when :attr:`single`)."""
@@ -152,7 +148,7 @@ class TorchrunPlugin(Plugin):
         elif master.replicas != 1:
             raise plugin_error(
                 self,
-                f"{master.replicas_path}",
+                master.replicas_path,
                 f"the master task {master_name!r} has {master.replicas} replicas; torchrun needs exactly 1 (node rank 0)",
             )
         nproc = self.options["nproc-per-node"]

@@ -126,8 +126,8 @@ class Reconciler:
             self.reconcilers[kind] = reconciler
             self.controllers.append(controller)
         for kind, informer in self.owned.items():
-            handlers = [(c, r) for c, r in zip(self.controllers, self.reconcilers.values(), strict=True)]
-            informer.on_event = _fan_out([c.owned_handler(kind, r.on_owned) for c, r in handlers])
+            informer.on_event = _fan_out([c.owned_handler(kind, r.on_owned)
+                                          for c, r in zip(self.controllers, self.reconcilers.values(), strict=True)])
         metrics.cached_jobs.set_function(lambda: len(self.jobs))
         for kind, informer in self.owned.items():
             metrics.cached_objects.labels(kind).set_function(informer.__len__)

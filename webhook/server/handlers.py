@@ -287,22 +287,23 @@ class JobValidator:
             return AdmissionResponse.allow("ignored")
         if not isinstance(req.object, Mapping):
             return AdmissionResponse.deny("request.object: missing or not a Volcano Job", code=400, result="bad-request")
+        obj = _typed(req.object, req)
         if kind != VOLCANO_JOBS:
-            annotations = _object_meta(req.object).get("annotations")
+            annotations = _object_meta(obj).get("annotations")
             if (not isinstance(annotations, Mapping) or PLUGINS_ANNOTATION not in annotations
-                    or jobset_child(_typed(req.object, req))):  # a JobSet's Job: judged as the JobSet
+                    or jobset_child(obj)):  # a JobSet's Job: judged as the JobSet
                 return AdmissionResponse.allow("ignored")
-        if nested_deeper_than(req.object) or nested_deeper_than(req.old_object):
+        if nested_deeper_than(obj) or nested_deeper_than(req.old_object):
             return _too_deep()
-        if _object_meta(req.object).get("deletionTimestamp"):
+        if _object_meta(obj).get("deletionTimestamp"):
             return AdmissionResponse.allow("ignored")
-        old = req.old_object if req.operation == "UPDATE" and isinstance(req.old_object, Mapping) else None
-        if old is not None and _plugin_inputs(old) == _plugin_inputs(req.object):
+        old = _typed(req.old_object, req) if req.operation == "UPDATE" and isinstance(req.old_object, Mapping) else None
+        if old is not None and _plugin_inputs(old) == _plugin_inputs(obj):
             return AdmissionResponse.allow("unchanged")
         try:
-            warnings = self._check(_typed(req.object, req), req.namespace)
+            warnings = self._check(obj, req.namespace)
         except PluginError as exc:
-            if old is not None and self._same_problem(_typed(old, req), req.namespace, exc):
+            if old is not None and self._same_problem(old, req.namespace, exc):
                 return AdmissionResponse.allow("allowed", [f"volcano-job-webhook: {exc} (already so before this update)"])
             if self.audit:
                 return AdmissionResponse.allow("audit", [f"volcano-job-webhook (audit): would deny: {exc}"])
