@@ -65,6 +65,17 @@ class WebhookSettings(BaseSettings):
     enforcement: Literal["deny", "audit"] = Field(
         "deny", description="audit: what would be denied is allowed with a warning (rolling out onto running jobs)"
     )
+    # Registration (webhook/reconciler/registration.py, docs/install.md#registration): read by reconcile.
+    webhook_configurations: Path | None = Field(
+        None, description="Mutating- and ValidatingWebhookConfigurations (a YAML list, no caBundle) that reconcile registers "
+        "once the webhook serves and keeps from then on; none: reconcile registers nothing",
+    )
+    registration_owner: str | None = Field(
+        None, description="ClusterRole of the install every registration is owned by: deleting it deletes them",
+    )
+    tls_secret: str = Field(
+        "volcano-job-webhook-tls", description="serving Secret in service_namespace whose ca.crt is every registration's caBundle",
+    )
 
     max_body_bytes: int = Field(3 * 1024 * 1024, ge=1024, description="largest AdmissionReview accepted")
     # What one client can hold (webhook/server/connections.py); docs/install.md, "Limits".

@@ -129,7 +129,7 @@ class Rest:
         this manager owns — fields it set before and leaves out now are removed."""
         meta = obj["metadata"]
         result: dict[str, Any] = self.call(
-            "PATCH", resource.path(meta["namespace"], meta["name"]), body=obj, content_type=APPLY_PATCH,
+            "PATCH", resource.path(meta.get("namespace"), meta["name"]), body=obj, content_type=APPLY_PATCH,
             query=[("fieldManager", field_manager), ("force", "true")],
         )
         return result

@@ -16,11 +16,13 @@ from volcano_job_webhook import logs
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.client import api_client
 from volcano_job_webhook.kube.informer import settle_memory
+from volcano_job_webhook.kube.rest import Rest
 
 from .health import HealthServer
 from .leader import LeaderElector
 from .manager import Reconciler, served_workloads
 from .metrics import ReconcilerMetrics
+from .registration import Registrar, load_configurations
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ def run(
         settle_memory()
         gc.enable()
 
+    templates = load_configurations(settings.webhook_configurations) if settings.webhook_configurations else None
     api = api_client(kubeconfig or settings.kubeconfig)
     metrics = ReconcilerMetrics()
     elector: LeaderElector | None = None
@@ -83,6 +86,12 @@ def run(
         workloads=served_workloads(api, settings.workloads),
     )
     rec = reconciler
+    registrar = None
+    if templates is not None:
+        registrar = Registrar(
+            Rest(api), templates, settings.service_namespace, settings.tls_secret, settings.registration_owner, is_leader,
+            on_write=lambda kind, name: metrics.writes.labels(kind, "apply").inc(),
+        )
     health = HealthServer(
         "0.0.0.0", health_port, lambda: rec.ready, metrics.registry,
         details=lambda: {"leader": is_leader(), "jobs": len(rec.jobs)},
@@ -95,12 +104,16 @@ def run(
     if elector:
         elector.start()
     reconciler.start()
+    if registrar:
+        registrar.start()
     log.info("reconciler started (health on :%d, leader election %s)", health.port, "on" if elector else "off")
     stop.wait()
     # Within two seconds: watches are cancelled rather than waited out, in-flight reconciles get a
     # moment, then the Lease is released (after the last write) so a standby takes over at once.
     stopping = time.monotonic()
     log.info("stopping")
+    if registrar:
+        registrar.stop()
     reconciler.stop()
     if elector:
         elector.stop()
