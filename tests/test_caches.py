@@ -255,3 +255,26 @@ def test_the_index_holds_one_key_or_several_and_follows_changes():
     informer._drop(("ns", "a-hostfile"), 10)
     informer._drop(("ns", "b-svc"), 10)
     assert owned("a") == [] and owned("b") == ["a-svc"] and sorted(informer.index_keys()) == ["b"]
+
+
+def test_a_kind_not_served_yet_is_synced_as_empty_and_listed_once_served(api_double: FakeApiServer, monkeypatch):
+    """Installed before Volcano's CRDs, the caches are ready (no Job can exist yet) rather than failing
+    readiness, and list the kind once its CRD is there."""
+    from tests.apiserver import ResourceType
+    from volcano_job_webhook.kube import informer as informers
+    from volcano_job_webhook.kube.rest import Resource
+
+    monkeypatch.setattr(informers, "NOT_SERVED_RETRY", 0.05)
+    widgets = Resource("Widget", "example.com/v1", "widgets")
+    synced: list[bool] = []
+    informer = informers.Informer(api_double.api_client(), widgets, transform=OwnedRecord, on_synced=lambda: synced.append(True))
+    informer.start()
+    try:
+        wait_for(lambda: informer.synced, what="synced on a 404")
+        assert synced == [True] and informer.served is False and len(informer) == 0
+        api_double.register_resource(ResourceType("example.com", "v1", "widgets", "Widget"))
+        api_double.put_object({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "default"}})
+        wait_for(lambda: informer.get("default", "w") is not None, what="the widget, once served")
+        assert informer.served is True and synced == [True]
+    finally:
+        informer.stop()

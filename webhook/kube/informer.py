@@ -63,6 +63,8 @@ EventHandler = Callable[[str, Any], None]
 JOB = Resource(JOB_KIND, JOB_API_VERSION, JOB_PLURAL)
 PAGE = 500
 TOMBSTONES = 10_000
+# How often a kind the API server does not serve (a CRD not installed yet) is looked for again.
+NOT_SERVED_RETRY = 10.0
 
 
 def settle_memory() -> None:
@@ -137,6 +139,8 @@ class Informer(Generic[R]):
         self.relists = 0
         # False from a failed list or watch until the next one succeeds: the API server is away.
         self.connected = False
+        # False while a list answers 404: the kind is not served (None: not listed yet).
+        self.served: bool | None = None
 
     # Cache reads ---------------------------------------------------------------------------------
 
@@ -323,6 +327,7 @@ class Informer(Generic[R]):
                     first = not self.synced
                     self._synced.add(namespace)
                     self.connected = True
+                    self.served = True
                     log.info("listed %s (%d cached)", what, len(self._items))
                     if first and self.synced and self.on_synced is not None:
                         self.on_synced()
@@ -334,6 +339,12 @@ class Informer(Generic[R]):
             except Exception as exc:  # API errors and connection errors: urllib3, socket, protocol
                 if self._stop.is_set():
                     return
+                if not rv and isinstance(exc, ApiException) and exc.status == 404:
+                    # The list's kind is not served (its CRD not installed yet, or removed): none of
+                    # it exists, which is an answer — synced, not failing — until it is served.
+                    self._not_served(namespace, what)
+                    self._stop.wait(NOT_SERVED_RETRY)
+                    continue
                 self.connected = False
                 delay = backoff.next_delay()
                 status = exc.status if isinstance(exc, ApiException) else type(exc).__name__
@@ -342,6 +353,23 @@ class Informer(Generic[R]):
                 # reports anything deleted meanwhile.
                 rv = ""
                 self._stop.wait(delay)
+
+    def _not_served(self, namespace: str, what: str) -> None:
+        if self.served is not False:
+            log.warning("%s: the API server does not serve %s (is its CRD installed?); none can exist, "
+                        "looking again every %.0fs", what, self.resource.plural, NOT_SERVED_RETRY)
+        self.served = False
+        with self._lock:
+            gone = [self._items.pop(k) for k in [k for k in self._items if not namespace or k[0] == namespace]]
+            for record in gone:
+                self._unindex(record.key, record)
+        for record in gone:
+            self._emit("DELETED", record)
+        first = not self.synced
+        self._synced.add(namespace)
+        self.connected = True
+        if first and self.synced and self.on_synced is not None:
+            self.on_synced()
 
     def _watch(self, namespace: str, rv: str) -> str:
         """Stream events until the watch ends; return the last resourceVersion seen."""
