@@ -8,6 +8,7 @@ tests/test_envtest_install.py."""
 from __future__ import annotations
 
 import base64
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,9 @@ import pytest
 import yaml
 
 from tests.apiserver import FakeApiServer, ResourceType
+from tests.envtest import wait_until
+from volcano_job_webhook.certs.cluster import sync
+from volcano_job_webhook.certs.secret import SecretFiles
 from volcano_job_webhook.config import ConfigError
 from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.reconciler.registration import (
@@ -160,3 +164,36 @@ def test_nothing_is_registered_while_the_install_is_deleted_or_by_a_standby(clus
     assert registered(cluster) == dict.fromkeys(CONFIGURATIONS)
     cluster.delete_object("clusterroles.rbac.authorization.k8s.io", OWNER)
     assert registrar(cluster).sync() == [] and registered(cluster) == dict.fromkeys(CONFIGURATIONS)
+
+
+def test_self_managed_certificates_are_made_first_and_trusted_by_the_registration(cluster: FakeApiServer) -> None:
+    serve(cluster)
+    api = cluster.api_client()
+    registration = Registrar(Rest(api), TEMPLATES, NS, SECRET, OWNER, lambda: True,
+                             certificates=functools.partial(sync, api, NS, SECRET, "volcano-job-webhook-ca", SERVICE, NS))
+    assert registration.sync() == ["volcano-job-webhook", "volcano-job-webhook"]
+    tls = cluster.get_object("secrets", SECRET, NS)
+    assert cluster.get_object("secrets", "volcano-job-webhook-ca", NS) is not None
+    assert "ca.key" not in tls["data"]  # the CA's key never in the Secret serve reads
+    assert {h["clientConfig"]["caBundle"] for obj in registered(cluster).values() for h in obj["webhooks"]} == {tls["data"]["ca.crt"]}
+    cluster.clear_requests()
+    assert registration.sync() == []  # not due again for a minute: no certificate work, nothing written
+    assert not [r for r in cluster.requests if r.verb not in ("get", "list")]
+
+
+def test_serve_follows_the_serving_secret_into_its_certificates_directory(cluster: FakeApiServer, tmp_path: Path) -> None:
+    follower = SecretFiles(cluster.api_client(), NS, SECRET, tmp_path / "certs", interval=0.05)
+    assert follower.wait(timeout=0) is False and not (tmp_path / "certs").exists()
+    cluster.put_object({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": NS}, "type": "kubernetes.io/tls",
+                        "data": {k: base64.b64encode(v).decode() for k, v in {"ca.crt": CA, "tls.crt": b"cert", "tls.key": b"key"}.items()}})
+    assert follower.wait(timeout=5)
+    assert (tmp_path / "certs" / "tls.crt").read_bytes() == b"cert" and (tmp_path / "certs" / "ca.crt").read_bytes() == CA
+    assert (tmp_path / "certs" / "tls.key").stat().st_mode & 0o777 == 0o600
+    follower.start()
+    try:
+        renewed = cluster.get_object("secrets", SECRET, NS)
+        renewed["data"]["tls.crt"] = base64.b64encode(b"renewed").decode()
+        cluster.put_object({**renewed, "apiVersion": "v1", "kind": "Secret"})
+        wait_until(lambda: (tmp_path / "certs" / "tls.crt").read_bytes() == b"renewed", 5, "the renewed certificate on disk")
+    finally:
+        follower.stop()

@@ -74,7 +74,15 @@ class WebhookSettings(BaseSettings):
         None, description="ClusterRole of the install every registration is owned by: deleting it deletes them",
     )
     tls_secret: str = Field(
-        "volcano-job-webhook-tls", description="serving Secret in service_namespace whose ca.crt is every registration's caBundle",
+        "volcano-job-webhook-tls", description="serving Secret (kubernetes.io/tls) in service_namespace: its ca.crt is every "
+        "registration's caBundle; serve follows it with certs_from_secret",
+    )
+    ca_secret: str | None = Field(
+        None, description="reconcile keeps a self-managed CA in this Secret of service_namespace and the serving certificate "
+        "in tls_secret: made at once, renewed and rotated; none: another issuer (cert-manager) writes tls_secret",
+    )
+    certs_from_secret: bool = Field(
+        False, description="serve reads its certificate from tls_secret through the API (into certs_dir) rather than from files",
     )
 
     max_body_bytes: int = Field(3 * 1024 * 1024, ge=1024, description="largest AdmissionReview accepted")

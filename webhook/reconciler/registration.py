@@ -19,6 +19,7 @@ import base64
 import logging
 import ssl
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
@@ -30,6 +31,7 @@ from urllib.parse import urlsplit
 import yaml
 from kubernetes.client.rest import ApiException
 
+from volcano_job_webhook.certs.cluster import CertsError
 from volcano_job_webhook.config import ConfigError
 from volcano_job_webhook.kube.rest import Resource, Rest
 
@@ -122,11 +124,16 @@ class Registrar:
     is_leader: Callable[[], bool]
     interval: float = 2.0
     on_write: Callable[[str, str], None] = lambda kind, name: None
+    # The self-managed certificates' one step (certs.cluster.sync), run first in a pass when due: the
+    # serving Secret it writes is what the registration then trusts.
+    certificates: Callable[[], object] | None = None
+    certificates_interval: float = 60.0
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="registration", daemon=True)
         self.registered: set[tuple[str, str]] = set()
+        self._certificates_due = 0.0
 
     def start(self) -> None:
         self._thread.start()
@@ -144,12 +151,16 @@ class Registrar:
                     self.sync()
                 except ApiException as exc:
                     log.warning("registration: the API server answered %s %s", exc.status, exc.reason)
-                except OSError as exc:
+                except (OSError, CertsError) as exc:
                     log.warning("registration: %s", exc)
             self._stop.wait(self.interval)
 
     def sync(self) -> list[str]:
-        """One pass: register what is due, repair what drifted; the names written."""
+        """One pass: certificates made or renewed when due, then register what is due, repair what
+        drifted; the names of the configurations written."""
+        if self.certificates is not None and time.monotonic() >= self._certificates_due:
+            self.certificates()
+            self._certificates_due = time.monotonic() + self.certificates_interval
         secret = self.rest.get(SECRET, self.secret_namespace, self.secret_name)
         ca_bundle = base64.b64decode(((secret or {}).get("data") or {}).get("ca.crt") or "")
         if not ca_bundle:

@@ -3,6 +3,7 @@ until SIGTERM, then a graceful stop (in-flight reconciles finish, the Lease is r
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -12,8 +13,11 @@ import threading
 import time
 from pathlib import Path
 
+from kubernetes.config import ConfigException
+
 from volcano_job_webhook import logs
-from volcano_job_webhook.config import WebhookSettings
+from volcano_job_webhook.certs.cluster import sync as certs_sync
+from volcano_job_webhook.config import ConfigError, WebhookSettings
 from volcano_job_webhook.kube.client import api_client
 from volcano_job_webhook.kube.informer import settle_memory
 from volcano_job_webhook.kube.rest import Rest
@@ -40,6 +44,11 @@ def run(
     stop: threading.Event | None = None,
 ) -> None:
     logs.configure(settings.log_level)
+    try:
+        api = api_client(kubeconfig or settings.kubeconfig)
+    except ConfigException as exc:
+        # No cluster to talk to is a setting that cannot work: one line and exit 2, not a traceback.
+        raise ConfigError(str(exc)) from None
     # No collection while the caches first load (at most two minutes): measured at 100,000 Jobs,
     # 49 full collections walking the pages as they became records took 14 s of the 30 s to Ready,
     # and what the load makes is long-lived. Once loaded it is frozen out of the collector's way.
@@ -87,10 +96,14 @@ def run(
     )
     rec = reconciler
     registrar = None
-    if templates is not None:
+    if templates is not None or settings.ca_secret:
         registrar = Registrar(
-            Rest(api), templates, settings.service_namespace, settings.tls_secret, settings.registration_owner, is_leader,
+            Rest(api), templates or [], settings.service_namespace, settings.tls_secret, settings.registration_owner, is_leader,
             on_write=lambda kind, name: metrics.writes.labels(kind, "apply").inc(),
+            certificates=functools.partial(
+                certs_sync, api, settings.service_namespace, settings.tls_secret, settings.ca_secret,
+                settings.service_name, settings.service_namespace,
+            ) if settings.ca_secret else None,
         )
     health = HealthServer(
         "0.0.0.0", health_port, lambda: rec.ready, metrics.registry,

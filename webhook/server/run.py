@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from volcano_job_webhook import logs
-from volcano_job_webhook.certs.files import ensure_certs
+from volcano_job_webhook.certs.files import CertPaths, ensure_certs
+from volcano_job_webhook.certs.secret import SecretFiles
 from volcano_job_webhook.config import ConfigError, WebhookSettings
 
 from .app import create_app
@@ -88,14 +89,29 @@ def server_options(limits: ConnectionLimits, loaded: Callable[[], bool] = lambda
     }
 
 
+def certs_from_secret(settings: WebhookSettings) -> CertPaths:
+    """The serving Secret (``tls_secret``) followed into ``certs_dir`` from now on, once it holds a certificate."""
+    from volcano_job_webhook.kube.client import api_client
+
+    follower = SecretFiles(api_client(settings.kubeconfig), settings.service_namespace, settings.tls_secret,
+                           settings.certs_dir, interval=settings.cert_reload_seconds)
+    follower.wait()
+    follower.start()
+    certs = settings.certs_dir
+    return CertPaths(certs / "ca.crt", certs / "tls.crt", certs / "tls.key", created=False)
+
+
 def run(settings: WebhookSettings) -> None:
     """Run the webhook until SIGINT/SIGTERM. Missing certificates are created first."""
     logs.configure(settings.log_level)
     tune_malloc()  # before any thread starts
     source = make_source(settings)
-    paths = ensure_certs(settings.certs_dir, settings.service_name, settings.service_namespace)
-    log.info("serving certificate %s; CA bundle for the webhook registration: %s", paths.cert, paths.ca_cert)
-    print(f"CA bundle: {paths.ca_cert}", flush=True)
+    if settings.certs_from_secret:
+        paths = certs_from_secret(settings)
+    else:
+        paths = ensure_certs(settings.certs_dir, settings.service_name, settings.service_namespace)
+        log.info("serving certificate %s; CA bundle for the webhook registration: %s", paths.cert, paths.ca_cert)
+        print(f"CA bundle: {paths.ca_cert}", flush=True)
     app = create_app(source, settings.chain(), max_body_bytes=settings.max_body_bytes,
                      audit=settings.enforcement == "audit")
     guard, options = server_options(connection_limits(settings), loaded=lambda: source.ready)
