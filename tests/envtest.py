@@ -762,6 +762,44 @@ def install_rbac(api: client.ApiClient, variant: str = DEFAULT_VARIANT) -> list[
 # The product -------------------------------------------------------------------------------------
 
 
+KCM_CONTROLLERS = ("job-controller", "garbage-collector-controller")
+
+
+@contextmanager
+def controller_manager(envtest: EnvTest, workdir: Path, controllers: Sequence[str] = KCM_CONTROLLERS,
+                       timeout: float = 30.0) -> Iterator[Process]:
+    """kube-controller-manager (``KUBEBUILDER_ASSETS``) running ``controllers`` against ``envtest`` as its
+    admin, once ``/healthz`` answers; stopped at the end. Skips when the directory has none. Register
+    custom kinds first: its garbage collector learns them at start (then every 30 s)."""
+    import pytest
+
+    binary = envtest.assets / "kube-controller-manager"
+    if not binary.exists():
+        pytest.skip(f"{ASSETS_ENV} has no kube-controller-manager (the Job controller and garbage collector)")
+    port = free_port()
+    process = Process.start("kube-controller-manager", [
+        str(binary), f"--kubeconfig={envtest.kubeconfig()}", f"--controllers={','.join(controllers)}",
+        "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
+        "--kube-api-qps=200", "--kube-api-burst=400",
+    ], workdir / "kube-controller-manager.log")
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # its own self-signed certificate
+
+    def healthy() -> bool:
+        assert process.alive, f"kube-controller-manager exited:\n{process.log(tail=40)}"
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=context, timeout=2) as answer:
+                return bool(answer.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    try:
+        wait_until(healthy, timeout, "kube-controller-manager's /healthz", log=lambda: process.log(tail=40))
+        yield process
+    finally:
+        process.stop()
+
+
 def product_env() -> dict[str, str]:
     """This environment minus what would change the product's settings or cluster behind the
     test's back (``VOLCANO_WEBHOOK_*``, ``KUBECONFIG``); output unbuffered for the log file."""
@@ -786,11 +824,13 @@ class ProductWebhook:
 
 
 @contextmanager
-def serving_webhook(workdir: Path, kubeconfig: Path, *args: str, timeout: float = 30.0) -> Iterator[ProductWebhook]:
+def serving_webhook(workdir: Path, kubeconfig: Path, *args: str, timeout: float = 30.0,
+                    port: int | None = None) -> Iterator[ProductWebhook]:
     """``volcano-webhook serve --job-source=kube`` (plus ``args``) through ``kubeconfig``, on 127.0.0.1
-    with the certificate it makes itself in ``workdir``/certs, once ``/readyz`` says its Job cache is
-    synced; stopped at the end."""
-    certs, port = workdir / "certs", free_port()
+    (``port``, else a free one) with the certificate it makes itself in ``workdir``/certs (kept from
+    an earlier run there), once ``/readyz`` says its Job cache is synced; stopped at the end."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    certs, port = workdir / "certs", port or free_port()
     process = start_product(["serve", "--host=127.0.0.1", f"--port={port}", f"--certs-dir={certs}", "--job-source=kube",
                              f"--kubeconfig={kubeconfig}", "--log-level=debug", *args], workdir / "serve.log")
     base_url = f"https://127.0.0.1:{port}"

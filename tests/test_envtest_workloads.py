@@ -17,9 +17,6 @@ Skipped unless ``KUBEBUILDER_ASSETS`` holds kube-apiserver, etcd and kube-contro
 from __future__ import annotations
 
 import json
-import ssl
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,10 +29,9 @@ from tests.envtest import (
     EnvTest,
     Process,
     apply,
+    controller_manager,
     create,
     delete,
-    find_assets,
-    free_port,
     install_jobset_crd,
     new_namespace,
     read,
@@ -54,40 +50,15 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "workloads"
 KINDS = {"ConfigMap": "v1", "Secret": "v1", "Service": "v1", "NetworkPolicy": "networking.k8s.io/v1"}
 @pytest.fixture(scope="module")
-def controller_manager(envtest: EnvTest, kube_admin: kube_client.ApiClient,
-                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    assets = find_assets()
-    binary = assets / "kube-controller-manager" if assets else None
-    if binary is None or not binary.exists():
-        pytest.skip("KUBEBUILDER_ASSETS has no kube-controller-manager (the Job controller and garbage collector)")
+def kcm(envtest: EnvTest, kube_admin: kube_client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     # The garbage collector learns kinds at start (and every 30 s): the JobSet CRD goes first.
     install_jobset_crd(kube_admin)
-    workdir, port = tmp_path_factory.mktemp("kcm"), free_port()
-    process = Process.start("kube-controller-manager", [
-        str(binary), f"--kubeconfig={envtest.kubeconfig()}",
-        "--controllers=job-controller,garbage-collector-controller",
-        "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
-        "--kube-api-qps=200", "--kube-api-burst=400",
-    ], workdir / "kube-controller-manager.log")
-    try:
-        def healthy() -> bool:
-            assert process.alive, f"kube-controller-manager exited:\n{process.log(tail=40)}"
-            context = ssl.create_default_context()
-            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # its own self-signed certificate
-            try:
-                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=context, timeout=2) as answer:
-                    return bool(answer.status == 200)
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                return False
-
-        wait_until(healthy, 30, "kube-controller-manager's /healthz", log=lambda: process.log(tail=40))
+    with controller_manager(envtest, tmp_path_factory.mktemp("kcm")) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")
-def wired(envtest: EnvTest, kube_admin: kube_client.ApiClient, controller_manager: Process,
+def wired(envtest: EnvTest, kube_admin: kube_client.ApiClient, kcm: Process,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The webhook serving and its registrations (every entry of the manifests) in effect."""
     workdir = tmp_path_factory.mktemp("webhook")
@@ -161,7 +132,7 @@ def test_the_job_controllers_pods_are_wired_and_the_collector_takes_the_objects(
 
 
 def test_the_collector_takes_a_volcano_jobs_objects(envtest: EnvTest, kube_admin: kube_client.ApiClient,
-                                                    controller_manager: Process) -> None:
+                                                    kcm: Process) -> None:
     namespace = new_namespace(kube_admin, "volcano-gc-")
     reconciler = Reconciler(envtest.api_client(WEBHOOK_USER), Chain(), namespaces=[namespace], resync_seconds=3600)
     reconciler.start()
