@@ -15,7 +15,7 @@ and a :class:`VolcanoCluster`::
 
     def test_x(volcano_cluster):
         c = volcano_cluster
-        c.register_webhooks(webhook_url, ca_bundle)          # the manifests' configurations
+        c.register_webhooks(webhook_url, ca_bundle)          # what the install's reconciler registers
         job = c.create(volcano_job("j", c.namespace))          # as the administrator
         c.wait(lambda: c.get("Secret", "j-ssh"), "Volcano's Secret")
         c.inqueue("j")                                         # vc-scheduler's part: Pods come
@@ -165,9 +165,10 @@ class VolcanoCluster:
 
     def register_webhooks(self, base_url: str, ca_bundle: bytes, *, variant: str = DEFAULT_VARIANT,
                           timeout: float = WAIT) -> list[Obj]:
-        """Register the install variant's Mutating- and ValidatingWebhookConfigurations with
-        ``clientConfig.url`` = ``base_url`` + each path and ``caBundle`` (tests/envtest.py's
-        ``webhook_configurations``), and return once the API server calls the mutating one: a
+        """Register the install variant's Mutating- and ValidatingWebhookConfigurations (webhooks.yaml
+        of its settings ConfigMap, what its reconciler registers) with ``clientConfig.url`` =
+        ``base_url`` + each path and ``caBundle`` (tests/envtest.py's ``webhook_configurations``),
+        as the administrator, and return once the API server calls the mutating one: a
         dry-run Pod of a Volcano job in this namespace comes back differently (a warning, an error,
         a change) from before. The real server needs about a second; the double none."""
         probe = {"apiVersion": "v1", "kind": "Pod",

@@ -108,7 +108,7 @@ def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiS
     and name cluster-scoped objects so they cannot collide; narrow ``audit_events`` by ``since``. Each server promises: ``/readyz`` ok, the
     Volcano Job CRD served, and the manifests' Namespace ``volcano-job-webhook`` and RBAC applied
     with each ServiceAccount subject rebound to the token user of the same name
-    (``WEBHOOK_USER``, ``CERTGEN_USER``; ``NOBODY`` has no binding). All are stopped at session end.
+    (``WEBHOOK_USER``; ``NOBODY`` has no binding). All are stopped at session end.
     E.g. ``apiserver_factory(admission_plugins=[OWNER_REFERENCES_ENFORCEMENT])`` behaves like
     OpenShift: setting ``blockOwnerDeletion`` needs ``update`` on the owner's ``finalizers``.
 

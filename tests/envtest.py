@@ -23,8 +23,8 @@ generated per-kind API classes: :func:`apply` (server-side apply), :func:`create
 :func:`delete`, and helpers that install this project's prerequisites the way
 ``kubectl apply -k manifests`` would: the Volcano Job CRD (:func:`install_job_crd`), and the
 manifests' RBAC rebound from ServiceAccounts to token users (:func:`install_rbac`). The last section
-runs the product itself as a subprocess (:func:`start_product`) and registers its webhook
-configurations (:func:`webhook_configurations`).
+runs the product itself as a subprocess (:func:`start_product`) and registers the webhook
+configurations the reconciler would (:func:`webhook_configurations`, from the manifests' settings).
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.jobs import API_VERSION as JOB_API_VERSION
 from tests.kustomize import DEFAULT_VARIANT, build_variant
+from tests.manifests_util import webhook_configurations as registered_configurations
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 BINARIES = ("kube-apiserver", "etcd")
@@ -69,9 +70,8 @@ BINARIES = ("kube-apiserver", "etcd")
 ADMIN = "envtest-admin"
 # The ServiceAccounts of the manifests, as token users of the same name (see install_rbac).
 WEBHOOK_USER = "volcano-job-webhook"
-CERTGEN_USER = "volcano-job-webhook-certgen"
 NOBODY = "nobody"  # no binding names it: only what every authenticated user may do
-DEFAULT_USERS = (WEBHOOK_USER, CERTGEN_USER, NOBODY)
+DEFAULT_USERS = (WEBHOOK_USER, NOBODY)
 
 OWNER_REFERENCES_ENFORCEMENT = "OwnerReferencesPermissionEnforcement"
 BASE_ADMISSION_PLUGINS = ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook")
@@ -859,14 +859,12 @@ def https_get(url: str, ca_file: Path, timeout: float = 2.0) -> tuple[int, bytes
 
 
 def webhook_configurations(base_url: str, ca_bundle: bytes, variant: str = DEFAULT_VARIANT) -> list[dict[str, Any]]:
-    """The variant's Mutating- and ValidatingWebhookConfigurations as installed, with each
-    ``clientConfig.service`` replaced by ``url: base_url + its path`` and ``caBundle`` set — the
-    only way an envtest API server reaches a webhook. Everything else (rules, selectors, failure
-    policy, timeouts) is the manifests'."""
+    """The variant's Mutating- and ValidatingWebhookConfigurations as the reconciler registers them
+    (``webhooks.yaml`` of its settings ConfigMap), with each ``clientConfig.service`` replaced by
+    ``url: base_url + its path`` and ``caBundle`` set — the only way an envtest API server reaches a
+    webhook. Everything else (rules, selectors, failure policy, timeouts) is the manifests'."""
     out = []
-    for obj in build_variant(variant):
-        if obj["kind"] not in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-            continue
+    for obj in registered_configurations(build_variant(variant)):
         webhooks = []
         for hook in obj["webhooks"]:
             service = hook["clientConfig"]["service"]

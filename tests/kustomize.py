@@ -22,14 +22,16 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
-BASE = MANIFESTS / "base"
 OVERLAYS = MANIFESTS / "overlays"
-COMPONENTS = MANIFESTS / "components"
+SETTINGS = MANIFESTS / "settings"  # <mode>/: the settings ConfigMap's generator, a Component per certificates mode
+# Each rendered from the chart by tests/render_manifests.py, with the same values there.
 VARIANTS: dict[str, Path] = {
     "cert-manager": OVERLAYS / "cert-manager",
+    "cert-manager-split": OVERLAYS / "cert-manager-split",
     "self-managed": OVERLAYS / "self-managed",
     "split": OVERLAYS / "split",
 }
+SPLIT_VARIANTS = frozenset({"split", "cert-manager-split"})  # the webhook and the reconciler apart
 DEFAULT_VARIANT = "self-managed"  # what manifests/kustomization.yaml installs
 
 KUBECTL_ENV = "KUBECTL"

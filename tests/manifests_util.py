@@ -2,7 +2,12 @@
 (:mod:`tests.kustomize`):
 
 * :func:`find`, :func:`find_one`, :func:`describe`, :func:`object_id`, :func:`canonical`: objects of a
-  rendered variant;
+  rendered variant (kustomize's or the chart's);
+* :func:`settings_configmap`, :func:`settings`, :func:`webhook_configurations`: the settings
+  ConfigMap the Deployments mount, its ``config.yaml``, and the webhook configurations of its
+  ``webhooks.yaml`` (what the reconciler registers);
+* :func:`schema_problems`: an object against the strict Kubernetes schema (cert-manager's kinds by
+  their required fields);
 * :func:`selector_matches`: Kubernetes label-selector semantics (``matchLabels``, ``matchExpressions``
   with ``In``/``NotIn``/``Exists``/``DoesNotExist``), and :func:`rule_matches`, a webhook's ``rules``;
 * :func:`rbac_permissions`: the ``(apiGroup, resource, verb)`` triples a ServiceAccount is granted by
@@ -19,14 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import yaml
 
 from tests.kustomize import DEFAULT_VARIANT, ROOT, build_variant
 
 NAMESPACE = "volcano-job-webhook"
 SERVICE_ACCOUNT = "volcano-job-webhook"
-CERTGEN_SERVICE_ACCOUNT = "volcano-job-webhook-certgen"
-RECONCILER_SERVICE_ACCOUNT = "volcano-job-webhook-reconciler"  # the split variant's reconciler
+RECONCILER_SERVICE_ACCOUNT = "volcano-job-webhook-reconciler"  # the split variants' reconciler
+SETTINGS_CONFIGMAP = "volcano-job-webhook-config"  # kustomize's generator appends a hash
+SETTINGS_DIR = "/etc/volcano-job-webhook"  # where both containers mount it
+CONFIG_ENV = "VOLCANO_WEBHOOK_CONFIG"
 
 # Kinds without a namespace, among those these manifests use or might.
 CLUSTER_SCOPED = frozenset({
@@ -76,6 +84,35 @@ def find_one(objects: Iterable[Mapping[str, Any]], kind: str, name: str) -> dict
 
 def canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+# The settings ConfigMap ---------------------------------------------------------------------------
+
+
+def settings_configmap(objects: Iterable[Mapping[str, Any]], deployment: str = "volcano-job-webhook") -> dict[str, Any]:
+    """The ConfigMap the webhook's Deployment mounts at :data:`SETTINGS_DIR` (by its generated name
+    in a kustomize build)."""
+    objects = list(objects)
+    pod = find_one(objects, "Deployment", deployment)["spec"]["template"]["spec"]
+    (webhook,) = [c for c in pod["containers"] if c["name"] == "webhook"]
+    (mount,) = [m for m in webhook["volumeMounts"] if m["mountPath"] == SETTINGS_DIR]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    return find_one(objects, "ConfigMap", volume["configMap"]["name"])
+
+
+def settings(objects: Iterable[Mapping[str, Any]], deployment: str = "volcano-job-webhook") -> dict[str, Any]:
+    """``config.yaml`` of the settings ConfigMap: what both processes read."""
+    loaded = yaml.safe_load(settings_configmap(objects, deployment)["data"]["config.yaml"])
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def webhook_configurations(objects: Iterable[Mapping[str, Any]], deployment: str = "volcano-job-webhook") -> list[dict[str, Any]]:
+    """``webhooks.yaml`` of the settings ConfigMap: the Mutating- and ValidatingWebhookConfiguration
+    the reconciler registers, as written (no caBundle)."""
+    loaded = yaml.safe_load(settings_configmap(objects, deployment)["data"]["webhooks.yaml"])
+    assert isinstance(loaded, list)
+    return loaded
 
 
 # Label selectors ----------------------------------------------------------------------------------
@@ -174,9 +211,82 @@ def rbac_permissions(
 ) -> set[tuple[str, str, str]]:
     """The (apiGroup, resource, verb) triples granted to ``service_account`` in an install variant,
     whatever the scope or resourceNames; ``""`` is the core group. ServiceAccount volcano-job-webhook
-    is the webhook's and the reconciler's in every variant but ``split``, where it is the webhook's
-    alone and the reconciler has its own."""
+    is the webhook's and the reconciler's in every variant but the split ones, where it is the
+    webhook's alone and the reconciler has its own."""
     return {(g.api_group, g.resource, g.verb) for g in rbac_grants(build_variant(variant), service_account, namespace)}
+
+
+# Schemas ------------------------------------------------------------------------------------------
+
+
+CERTIFICATE_SPEC_FIELDS = {
+    "secretName", "secretTemplate", "commonName", "dnsNames", "ipAddresses", "uris", "emailAddresses",
+    "otherNames", "duration", "renewBefore", "renewBeforePercentage", "issuerRef", "isCA", "usages",
+    "privateKey", "subject", "literalSubject", "revisionHistoryLimit", "keystores", "encodeUsagesInRequest",
+    "additionalOutputFormats", "nameConstraints",
+}
+ISSUER_TYPES = {"selfSigned", "ca", "acme", "vault", "venafi"}
+KEY_USAGES = {
+    "signing", "digital signature", "content commitment", "key encipherment", "key agreement",
+    "data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any", "server auth",
+    "client auth", "code signing", "email protection", "s/mime", "ipsec end system", "ipsec tunnel",
+    "ipsec user", "timestamping", "ocsp signing", "microsoft sgc", "netscape sgc",
+}
+DURATION = re.compile(r"^(\d+(\.\d+)?(h|m|s|ms))+$")
+
+
+def cert_manager_problems(obj: Mapping[str, Any]) -> list[str]:
+    """Required fields of cert-manager's Issuer and Certificate (its CRD schemas are not shipped here)."""
+    problems: list[str] = []
+    if obj.get("apiVersion") != "cert-manager.io/v1":
+        problems.append(f"apiVersion {obj.get('apiVersion')!r}, want cert-manager.io/v1")
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    if not meta.get("name") or not meta.get("namespace"):
+        problems.append("metadata.name and metadata.namespace are required")
+    if obj.get("kind") == "Issuer":
+        kinds = set(spec) & ISSUER_TYPES
+        if len(kinds) != 1 or set(spec) - ISSUER_TYPES:
+            problems.append(f"spec must hold exactly one issuer type of {sorted(ISSUER_TYPES)}, has {sorted(spec)}")
+        if "ca" in spec and not (spec["ca"] or {}).get("secretName"):
+            problems.append("spec.ca.secretName is required")
+        if "selfSigned" in spec and not isinstance(spec["selfSigned"], dict):
+            problems.append("spec.selfSigned must be an object")
+    elif obj.get("kind") == "Certificate":
+        if unknown := set(spec) - CERTIFICATE_SPEC_FIELDS:
+            problems.append(f"unknown spec fields {sorted(unknown)}")
+        if not spec.get("secretName"):
+            problems.append("spec.secretName is required")
+        ref = spec.get("issuerRef") or {}
+        if not ref.get("name") or ref.get("kind", "Issuer") not in ("Issuer", "ClusterIssuer") \
+                or ref.get("group", "cert-manager.io") != "cert-manager.io":
+            problems.append(f"spec.issuerRef must name a cert-manager.io Issuer or ClusterIssuer: {ref}")
+        if not spec.get("dnsNames") and not (spec.get("isCA") and spec.get("commonName")):
+            problems.append("spec.dnsNames is required (or isCA with a commonName)")
+        for key in ("duration", "renewBefore"):
+            if key in spec and not DURATION.match(str(spec[key])):
+                problems.append(f"spec.{key} {spec[key]!r} is not a Go duration")
+        if bad := set(spec.get("usages") or []) - KEY_USAGES:
+            problems.append(f"unknown usages {sorted(bad)}")
+        key = spec.get("privateKey") or {}
+        if key.get("algorithm", "RSA") not in ("RSA", "ECDSA", "Ed25519") or key.get("rotationPolicy", "Always") not in ("Always", "Never") \
+                or key.get("encoding", "PKCS1") not in ("PKCS1", "PKCS8"):
+            problems.append(f"bad privateKey {key}")
+    else:
+        problems.append(f"no check for cert-manager kind {obj.get('kind')}")
+    return problems
+
+
+def schema_problems(obj: Mapping[str, Any], version: str) -> list[str]:
+    """What the strict schema of Kubernetes ``version`` (kubernetes-validate) finds wrong with ``obj``."""
+    if obj.get("apiVersion", "").startswith("cert-manager.io/"):
+        return cert_manager_problems(obj)
+    try:
+        kubernetes_validate.validate(dict(obj), version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return [f"{'.'.join(map(str, exc.path))}: {exc.message}"]
+    except kubernetes_validate.SchemaNotFoundError as exc:
+        return [exc.message]
+    return []
 
 
 # The image ----------------------------------------------------------------------------------------

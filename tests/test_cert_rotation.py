@@ -18,7 +18,7 @@ from kubernetes_validate.utils import latest_version, major_minor
 
 from tests.apiserver import FakeApiServer
 from tests.kustomize import build_variant
-from tests.manifests_util import CERTGEN_SERVICE_ACCOUNT, Grant, rbac_grants
+from tests.manifests_util import RECONCILER_SERVICE_ACCOUNT, Grant, rbac_grants
 from volcano_job_webhook.certs.cluster import CertsError, patch_webhooks, read_webhooks, sync
 from volcano_job_webhook.certs.issue import (
     CertBundle,
@@ -423,19 +423,23 @@ def allowed(grants: list[Grant], record: Any) -> bool:
     )
 
 
-def test_every_call_of_the_certs_job_is_granted_by_name_and_every_grant_is_used(certs_cluster):
-    """Install, renewal, a whole CA rotation and an old-layout migration, as the self-managed
-    variant's certgen ServiceAccount: each request must be allowed by its Role and ClusterRole as
-    written (resourceNames included), and each rule must be needed by some request."""
-    grants = rbac_grants(build_variant("self-managed"), CERTGEN_SERVICE_ACCOUNT)
+def test_every_call_of_the_certificates_is_granted_by_name_and_every_grant_is_used(certs_cluster):
+    """Install, renewal, a whole CA rotation and an old-layout migration, as the reconciler does them
+    (no webhook patched: the registration carries ca.crt into the caBundle): each request must be
+    allowed by the grants of the reconciler's identity in the install's namespace, as written
+    (resourceNames included), and each of them must be needed by some request. (Its cluster-wide
+    Secret rules, for SSH keys, would allow more; the split variant's Role is what says why.)"""
+    grants = [g for g in rbac_grants(build_variant("split"), RECONCILER_SERVICE_ACCOUNT) if g.resource == "secrets" and g.namespace == NS]
     requests = []
     for day in (0, 7, 20, 21, 22, 23):
-        run_sync(certs_cluster, day)
+        certs_cluster.clear_requests()
+        sync(certs_cluster.api_client(), NS, TLS, CA, "volcano-job-webhook", NS, policy=SHORT, now=T0 + timedelta(days=day))
         requests += certs_cluster.requests
     client.CoreV1Api(certs_cluster.api_client()).delete_namespaced_secret(CA, NS)
     client.CoreV1Api(certs_cluster.api_client()).delete_namespaced_secret(TLS, NS)
     client.CoreV1Api(certs_cluster.api_client()).create_namespaced_secret(NS, old_layout_secret(T0)[0])
-    run_sync(certs_cluster, 24)
+    certs_cluster.clear_requests()
+    sync(certs_cluster.api_client(), NS, TLS, CA, "volcano-job-webhook", NS, policy=SHORT, now=T0 + timedelta(days=24))
     requests += certs_cluster.requests
     assert [(r.verb, r.resource, r.name) for r in requests if not allowed(grants, r)] == []
     unused = [g for g in grants if not any(allowed([g], r) for r in requests)]

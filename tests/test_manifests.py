@@ -1,11 +1,14 @@
 """The install manifests (``manifests/``), the image (``Dockerfile``, ``.dockerignore``) and their contract.
 
-Every object is checked against the Kubernetes OpenAPI schema (kubernetes-validate, strict, for the
-oldest supported Kubernetes, 1.30, and the newest the package knows), each kustomize variant is rendered
-by kubectl's built-in kustomize (``tests/kustomize.py``; the tests that need it skip without kubectl),
-and the parts that must agree — Service and Deployment, webhook
-registrations and Service, certificate and Secret, flags and CLI, RBAC and the code's API calls — are
-checked against each other.
+``manifests/`` is rendered from the Helm chart (tests/render_manifests.py; tests/test_chart.py checks
+they agree and tests the chart's values): what is asserted here of each kustomize variant holds of the
+chart's rendering with the same values. Every object is checked against the Kubernetes OpenAPI schema
+(kubernetes-validate, strict, for the oldest supported Kubernetes, 1.30, and the newest the package
+knows), each kustomize variant is rendered by kubectl's built-in kustomize (``tests/kustomize.py``; the
+tests that need it skip without kubectl), and the parts that must agree — Service and Deployment,
+webhook registrations (``webhooks.yaml`` of the settings ConfigMap) and Service, certificate and
+Secret, flags and CLI, settings and the code's settings, RBAC and the code's API calls — are checked
+against each other.
 """
 
 from __future__ import annotations
@@ -15,27 +18,39 @@ import json
 import os
 import re
 import shlex
-import shutil
 import tomllib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 from kubernetes_validate.utils import latest_version, major_minor
 
 from tests.jobs import volcano_job
-from tests.kustomize import BASE, COMPONENTS, DEFAULT_VARIANT, MANIFESTS, OVERLAYS, ROOT, VARIANTS, build, build_variant, find_kubectl
+from tests.kustomize import (
+    DEFAULT_VARIANT,
+    MANIFESTS,
+    OVERLAYS,
+    ROOT,
+    SETTINGS,
+    SPLIT_VARIANTS,
+    VARIANTS,
+    build,
+    build_variant,
+    find_kubectl,
+)
 from tests.manifests_util import (
-    CERTGEN_SERVICE_ACCOUNT,
     CLUSTER_SCOPED,
+    CONFIG_ENV,
     NAMESPACE,
     RECONCILER_SERVICE_ACCOUNT,
     SERVICE_ACCOUNT,
+    SETTINGS_CONFIGMAP,
+    SETTINGS_DIR,
+    Grant,
     canonical,
+    cert_manager_problems,
     describe,
     dockerfile_instructions,
     dockerignore_excludes,
@@ -46,14 +61,18 @@ from tests.manifests_util import (
     rbac_grants,
     rbac_permissions,
     rule_matches,
+    schema_problems,
     selector_matches,
+    settings,
+    settings_configmap,
+    webhook_configurations,
 )
 
 K8S_VERSIONS = ["1.30", major_minor(latest_version())]
 IMAGE = "ghcr.io/volcano-job-webhook/volcano-job-webhook:0.1.0"
 CERTS_SECRET = "volcano-job-webhook-tls"
 CA_SECRET = "volcano-job-webhook-ca"
-CERTS_DIR = "/etc/webhook/certs"
+CERTS_DIR = "/tmp/certs"  # serve writes the Secret's files there (certs_from_secret), in the /tmp emptyDir
 UID = 65532
 ALL_VARIANTS = [*VARIANTS, "default"]
 
@@ -62,13 +81,19 @@ RECONCILER_ARGS = [
     "reconcile", "--health-port=8081", "--leader-elect",
     "--lease-name=volcano-job-webhook-reconciler", "--lease-namespace=volcano-job-webhook",
 ]
-CERTGEN_ARGS = ["certs", "--secret", f"{NAMESPACE}/{CERTS_SECRET}", "--ca-secret", CA_SECRET, "--patch-webhook", "volcano-job-webhook"]
+WEBHOOK_CONFIGURATIONS = "volcano-job-webhook"  # the name of both
+
+
+def self_managed(variant: str) -> bool:
+    """Whether the reconciler makes the certificates (else cert-manager does)."""
+    return not variant.startswith("cert-manager")
+
 
 # The API calls the code makes (the product's contract); RBAC must grant exactly these.
 # The reconciler's caches list and watch; it creates (POST), reads what a create found, patches
 # (server-side apply, merge patch) and deletes.
 OWNED_VERBS = ("get", "list", "watch", "create", "patch", "delete")
-EXPECTED_PERMISSIONS = {
+JOB_PERMISSIONS = {
     *(("batch.volcano.sh", "jobs", v) for v in ("get", "list", "watch")),
     ("batch.volcano.sh", "jobs/finalizers", "update"),
     *(("", r, v) for r in ("configmaps", "services", "secrets") for v in OWNED_VERBS),
@@ -81,18 +106,61 @@ EXPECTED_PERMISSIONS = {
     ("batch", "jobs/finalizers", "update"),
     ("jobset.x-k8s.io", "jobsets/finalizers", "update"),
 }
-# The webhook alone (`serve --job-source=kube`): its Job cache and the GET of a Job not cached yet,
-# and of an opted-in workload (never cached).
-EXPECTED_WEBHOOK_ONLY_PERMISSIONS = {("batch.volcano.sh", "jobs", v) for v in ("get", "list", "watch")} | {
-    ("batch", "jobs", "get"), ("jobset.x-k8s.io", "jobsets", "get")}
-# The reconciler alone: all the rest; its caches list and watch, it never GETs a job.
-EXPECTED_RECONCILER_ONLY_PERMISSIONS = EXPECTED_PERMISSIONS - {
-    ("batch.volcano.sh", "jobs", "get"), ("batch", "jobs", "get"), ("jobset.x-k8s.io", "jobsets", "get")}
-EXPECTED_CERTGEN_PERMISSIONS = {
-    *(("", "secrets", v) for v in ("get", "create", "update")),
-    *(("admissionregistration.k8s.io", r, v)
-      for r in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations") for v in ("get", "patch")),
+# The webhook registration (the reconciler, leader only; webhook/reconciler/registration.py): the
+# two configurations, server-side applied (a patch; the first one creates) and read back by name,
+# their owner ClusterRole read for its uid, the Service's EndpointSlices listed (a Ready webhook
+# Pod?) and the serving Secret read (its ca.crt is the caBundle). With self-managed certificates it
+# also makes the serving and CA Secrets and renews them in place (certs.cluster.sync: get, create,
+# update).
+REGISTRATION_PERMISSIONS = {
+    *(("admissionregistration.k8s.io", r, v) for r in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+      for v in ("create", "get", "patch")),
+    ("rbac.authorization.k8s.io", "clusterroles", "get"),
+    ("discovery.k8s.io", "endpointslices", "list"),
+    ("", "secrets", "get"),
 }
+CERTIFICATE_PERMISSIONS = {("", "secrets", v) for v in ("get", "create", "update")}
+# ... each narrowed to what it needs: by name, or to the install's namespace.
+REGISTRATION_GRANTS = {
+    *(Grant(None, "admissionregistration.k8s.io", r, "create", frozenset())
+      for r in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")),
+    *(Grant(None, "admissionregistration.k8s.io", r, v, frozenset({WEBHOOK_CONFIGURATIONS}))
+      for r in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations") for v in ("get", "patch")),
+    Grant(None, "rbac.authorization.k8s.io", "clusterroles", "get", frozenset({"volcano-job-webhook"})),
+    Grant(NAMESPACE, "discovery.k8s.io", "endpointslices", "list", frozenset()),
+}
+SERVING_SECRET_GRANT = Grant(NAMESPACE, "", "secrets", "get", frozenset({CERTS_SECRET}))
+CERTIFICATE_GRANTS = {
+    Grant(NAMESPACE, "", "secrets", "create", frozenset()),
+    *(Grant(NAMESPACE, "", "secrets", v, frozenset({CERTS_SECRET, CA_SECRET})) for v in ("get", "update")),
+}
+
+
+def narrowed(grants: list[Grant]) -> set[Grant]:
+    """The grants of the registration and the certificates: in the install's namespace or by name
+    (the Lease's apart), and the create of a webhook configuration (which no name can narrow)."""
+    return {g for g in grants if g.resource != "leases" and (g.namespace or g.resource_names or g.api_group == "admissionregistration.k8s.io")}
+
+
+def registration_grants(variant: str) -> set[Grant]:
+    """What the reconciler's identity is granted by name or in the install's namespace."""
+    return REGISTRATION_GRANTS | (CERTIFICATE_GRANTS if self_managed(variant) else {SERVING_SECRET_GRANT})
+
+
+# The webhook alone (`serve --job-source=kube`): its Job cache and the GET of a Job not cached yet,
+# and of an opted-in workload (never cached); the GET of its serving certificate (certs_from_secret).
+EXPECTED_WEBHOOK_ONLY_PERMISSIONS = {("batch.volcano.sh", "jobs", v) for v in ("get", "list", "watch")} | {
+    ("batch", "jobs", "get"), ("jobset.x-k8s.io", "jobsets", "get"), ("", "secrets", "get")}
+
+
+def expected_permissions(variant: str, process: str = "both") -> set[tuple[str, str, str]]:
+    """The (group, resource, verb) triples of ``process`` (both, webhook, reconciler) in ``variant``."""
+    if process == "webhook":
+        return EXPECTED_WEBHOOK_ONLY_PERMISSIONS
+    both = JOB_PERMISSIONS | REGISTRATION_PERMISSIONS | (CERTIFICATE_PERMISSIONS if self_managed(variant) else set())
+    # The reconciler alone: all the rest; its caches list and watch, it never GETs a job.
+    return both - {("batch.volcano.sh", "jobs", "get"), ("batch", "jobs", "get"), ("jobset.x-k8s.io", "jobsets", "get")} \
+        if process == "reconciler" else both
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +169,9 @@ def variants() -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.fixture(scope="module")
-def base() -> list[dict[str, Any]]:
-    return build(BASE)
+def default() -> list[dict[str, Any]]:
+    """The default variant (``kubectl apply -k manifests``), where one install's contract is read."""
+    return build_variant("default")
 
 
 def pod_specs(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -127,24 +196,10 @@ def container(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
 # Kustomize structure ------------------------------------------------------------------------------
 
 
-# What the checks below read of a kustomization; another field (a generator's files, say) would slip
-# past the file-usage check, so it fails here until they read it too.
-KUSTOMIZATION_FIELDS = frozenset({"apiVersion", "kind", "namespace", "resources", "components", "patches"})
-
-
-@dataclass(frozen=True)
-class PatchEntry:
-    """One ``patches`` entry of a kustomization, as written."""
-
-    directory: Path
-    index: int
-    file: Path | None  # None for an inline patch
-    body: Any
-    target: Mapping[str, Any] | None
-
-    @property
-    def origin(self) -> str:
-        return str(self.file.relative_to(ROOT)) if self.file else f"{self.directory.relative_to(ROOT)}/patches[{self.index}]"
+# What the checks below read of a kustomization; another field (a patch, say) would slip past the
+# file-usage check, so it fails here until they read it too. There are no patches: each variant is
+# the chart rendered with its values, not a base patched.
+KUSTOMIZATION_FIELDS = frozenset({"apiVersion", "kind", "namespace", "resources", "components", "configMapGenerator"})
 
 
 def kustomization(directory: Path) -> dict[str, Any]:
@@ -158,13 +213,10 @@ def kustomization_dirs(*, components: bool = True) -> list[Path]:
     return dirs if components else [d for d in dirs if kustomization(d)["kind"] != "Component"]
 
 
-def patch_entries(directory: Path) -> list[PatchEntry]:
-    out = []
-    for index, entry in enumerate(kustomization(directory).get("patches") or []):
-        file = directory / entry["path"] if "path" in entry else None
-        (body,) = load_documents(file) if file else [yaml.safe_load(entry["patch"])]
-        out.append(PatchEntry(directory, index, file, body, entry.get("target")))
-    return out
+def generator_files(directory: Path) -> list[Path]:
+    """The files the configMapGenerators of a kustomization read (``files:`` entries, ``key=path`` too)."""
+    return [directory / entry.rpartition("=")[2]
+            for generator in kustomization(directory).get("configMapGenerator") or [] for entry in generator.get("files") or []]
 
 
 @pytest.mark.parametrize("directory", kustomization_dirs(), ids=lambda p: str(p.relative_to(MANIFESTS)) or ".")
@@ -174,7 +226,7 @@ def test_kustomizations_use_only_the_fields_read_here(directory: Path) -> None:
 
 @pytest.mark.parametrize("directory", kustomization_dirs(components=False), ids=lambda p: str(p.relative_to(MANIFESTS)) or ".")
 def test_kustomization_builds(directory: Path) -> None:
-    """kubectl renders it (a missing file or a patch that fails its test op fails here)."""
+    """kubectl renders it (a missing file fails here)."""
     objects = build(directory)
     assert objects and len({object_id(o) for o in objects}) == len(objects)
 
@@ -184,9 +236,23 @@ def test_kustomizations_list_every_manifest_file() -> None:
     used: set[Path] = set()
     for directory in kustomization_dirs():
         used |= {(directory / e).resolve() for e in kustomization(directory).get("resources") or [] if (directory / e).is_file()}
-        used |= {p.file.resolve() for p in patch_entries(directory) if p.file}
+        used |= {f.resolve() for f in generator_files(directory)}
     files = {p.resolve() for p in MANIFESTS.rglob("*.y*ml") if p.name != "kustomization.yaml"}
     assert files - used == set()
+    for mode in ("self-managed", "cert-manager"):
+        assert {f.relative_to(SETTINGS).as_posix() for f in generator_files(SETTINGS / mode)} == {f"{mode}/config.yaml", f"{mode}/webhooks.yaml"}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_each_variant_is_one_rendered_file_and_the_shared_settings(variant: str) -> None:
+    """The load restrictor allows a kustomization files of its own directory only: each variant holds
+    its rendering, and includes the settings as a Component (a kustomization directory)."""
+    k = kustomization(VARIANTS[variant])
+    assert k["resources"] == ["install.yaml"]
+    mode = "self-managed" if self_managed(variant) else "cert-manager"
+    assert [(VARIANTS[variant] / c).resolve() for c in k["components"]] == [(SETTINGS / mode).resolve()]
+    assert sorted(p.name for p in VARIANTS[variant].iterdir()) == ["install.yaml", "kustomization.yaml"]
+    assert kustomization(MANIFESTS)["resources"] == [VARIANTS[DEFAULT_VARIANT].relative_to(MANIFESTS).as_posix()]
 
 
 def test_namespaced_objects_name_the_namespace_themselves() -> None:
@@ -195,6 +261,9 @@ def test_namespaced_objects_name_the_namespace_themselves() -> None:
     for directory in kustomization_dirs(components=False):
         if directory != MANIFESTS:
             assert kustomization(directory).get("namespace") == NAMESPACE, directory
+    for mode in ("self-managed", "cert-manager"):
+        (generator,) = kustomization(SETTINGS / mode)["configMapGenerator"]
+        assert (generator["name"], generator["namespace"]) == (SETTINGS_CONFIGMAP, NAMESPACE)
     for label, doc in all_resource_documents():
         if doc["kind"] not in CLUSTER_SCOPED:
             assert doc["metadata"].get("namespace") == NAMESPACE, label
@@ -202,118 +271,41 @@ def test_namespaced_objects_name_the_namespace_themselves() -> None:
             assert "namespace" not in doc["metadata"], label
 
 
-def without_patch(patch: PatchEntry, copy_root: Path) -> Path:
-    """A copy of manifests/ under ``copy_root`` whose kustomization lacks ``patch``."""
-    copy = copy_root / "manifests"
-    shutil.copytree(MANIFESTS, copy)
-    directory = copy / patch.directory.relative_to(MANIFESTS)
-    k = kustomization(directory)
-    del k["patches"][patch.index]
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump(k))
-    return copy
-
-
-def overlay_of(directory: Path) -> Path:
-    """The kustomization rendered to see a patch at work: for a component, the overlay using it."""
-    if kustomization(directory)["kind"] != "Component":
-        return directory
-    return next(d for d in kustomization_dirs(components=False)
-                if any((d / c).resolve() == directory for c in kustomization(d).get("components") or []))
-
-
-@pytest.mark.parametrize("patch", [p for d in kustomization_dirs() for p in patch_entries(d)], ids=lambda p: p.origin)
-def test_each_patch_changes_exactly_the_object_it_names(patch: PatchEntry, tmp_path: Path) -> None:
-    """kustomize applies a patch whose target matches nothing, or several objects, without a word:
-    rendered without it, the build differs in the one object the patch names and nowhere else."""
-    overlay = overlay_of(patch.directory)
-    with_it = {object_id(o): canonical(o) for o in build(overlay)}
-    without_it = {object_id(o): canonical(o) for o in build(without_patch(patch, tmp_path) / overlay.relative_to(MANIFESTS))}
-    changed = [i for i in with_it.keys() | without_it.keys() if with_it.get(i) != without_it.get(i)]
-    named = patch.target or {"kind": patch.body["kind"], "name": patch.body["metadata"]["name"]}
-    assert [(kind, name) for _, kind, _, name in changed] == [(named["kind"], named["name"])], patch.origin
-
-
 def test_default_variant_is_self_managed(variants: dict[str, list[dict[str, Any]]]) -> None:
     assert DEFAULT_VARIANT == "self-managed"
     assert sorted(map(canonical, variants["default"])) == sorted(map(canonical, variants["self-managed"]))
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_overlays_keep_every_base_object(variant: str, variants: dict[str, list[dict[str, Any]]], base: list[dict[str, Any]]) -> None:
+# What every variant installs, whatever makes the certificate and however the processes are laid out.
+EVERY_VARIANTS_OBJECTS = {
+    ("", "Namespace", "", NAMESPACE),
+    ("", "ServiceAccount", NAMESPACE, SERVICE_ACCOUNT),
+    ("rbac.authorization.k8s.io", "ClusterRole", "", "volcano-job-webhook"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding", "", "volcano-job-webhook"),
+    ("rbac.authorization.k8s.io", "Role", NAMESPACE, "volcano-job-webhook-leader-election"),
+    ("rbac.authorization.k8s.io", "RoleBinding", NAMESPACE, "volcano-job-webhook-leader-election"),
+    ("rbac.authorization.k8s.io", "ClusterRole", "", "volcano-job-webhook-registration"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding", "", "volcano-job-webhook-registration"),
+    ("rbac.authorization.k8s.io", "Role", NAMESPACE, "volcano-job-webhook-registration"),
+    ("rbac.authorization.k8s.io", "RoleBinding", NAMESPACE, "volcano-job-webhook-registration"),
+    ("", "Service", NAMESPACE, "volcano-job-webhook"),
+    ("apps", "Deployment", NAMESPACE, "volcano-job-webhook"),
+    ("policy", "PodDisruptionBudget", NAMESPACE, "volcano-job-webhook"),
+}
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_every_variant_installs_the_common_objects(variant: str, variants: dict[str, list[dict[str, Any]]]) -> None:
     ids = {object_id(o) for o in variants[variant]}
-    assert {object_id(o) for o in base} <= ids
+    assert ids >= EVERY_VARIANTS_OBJECTS
+    (configmap,) = [o for o in variants[variant] if o["kind"] == "ConfigMap"]
+    assert configmap == settings_configmap(variants[variant])
+    assert configmap["metadata"]["name"].startswith(f"{SETTINGS_CONFIGMAP}-"), "the generator's hash suffix"
+    # No webhook configuration among the objects: the reconciler registers them (webhooks.yaml).
+    assert not find(variants[variant], "MutatingWebhookConfiguration") and not find(variants[variant], "ValidatingWebhookConfiguration")
 
 
 # Schema validation --------------------------------------------------------------------------------
-
-
-CERTIFICATE_SPEC_FIELDS = {
-    "secretName", "secretTemplate", "commonName", "dnsNames", "ipAddresses", "uris", "emailAddresses",
-    "otherNames", "duration", "renewBefore", "renewBeforePercentage", "issuerRef", "isCA", "usages",
-    "privateKey", "subject", "literalSubject", "revisionHistoryLimit", "keystores", "encodeUsagesInRequest",
-    "additionalOutputFormats", "nameConstraints",
-}
-ISSUER_TYPES = {"selfSigned", "ca", "acme", "vault", "venafi"}
-KEY_USAGES = {
-    "signing", "digital signature", "content commitment", "key encipherment", "key agreement",
-    "data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any", "server auth",
-    "client auth", "code signing", "email protection", "s/mime", "ipsec end system", "ipsec tunnel",
-    "ipsec user", "timestamping", "ocsp signing", "microsoft sgc", "netscape sgc",
-}
-DURATION = re.compile(r"^(\d+(\.\d+)?(h|m|s|ms))+$")
-
-
-def cert_manager_problems(obj: Mapping[str, Any]) -> list[str]:
-    """Required fields of cert-manager's Issuer and Certificate (its CRD schemas are not shipped here)."""
-    problems: list[str] = []
-    if obj.get("apiVersion") != "cert-manager.io/v1":
-        problems.append(f"apiVersion {obj.get('apiVersion')!r}, want cert-manager.io/v1")
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    if not meta.get("name") or not meta.get("namespace"):
-        problems.append("metadata.name and metadata.namespace are required")
-    if obj.get("kind") == "Issuer":
-        kinds = set(spec) & ISSUER_TYPES
-        if len(kinds) != 1 or set(spec) - ISSUER_TYPES:
-            problems.append(f"spec must hold exactly one issuer type of {sorted(ISSUER_TYPES)}, has {sorted(spec)}")
-        if "ca" in spec and not (spec["ca"] or {}).get("secretName"):
-            problems.append("spec.ca.secretName is required")
-        if "selfSigned" in spec and not isinstance(spec["selfSigned"], dict):
-            problems.append("spec.selfSigned must be an object")
-    elif obj.get("kind") == "Certificate":
-        if unknown := set(spec) - CERTIFICATE_SPEC_FIELDS:
-            problems.append(f"unknown spec fields {sorted(unknown)}")
-        if not spec.get("secretName"):
-            problems.append("spec.secretName is required")
-        ref = spec.get("issuerRef") or {}
-        if not ref.get("name") or ref.get("kind", "Issuer") not in ("Issuer", "ClusterIssuer") \
-                or ref.get("group", "cert-manager.io") != "cert-manager.io":
-            problems.append(f"spec.issuerRef must name a cert-manager.io Issuer or ClusterIssuer: {ref}")
-        if not spec.get("dnsNames") and not (spec.get("isCA") and spec.get("commonName")):
-            problems.append("spec.dnsNames is required (or isCA with a commonName)")
-        for key in ("duration", "renewBefore"):
-            if key in spec and not DURATION.match(str(spec[key])):
-                problems.append(f"spec.{key} {spec[key]!r} is not a Go duration")
-        if bad := set(spec.get("usages") or []) - KEY_USAGES:
-            problems.append(f"unknown usages {sorted(bad)}")
-        key = spec.get("privateKey") or {}
-        if key.get("algorithm", "RSA") not in ("RSA", "ECDSA", "Ed25519") or key.get("rotationPolicy", "Always") not in ("Always", "Never") \
-                or key.get("encoding", "PKCS1") not in ("PKCS1", "PKCS8"):
-            problems.append(f"bad privateKey {key}")
-    else:
-        problems.append(f"no check for cert-manager kind {obj.get('kind')}")
-    return problems
-
-
-def schema_problems(obj: Mapping[str, Any], version: str) -> list[str]:
-    if obj.get("apiVersion", "").startswith("cert-manager.io/"):
-        return cert_manager_problems(obj)
-    try:
-        kubernetes_validate.validate(dict(obj), version, strict=True)
-    except kubernetes_validate.ValidationError as exc:
-        return [f"{'.'.join(map(str, exc.path))}: {exc.message}"]
-    except kubernetes_validate.SchemaNotFoundError as exc:
-        return [exc.message]
-    return []
 
 
 def all_resource_documents() -> Iterator[tuple[str, dict[str, Any]]]:
@@ -325,24 +317,25 @@ def all_resource_documents() -> Iterator[tuple[str, dict[str, Any]]]:
                     yield f"{path.relative_to(ROOT)}: {describe(doc)}", doc
 
 
-def all_patch_documents() -> Iterator[tuple[str, dict[str, Any]]]:
-    """Strategic-merge patches written as whole objects (ours are: apiVersion, kind, metadata)."""
-    for directory in kustomization_dirs():
-        for patch in patch_entries(directory):
-            if isinstance(patch.body, dict) and {"apiVersion", "kind"} <= set(patch.body):
-                yield f"{patch.origin}: {describe(patch.body)}", patch.body
+def registered_documents() -> Iterator[tuple[str, dict[str, Any]]]:
+    """The webhook configurations of manifests/settings/*/webhooks.yaml, as the reconciler registers them."""
+    for path in sorted(SETTINGS.glob("*/webhooks.yaml")):
+        (configurations,) = load_documents(path)
+        for obj in configurations:
+            yield f"{path.relative_to(ROOT)}: {describe(obj)}", obj
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_every_object_validates(version: str, variants: dict[str, list[dict[str, Any]]]) -> None:
-    """Every document in manifests/ as written (resources and patches), and every object of every
-    built (patched) variant, strictly."""
+    """Every document in manifests/ as written, the webhook configurations the reconciler registers,
+    and every object of every built variant, strictly."""
     labelled = [
         *all_resource_documents(),
-        *all_patch_documents(),
+        *registered_documents(),
         *((f"{v}: {describe(o)}", o) for v, objs in variants.items() for o in objs),
+        *((f"{v}: webhooks.yaml: {describe(o)}", o) for v, objs in variants.items() for o in webhook_configurations(objs)),
     ]
-    assert sum(1 for _ in all_patch_documents()) == 2
+    assert sum(1 for _ in registered_documents()) == 4
     checked: dict[str, list[str]] = {}
     failures = []
     for label, obj in labelled:
@@ -356,7 +349,7 @@ def test_every_object_validates(version: str, variants: dict[str, list[dict[str,
 
 def test_schema_check_catches_mistakes() -> None:
     """The strict check is not vacuous: a misspelt field, a missing field, and a cert-manager slip fail."""
-    deployment = find_one(build(BASE), "Deployment", "volcano-job-webhook")
+    deployment = find_one(build_variant(DEFAULT_VARIANT), "Deployment", "volcano-job-webhook")
     deployment["spec"]["replica"] = 2
     assert schema_problems(deployment, "1.30") == ["spec: Additional properties are not allowed ('replica' was unexpected)"]
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"}, "spec": {"ports": [{"name": "p"}]}}
@@ -372,14 +365,16 @@ def test_schema_check_catches_mistakes() -> None:
 
 
 def mutating(objects: list[dict[str, Any]], name: str = "pods.volcano-job-webhook.io") -> dict[str, Any]:
-    webhooks = find_one(objects, "MutatingWebhookConfiguration", "volcano-job-webhook")["webhooks"]
+    """An entry of the MutatingWebhookConfiguration the reconciler registers (webhooks.yaml of the
+    variant's settings ConfigMap)."""
+    webhooks = find_one(webhook_configurations(objects), "MutatingWebhookConfiguration", WEBHOOK_CONFIGURATIONS)["webhooks"]
     assert [w["name"] for w in webhooks] == ["pods.volcano-job-webhook.io", "workloads.volcano-job-webhook.io"]
     (webhook,) = [w for w in webhooks if w["name"] == name]
     return webhook
 
 
 def validating(objects: list[dict[str, Any]], name: str = "jobs.volcano-job-webhook.io") -> dict[str, Any]:
-    webhooks = find_one(objects, "ValidatingWebhookConfiguration", "volcano-job-webhook")["webhooks"]
+    webhooks = find_one(webhook_configurations(objects), "ValidatingWebhookConfiguration", WEBHOOK_CONFIGURATIONS)["webhooks"]
     assert [w["name"] for w in webhooks] == ["jobs.volcano-job-webhook.io", "workloads.volcano-job-webhook.io"]
     (webhook,) = [w for w in webhooks if w["name"] == name]
     return webhook
@@ -388,8 +383,8 @@ def validating(objects: list[dict[str, Any]], name: str = "jobs.volcano-job-webh
 EXCLUDED_NAMESPACES = {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE, "kube-system"]}
 
 
-def test_mutating_webhook_contract(base: list[dict[str, Any]]) -> None:
-    webhook = mutating(base)
+def test_mutating_webhook_contract(default: list[dict[str, Any]]) -> None:
+    webhook = mutating(default)
     assert webhook["name"] == "pods.volcano-job-webhook.io"
     assert webhook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
                                  "resources": ["pods"], "scope": "Namespaced"}]
@@ -404,8 +399,8 @@ def test_mutating_webhook_contract(base: list[dict[str, Any]]) -> None:
     assert webhook["timeoutSeconds"] == 5
 
 
-def test_validating_webhook_contract(base: list[dict[str, Any]]) -> None:
-    webhook = validating(base)
+def test_validating_webhook_contract(default: list[dict[str, Any]]) -> None:
+    webhook = validating(default)
     assert webhook["name"] == "jobs.volcano-job-webhook.io"
     assert webhook["rules"] == [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["batch.volcano.sh"],
                                  "apiVersions": ["v1alpha1"], "resources": ["jobs"], "scope": "Namespaced"}]
@@ -419,20 +414,23 @@ def test_validating_webhook_contract(base: list[dict[str, Any]]) -> None:
     assert 1 <= webhook["timeoutSeconds"] <= 5
 
 
-def test_mutating_timeout_outlasts_a_job_cache_miss(base: list[dict[str, Any]]) -> None:
+def test_mutating_timeout_outlasts_a_job_cache_miss(default: list[dict[str, Any]]) -> None:
     """On a cache miss the webhook GETs the Job with its own timeout; the API server must wait longer
     than that, or a slow GET turns into a failed (and, with Fail, refused) Pod creation."""
     from volcano_job_webhook.server.jobs.kube import KubeJobSource
 
     get_timeout = inspect.signature(KubeJobSource).parameters["get_timeout"].default
-    assert get_timeout + 2 <= mutating(base)["timeoutSeconds"] < 10
+    assert get_timeout + 2 <= mutating(default)["timeoutSeconds"] < 10
 
 
 @pytest.mark.parametrize("variant", ALL_VARIANTS)
-def test_ca_bundle_is_left_to_the_injector(variant: str, variants: dict[str, list[dict[str, Any]]]) -> None:
-    """No caBundle in any manifest: a re-apply must never wipe the CA that cert-manager or certgen set."""
-    for webhook in (mutating(variants[variant]), validating(variants[variant])):
-        assert "caBundle" not in webhook["clientConfig"]
+def test_ca_bundle_is_left_to_the_reconciler(variant: str, variants: dict[str, list[dict[str, Any]]]) -> None:
+    """No caBundle in webhooks.yaml: the reconciler sets ca.crt of the serving Secret, which
+    cert-manager or the reconciler itself write, and keeps it current."""
+    for configuration in webhook_configurations(variants[variant]):
+        for webhook in configuration["webhooks"]:
+            assert "caBundle" not in webhook["clientConfig"], webhook["name"]
+    assert settings(variants[variant])["tls_secret"] == CERTS_SECRET
 
 
 def namespace_object(name: str) -> dict[str, Any]:
@@ -475,19 +473,19 @@ def pod_request(webhook: Mapping[str, Any], pod: Mapping[str, Any], operation: s
                          group="", version="v1", resource="pods", operation=operation)
 
 
-def test_mutating_webhook_selects_pods_of_volcano_jobs(base: list[dict[str, Any]]) -> None:
-    webhook = mutating(base)
+def test_mutating_webhook_selects_pods_of_volcano_jobs(default: list[dict[str, Any]]) -> None:
+    webhook = mutating(default)
     assert pod_request(webhook, volcano_pod("default"))
     assert pod_request(webhook, volcano_pod("team-a"))
 
 
-def test_mutating_webhook_selects_pods_made_from_the_example_jobs(base: list[dict[str, Any]]) -> None:
+def test_mutating_webhook_selects_pods_made_from_the_example_jobs(default: list[dict[str, Any]]) -> None:
     """The same, with the Pods the project's own model of Volcano's controller builds."""
     from volcano_job_webhook.documents import load_object
     from volcano_job_webhook.plugins import Job
     from volcano_job_webhook.plugins.podgen import make_pod
 
-    webhook = mutating(base)
+    webhook = mutating(default)
     jobs = sorted((ROOT / "examples" / "jobs").glob("*.yaml"))
     assert jobs
     for path in jobs:
@@ -496,8 +494,8 @@ def test_mutating_webhook_selects_pods_made_from_the_example_jobs(base: list[dic
             assert pod_request(webhook, make_pod(job, task["name"], 0)), f"{path.name} {task['name']}"
 
 
-def test_mutating_webhook_leaves_other_pods_alone(base: list[dict[str, Any]]) -> None:
-    webhook = mutating(base)
+def test_mutating_webhook_leaves_other_pods_alone(default: list[dict[str, Any]]) -> None:
+    webhook = mutating(default)
     plain = volcano_pod()
     plain["metadata"]["labels"] = {"app": "web"}
     assert not pod_request(webhook, plain)
@@ -513,8 +511,8 @@ def test_mutating_webhook_leaves_other_pods_alone(base: list[dict[str, Any]]) ->
         assert not pod_request(webhook, volcano_pod(), operation), operation
 
 
-def test_validating_webhook_selects_volcano_jobs(base: list[dict[str, Any]]) -> None:
-    webhook = validating(base)
+def test_validating_webhook_selects_volcano_jobs(default: list[dict[str, Any]]) -> None:
+    webhook = validating(default)
     job = volcano_job("j")
 
     def request(namespace: str, operation: str, group: str = "batch.volcano.sh", resource: str = "jobs") -> bool:
@@ -553,7 +551,7 @@ def test_selector_semantics() -> None:
 @pytest.mark.parametrize("variant", ALL_VARIANTS)
 def test_webhooks_reach_the_webhook_container(variant: str, variants: dict[str, list[dict[str, Any]]]) -> None:
     """clientConfig → Service port → targetPort → the webhook container's HTTPS port, and the
-    Service selects the Deployment's Pods and nothing else (not the certgen Job's)."""
+    Service selects the Deployment's Pods and nothing else (not the reconciler's)."""
     objects = variants[variant]
     deployment = find_one(objects, "Deployment", "volcano-job-webhook")
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
@@ -579,8 +577,8 @@ def other_pod_templates(objects: list[dict[str, Any]]) -> Iterator[tuple[str, di
             yield describe(obj), obj["spec"]["jobTemplate"]["spec"]["template"]
 
 
-def test_deployment_contract(base: list[dict[str, Any]]) -> None:
-    deployment = find_one(base, "Deployment", "volcano-job-webhook")
+def test_deployment_contract(default: list[dict[str, Any]]) -> None:
+    deployment = find_one(default, "Deployment", "volcano-job-webhook")
     spec = deployment["spec"]
     pod = spec["template"]["spec"]
     assert deployment["metadata"]["labels"]["app.kubernetes.io/name"] == "volcano-job-webhook"
@@ -589,8 +587,8 @@ def test_deployment_contract(base: list[dict[str, Any]]) -> None:
     assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert pod["serviceAccountName"] == SERVICE_ACCOUNT
     assert [c["name"] for c in pod["containers"]] == ["webhook", "reconciler"]
-    assert container(base, "webhook")["args"] == WEBHOOK_ARGS
-    assert container(base, "reconciler")["args"] == RECONCILER_ARGS
+    assert container(default, "webhook")["args"] == WEBHOOK_ARGS
+    assert container(default, "reconciler")["args"] == RECONCILER_ARGS
     assert "priorityClassName" not in pod  # system-cluster-critical is refused outside kube-system on some clusters
     anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert [t["podAffinityTerm"]["topologyKey"] for t in anti] == ["kubernetes.io/hostname"]
@@ -602,39 +600,104 @@ def test_deployment_contract(base: list[dict[str, Any]]) -> None:
         assert selector_matches(constraint["labelSelector"], spec["template"]["metadata"]["labels"])
 
 
-def test_pod_disruption_budget(base: list[dict[str, Any]]) -> None:
-    pdb = find_one(base, "PodDisruptionBudget", "volcano-job-webhook")
-    deployment = find_one(base, "Deployment", "volcano-job-webhook")
+def test_pod_disruption_budget(default: list[dict[str, Any]]) -> None:
+    pdb = find_one(default, "PodDisruptionBudget", "volcano-job-webhook")
+    deployment = find_one(default, "Deployment", "volcano-job-webhook")
     assert pdb["spec"]["minAvailable"] == 1 < deployment["spec"]["replicas"]
     assert selector_matches(pdb["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
 
 
-def test_certificates_are_mounted_where_serve_reads_them(base: list[dict[str, Any]]) -> None:
-    webhook = container(base, "webhook")
-    pod = find_one(base, "Deployment", "volcano-job-webhook")["spec"]["template"]["spec"]
-    (mount,) = [m for m in webhook["volumeMounts"] if m["mountPath"] == CERTS_DIR]
-    assert mount["readOnly"] is True
-    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
-    assert volume["secret"]["secretName"] == CERTS_SECRET
-    mode = volume["secret"].get("defaultMode", 0o644)
-    assert mode & 0o007 == 0 and mode & 0o040, "tls.key readable by the fsGroup, not by others"
-    assert pod["securityContext"]["fsGroup"] == UID
-    assert not any(m["mountPath"] == CERTS_DIR for m in container(base, "reconciler").get("volumeMounts", []))
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_serve_reads_its_certificate_from_the_secret(variant: str, variants: dict[str, list[dict[str, Any]]]) -> None:
+    """No Secret volume a Pod would wait for in ContainerCreating: serve reads the serving Secret
+    through the API (certs_from_secret) into its certs dir, which is in the writable /tmp emptyDir."""
+    objects = variants[variant]
+    webhook = container(objects, "webhook")
+    assert webhook["args"] == WEBHOOK_ARGS
+    (tmp,) = [m for m in webhook["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert CERTS_DIR.startswith("/tmp/") and not tmp.get("readOnly")
+    config = settings(objects)
+    assert config["certs_from_secret"] is True and config["tls_secret"] == CERTS_SECRET
+    for label, pod in pod_specs(objects):
+        assert not [v for v in pod.get("volumes", []) if "secret" in v], label
 
 
-def test_reconciler_leader_election_wiring(base: list[dict[str, Any]]) -> None:
-    reconciler = container(base, "reconciler")
-    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in reconciler["env"]}
+def test_reconciler_leader_election_wiring(default: list[dict[str, Any]]) -> None:
+    reconciler = container(default, "reconciler")
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in reconciler["env"] if "valueFrom" in e}
     assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
     flags = dict(a.removeprefix("--").split("=", 1) for a in reconciler["args"] if "=" in a)
-    assert flags["lease-namespace"] == find_one(base, "Deployment", "volcano-job-webhook")["metadata"]["namespace"]
-    leases = [g for g in rbac_grants(base) if g.resource == "leases"]
+    assert flags["lease-namespace"] == find_one(default, "Deployment", "volcano-job-webhook")["metadata"]["namespace"]
+    leases = [g for g in rbac_grants(default) if g.resource == "leases"]
     assert {g.namespace for g in leases} == {NAMESPACE}
     assert all(flags["lease-name"] in g.resource_names for g in leases if g.verb != "create")
 
 
-def test_cert_manager_variant_issues_the_mounted_secret(variants: dict[str, list[dict[str, Any]]]) -> None:
-    objects = variants["cert-manager"]
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_both_processes_read_the_settings_configmap(variant: str, variants: dict[str, list[dict[str, Any]]]) -> None:
+    """Every container of both processes mounts the settings ConfigMap read-only and is pointed at its
+    config.yaml; config.yaml names this install's Service, Secret and ClusterRole, and the file of
+    configurations in the mount."""
+    objects = variants[variant]
+    configmap = settings_configmap(objects)
+    checked = set()
+    for deployment in find(objects, "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for c in pod["containers"]:
+            (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == SETTINGS_DIR]
+            assert mount["readOnly"] is True and volumes[mount["name"]]["configMap"]["name"] == configmap["metadata"]["name"]
+            assert {"name": CONFIG_ENV, "value": f"{SETTINGS_DIR}/config.yaml"} in c["env"], c["name"]
+            checked.add(c["name"])
+    assert checked == {"webhook", "reconciler"}
+    assert set(configmap["data"]) == {"config.yaml", "webhooks.yaml"}
+    config = settings(objects)
+    service = find_one(objects, "Service", config["service_name"])
+    assert service["metadata"]["namespace"] == config["service_namespace"] == NAMESPACE
+    assert config["webhook_configurations"] == f"{SETTINGS_DIR}/webhooks.yaml"
+    assert config["tls_secret"] == CERTS_SECRET and config["enforcement"] == "deny" and config["certs_from_secret"] is True
+    assert config.get("ca_secret") == (CA_SECRET if self_managed(variant) else None)
+    # Per-process flags stay arguments: config.yaml holds none of them.
+    assert not set(config) & {"port", "certs_dir", "job_source", "host", "kubeconfig", "jobs_dir"}
+
+
+@pytest.mark.parametrize("mode", ["self-managed", "cert-manager"])
+def test_config_yaml_is_what_the_settings_accept(mode: str) -> None:
+    """manifests/settings/*/config.yaml loads as WebhookSettings (unknown keys are refused), as the
+    containers read it, with the values written there."""
+    from volcano_job_webhook.config import load_settings
+
+    path = SETTINGS / mode / "config.yaml"
+    written = yaml.safe_load(path.read_text())
+    loaded = load_settings(str(path))
+    assert {key: getattr(loaded, key) for key in written} == {
+        **written, "webhook_configurations": Path(written["webhook_configurations"])}
+
+
+def test_a_settings_change_in_an_overlay_rolls_both_processes(tmp_path: Path) -> None:
+    """docs/install.md's way: an overlay merging its own config.yaml into the generator. The
+    ConfigMap gets another name, both Deployments follow it (a rollout), webhooks.yaml stays."""
+    here = tmp_path / "mine"
+    here.mkdir()
+    (here / "config.yaml").write_text((SETTINGS / "self-managed" / "config.yaml").read_text().replace("enforcement: deny", "enforcement: audit"))
+    (here / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {os.path.relpath(OVERLAYS / 'split', here)}\n"
+        "configMapGenerator:\n  - name: volcano-job-webhook-config\n    namespace: volcano-job-webhook\n"
+        "    behavior: merge\n    files:\n      - config.yaml\n")
+    mine, shipped = build(here), build_variant("split")
+    assert settings(mine)["enforcement"] == "audit" and settings(shipped)["enforcement"] == "deny"
+    assert webhook_configurations(mine) == webhook_configurations(shipped)
+    name = settings_configmap(mine)["metadata"]["name"]
+    assert name != settings_configmap(shipped)["metadata"]["name"]
+    for deployment in ("volcano-job-webhook", "volcano-job-webhook-reconciler"):
+        volumes = find_one(mine, "Deployment", deployment)["spec"]["template"]["spec"]["volumes"]
+        assert [v["configMap"]["name"] for v in volumes if "configMap" in v] == [name], deployment
+
+
+@pytest.mark.parametrize("variant", ["cert-manager", "cert-manager-split"])
+def test_cert_manager_variant_issues_the_mounted_secret(variant: str, variants: dict[str, list[dict[str, Any]]]) -> None:
+    objects = variants[variant]
     certificates = {c["metadata"]["name"]: c for c in find(objects, "Certificate")}
     issuers = {i["metadata"]["name"]: i for i in find(objects, "Issuer")}
     serving = certificates[CERTS_SECRET]
@@ -648,34 +711,29 @@ def test_cert_manager_variant_issues_the_mounted_secret(variants: dict[str, list
     ca_cert = next(c for c in certificates.values() if c["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"])
     assert ca_cert["spec"]["isCA"] is True
     assert "selfSigned" in issuers[ca_cert["spec"]["issuerRef"]["name"]]["spec"]
-    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        annotations = find_one(objects, kind, "volcano-job-webhook")["metadata"]["annotations"]
-        assert annotations == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/{CERTS_SECRET}"}
-    assert not find(objects, "Job") and not find(objects, "ServiceAccount", CERTGEN_SERVICE_ACCOUNT)
+    # No CA injector: the reconciler copies ca.crt of the mounted Secret into the caBundle.
+    for configuration in webhook_configurations(objects):
+        assert "annotations" not in configuration["metadata"], describe(configuration)
+    assert settings(objects)["tls_secret"] == serving["spec"]["secretName"]
+    assert not find(objects, "Job") and not find(objects, "CronJob")
 
 
-def test_self_managed_variant_runs_certgen(variants: dict[str, list[dict[str, Any]]]) -> None:
-    objects = variants["self-managed"]
-    job = find_one(objects, "Job", "volcano-job-webhook-certgen")
-    pod = job["spec"]["template"]["spec"]
-    assert pod["serviceAccountName"] == CERTGEN_SERVICE_ACCOUNT
-    assert pod["restartPolicy"] == "OnFailure" and job["spec"]["backoffLimit"] >= 3
-    (certgen,) = pod["containers"]
-    assert certgen["args"] == CERTGEN_ARGS
+@pytest.mark.parametrize("variant", ["self-managed", "split"])
+def test_self_managed_variant_needs_no_certgen(variant: str, variants: dict[str, list[dict[str, Any]]]) -> None:
+    """The reconciler makes and renews the certificates (ca_secret): no Job whose template an upgrade
+    could not change, no CronJob, no identity of their own, nothing of cert-manager."""
+    objects = variants[variant]
+    assert not find(objects, "Job") and not find(objects, "CronJob")
     assert not find(objects, "Certificate") and not find(objects, "Issuer")
-    # The renewal: the same command, daily, one run at a time, with the install Job's Pod.
-    cron = find_one(objects, "CronJob", "volcano-job-webhook-cert-renewal")
-    assert cron["spec"]["jobTemplate"]["spec"]["template"] == job["spec"]["template"]
-    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
-    minute, hour, day, month, weekday = cron["spec"]["schedule"].split()
-    assert (day, month, weekday) == ("*", "*", "*") and minute.isdigit() and hour.isdigit(), "once a day"
-    assert cron["spec"]["jobTemplate"]["spec"]["backoffLimit"] >= 3
-    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        assert "annotations" not in find_one(objects, kind, "volcano-job-webhook")["metadata"]
+    assert {o["metadata"]["name"] for o in find(objects, "ServiceAccount")} == (
+        {SERVICE_ACCOUNT, RECONCILER_SERVICE_ACCOUNT} if variant in SPLIT_VARIANTS else {SERVICE_ACCOUNT})
+    assert settings(objects)["ca_secret"] == CA_SECRET
+    for configuration in webhook_configurations(objects):
+        assert "annotations" not in configuration["metadata"]
 
 
-def split_checks(objects: list[dict[str, Any]], combined: list[dict[str, Any]]) -> None:
-    """What the split component promises on top of a combined variant (``combined``)."""
+def split_checks(objects: list[dict[str, Any]], combined: list[dict[str, Any]], variant: str) -> None:
+    """What the split layout promises on top of the sidecar variant of the same certificates (``combined``)."""
     webhook_pod = find_one(objects, "Deployment", "volcano-job-webhook")["spec"]["template"]["spec"]
     assert [c["name"] for c in webhook_pod["containers"]] == ["webhook"]
     assert webhook_pod["containers"][0] == container(combined, "webhook")
@@ -684,7 +742,7 @@ def split_checks(objects: list[dict[str, Any]], combined: list[dict[str, Any]]) 
     pod = reconciler["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == RECONCILER_SERVICE_ACCOUNT
     (moved,) = pod["containers"]
-    # The base's reconciler container, only made Ready-aware now that its readiness gates nobody else.
+    # The sidecar's reconciler container, only made Ready-aware now that its readiness gates nobody else.
     assert {k: v for k, v in moved.items() if k != "readinessProbe"} == container(combined, "reconciler")
     assert moved["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health", "scheme": "HTTP"}
     assert reconciler["spec"]["replicas"] >= 2 and "--leader-elect" in moved["args"]
@@ -697,12 +755,20 @@ def split_checks(objects: list[dict[str, Any]], combined: list[dict[str, Any]]) 
     assert leases and {g.namespace for g in leases} == {flags["lease-namespace"]}
     assert all(flags["lease-name"] in g.resource_names for g in leases if g.verb != "create")
     # The webhook's token reads Volcano Jobs and nothing else: no Secret, in any namespace.
-    assert {(g.api_group, g.resource, g.verb) for g in rbac_grants(objects, SERVICE_ACCOUNT)} == EXPECTED_WEBHOOK_ONLY_PERMISSIONS
-    assert {(g.api_group, g.resource, g.verb) for g in rbac_grants(objects, RECONCILER_SERVICE_ACCOUNT)} == EXPECTED_RECONCILER_ONLY_PERMISSIONS
-    # Nothing else differs from the combined variant.
+    # (but its own serving certificate, by name, in this namespace).
+    webhook_grants = rbac_grants(objects, SERVICE_ACCOUNT)
+    assert {(g.api_group, g.resource, g.verb) for g in webhook_grants} == expected_permissions(variant, "webhook")
+    assert [g for g in webhook_grants if g.resource == "secrets"] == [SERVING_SECRET_GRANT]
+    assert {(g.api_group, g.resource, g.verb) for g in rbac_grants(objects, RECONCILER_SERVICE_ACCOUNT)} == expected_permissions(variant, "reconciler")
+    # The registration (and the certificates it registers) are the reconciler's.
+    assert narrowed(rbac_grants(objects, RECONCILER_SERVICE_ACCOUNT)) == registration_grants(variant)
+    # Nothing else differs from the combined variant (the settings ConfigMap, same content, same name).
     changed = {("apps", "Deployment", NAMESPACE, "volcano-job-webhook"),
                ("rbac.authorization.k8s.io", "ClusterRole", "", "volcano-job-webhook"),
-               ("rbac.authorization.k8s.io", "RoleBinding", NAMESPACE, "volcano-job-webhook-leader-election")}
+               ("rbac.authorization.k8s.io", "RoleBinding", NAMESPACE, "volcano-job-webhook-leader-election"),
+               ("rbac.authorization.k8s.io", "ClusterRoleBinding", "", "volcano-job-webhook-registration"),
+               ("rbac.authorization.k8s.io", "RoleBinding", NAMESPACE, "volcano-job-webhook-registration"),
+               ("rbac.authorization.k8s.io", "RoleBinding", NAMESPACE, "volcano-job-webhook-serving-certificate")}
     before = {object_id(o): o for o in combined}
     after = {object_id(o): o for o in objects}
     assert set(before) <= set(after) and changed <= set(before)
@@ -716,21 +782,12 @@ def split_checks(objects: list[dict[str, Any]], combined: list[dict[str, Any]]) 
 
 
 def test_split_variant_runs_each_process_under_its_own_identity(variants: dict[str, list[dict[str, Any]]]) -> None:
-    split_checks(variants["split"], variants["self-managed"])
+    split_checks(variants["split"], variants["self-managed"], "split")
 
 
-def test_split_component_goes_on_the_cert_manager_variant_too(tmp_path: Path) -> None:
-    """As docs/install.md shows: an overlay of one's own, cert-manager's resources plus the component."""
-    here = tmp_path / "mine"
-    here.mkdir()
-    (here / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: volcano-job-webhook\n"
-        f"resources:\n  - {os.path.relpath(OVERLAYS / 'cert-manager', here)}\n"
-        f"components:\n  - {os.path.relpath(COMPONENTS / 'split', here)}\n")
-    objects = build(here)
-    split_checks(objects, build_variant("cert-manager"))
-    failures = [f"{describe(o)}: {p}" for o in objects for p in schema_problems(o, "1.30")]
-    assert failures == []
+def test_cert_manager_split_variant_is_the_split_of_the_cert_manager_one(variants: dict[str, list[dict[str, Any]]]) -> None:
+    """A shipped variant now (an overlay of one's own needed a Component before)."""
+    split_checks(variants["cert-manager-split"], variants["cert-manager"], "cert-manager-split")
 
 
 def test_one_image_matching_the_package_version(variants: dict[str, list[dict[str, Any]]]) -> None:
@@ -810,8 +867,8 @@ def test_namespace_enforces_restricted_pod_security(variant: str, variants: dict
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
-def test_probes_point_at_declared_ports(base: list[dict[str, Any]]) -> None:
-    webhook, reconciler = container(base, "webhook"), container(base, "reconciler")
+def test_probes_point_at_declared_ports(default: list[dict[str, Any]]) -> None:
+    webhook, reconciler = container(default, "webhook"), container(default, "reconciler")
     for c, scheme, port in ((webhook, "HTTPS", 8443), (reconciler, "HTTP", 8081)):
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         probes = {k: c[k]["httpGet"] for k in ("startupProbe", "livenessProbe", "readinessProbe") if k in c}
@@ -833,32 +890,54 @@ def test_probes_point_at_declared_ports(base: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize("variant", ALL_VARIANTS)
 def test_webhook_service_account_gets_exactly_the_calls_the_code_makes(variant: str) -> None:
-    if variant == "split":
-        assert rbac_permissions(SERVICE_ACCOUNT, variant) == EXPECTED_WEBHOOK_ONLY_PERMISSIONS
-        assert rbac_permissions(RECONCILER_SERVICE_ACCOUNT, variant) == EXPECTED_RECONCILER_ONLY_PERMISSIONS
+    if variant in SPLIT_VARIANTS:
+        assert rbac_permissions(SERVICE_ACCOUNT, variant) == expected_permissions(variant, "webhook")
+        assert rbac_permissions(RECONCILER_SERVICE_ACCOUNT, variant) == expected_permissions(variant, "reconciler")
     else:
-        assert rbac_permissions(SERVICE_ACCOUNT, variant) == EXPECTED_PERMISSIONS
+        assert rbac_permissions(SERVICE_ACCOUNT, variant) == expected_permissions(variant)
         assert rbac_permissions(RECONCILER_SERVICE_ACCOUNT, variant) == set()
+    assert rbac_permissions("volcano-job-webhook-certgen", variant) == set(), "no certgen Job: the reconciler makes them"
 
 
-def test_leases_are_namespaced_and_the_rest_cluster_wide(base: list[dict[str, Any]]) -> None:
-    for grant in rbac_grants(base):
+@pytest.mark.parametrize(("variant", "account"), [(v, a) for v in ALL_VARIANTS for a in (SERVICE_ACCOUNT, RECONCILER_SERVICE_ACCOUNT)
+                                                  if v in SPLIT_VARIANTS or a == SERVICE_ACCOUNT])
+def test_leases_and_the_registration_are_narrowed_and_the_rest_cluster_wide(
+        variant: str, account: str, variants: dict[str, list[dict[str, Any]]]) -> None:
+    """The Lease, the registration and the certificates are granted in the install's namespace or
+    by name; the job objects, which live in any namespace, cluster-wide."""
+    grants = rbac_grants(variants[variant], account)
+    for grant in grants:
         if grant.resource == "leases":
             assert grant.namespace == NAMESPACE
-        else:
+        elif grant not in narrowed(grants):
             assert grant.namespace is None and not grant.resource_names, grant
+    registers = variant not in SPLIT_VARIANTS or account == RECONCILER_SERVICE_ACCOUNT
+    serves = variant not in SPLIT_VARIANTS or account == SERVICE_ACCOUNT
+    assert narrowed(grants) == (registration_grants(variant) if registers else set()) | ({SERVING_SECRET_GRANT} if serves else set())
+    assert bool([g for g in grants if g.resource == "leases"]) == registers
 
 
-@pytest.mark.parametrize("variant", ["self-managed", "split"])
-def test_certgen_service_account_gets_exactly_what_certs_needs(variant: str, variants: dict[str, list[dict[str, Any]]]) -> None:
-    assert rbac_permissions(CERTGEN_SERVICE_ACCOUNT, variant) == EXPECTED_CERTGEN_PERMISSIONS
-    for grant in rbac_grants(variants[variant], CERTGEN_SERVICE_ACCOUNT):
-        if grant.resource == "secrets":
-            assert grant.namespace == NAMESPACE
-            assert grant.resource_names == ({CERTS_SECRET, CA_SECRET} if grant.verb != "create" else set())
-        else:
-            assert grant.namespace is None and grant.resource_names == {"volcano-job-webhook"}, grant
-    assert rbac_permissions(CERTGEN_SERVICE_ACCOUNT, "cert-manager") == set()
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_the_registration_owner_and_targets_are_the_installs(variant: str, variants: dict[str, list[dict[str, Any]]]) -> None:
+    """The ClusterRole config.yaml names as every registration's owner exists (its deletion is what
+    removes the registrations), and the names the rules allow are the configurations' and Secrets'
+    config.yaml names."""
+    objects = variants[variant]
+    config = settings(objects)
+    owner = find_one(objects, "ClusterRole", config["registration_owner"])
+    assert owner["metadata"]["name"] == "volcano-job-webhook"
+    names = {c["metadata"]["name"] for c in webhook_configurations(objects)}
+    assert names == {WEBHOOK_CONFIGURATIONS}
+    registrar = RECONCILER_SERVICE_ACCOUNT if variant in SPLIT_VARIANTS else SERVICE_ACCOUNT
+    grants = rbac_grants(objects, registrar)
+    assert {g.resource_names for g in grants if g.api_group == "admissionregistration.k8s.io" and g.verb != "create"} == {frozenset(names)}
+    assert {g.resource_names for g in grants if g.resource == "clusterroles"} == {frozenset({config["registration_owner"]})}
+    secrets = {config["tls_secret"], *([config["ca_secret"]] if "ca_secret" in config else [])}
+    assert set().union(*(g.resource_names for g in grants if g.resource == "secrets" and g.namespace)) == secrets
+    assert ("ca_secret" in config) == self_managed(variant)
+    # The webhook's own identity (split) registers nothing.
+    if variant in SPLIT_VARIANTS:
+        assert not any(g.api_group == "admissionregistration.k8s.io" for g in rbac_grants(objects, SERVICE_ACCOUNT))
 
 
 @pytest.mark.parametrize("variant", ALL_VARIANTS)
@@ -927,10 +1006,13 @@ def test_build_context_holds_what_the_wheel_needs_and_no_secrets() -> None:
 
 def test_install_guide_names_real_paths_and_objects() -> None:
     text = (ROOT / "docs" / "install.md").read_text()
-    for path in set(re.findall(r"(?<![\w/.])((?:manifests|examples|docs)/[\w./-]*[\w])", text)):
+    for path in set(re.findall(r"(?<![\w/.])((?:manifests|examples|docs|charts)/[\w./-]*[\w])", text)):
         assert (ROOT / path).exists(), path
     for variant in VARIANTS:
         assert f"kubectl apply -k manifests/overlays/{variant}" in text
+    # Helm first, the recommended path; kustomize after it.
+    helm_install = "helm install volcano-job-webhook charts/volcano-job-webhook -n volcano-job-webhook --create-namespace"
+    assert helm_install in text and text.index(helm_install) < text.index("kubectl apply -k manifests/overlays/")
     objects = [o for variant in VARIANTS for o in build_variant(variant)]
     for kind, name in re.findall(r"\b(job|deployment|secret|lease|certificate)/(volcano-job-webhook[\w-]*)", text):
         made_at_run_time = {"volcano-job-webhook-reconciler", CERTS_SECRET, "volcano-job-webhook-ca"}
@@ -968,11 +1050,11 @@ def test_kubectl_is_looked_for_in_the_documented_order(tmp_path: Path) -> None:
 WORKLOADS_HOOK = "workloads.volcano-job-webhook.io"
 
 
-def test_workload_pod_webhook_selects_only_opted_in_pods(base: list[dict[str, Any]]) -> None:
+def test_workload_pod_webhook_selects_only_opted_in_pods(default: list[dict[str, Any]]) -> None:
     from volcano_job_webhook.plugins import read_workload
     from volcano_job_webhook.plugins.podgen import make_pod
 
-    webhook = mutating(base, WORKLOADS_HOOK)
+    webhook = mutating(default, WORKLOADS_HOOK)
     assert webhook["failurePolicy"] == "Fail" and webhook["reinvocationPolicy"] == "IfNeeded"
     assert webhook["clientConfig"]["service"]["path"] == "/mutate"
     assert webhook["namespaceSelector"] == {"matchExpressions": [EXCLUDED_NAMESPACES]}
@@ -982,16 +1064,16 @@ def test_workload_pod_webhook_selects_only_opted_in_pods(base: list[dict[str, An
             pod = make_pod(job, task.name, 0)
             pod["metadata"]["name"] = "p"
             assert pod_request(webhook, pod), f"{path.name} {task.name}"
-            assert not pod_request(mutating(base), pod), "the Volcano entry leaves it alone"
+            assert not pod_request(mutating(default), pod), "the Volcano entry leaves it alone"
             del pod["metadata"]["labels"]["volcano-job-webhook/enabled"]
             assert not pod_request(webhook, pod), "a workload that did not opt in never calls us"
     both = volcano_pod()
     both["metadata"]["labels"]["volcano-job-webhook/enabled"] = "true"
-    assert pod_request(mutating(base), both) and not pod_request(webhook, both), "one call per Pod"
+    assert pod_request(mutating(default), both) and not pod_request(webhook, both), "one call per Pod"
 
 
-def test_workload_validating_webhook_rules(base: list[dict[str, Any]]) -> None:
-    webhook = validating(base, WORKLOADS_HOOK)
+def test_workload_validating_webhook_rules(default: list[dict[str, Any]]) -> None:
+    webhook = validating(default, WORKLOADS_HOOK)
     assert webhook["rules"] == [
         {"operations": ["CREATE", "UPDATE"], "apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "scope": "Namespaced"},
         {"operations": ["CREATE", "UPDATE"], "apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"],

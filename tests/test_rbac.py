@@ -3,7 +3,8 @@ server with OwnerReferencesPermissionEnforcement on (the strictest mode).
 
 The calls are not listed by hand: the product runs every path that talks to the API server (job
 cache and live GET, reconciles of every kind, scaling, drift in every kind, plugin removal, job
-deletion, unmanaged objects of every kind, an invalid job, leader election) as the manifests' ServiceAccount, and the API
+deletion, unmanaged objects of every kind, an invalid job, leader election, the webhook registration and
+the self-managed certificates it makes and renews) as the manifests' ServiceAccount, and the API
 server's audit log says which requests it made. Two permissions are checked without a request of
 their own: server-side apply that creates an object needs ``create`` as well as ``patch`` (the audit
 log shows a ``patch`` answered 201; the reconciler creates with a POST, but counted all the same), and with OwnerReferencesPermissionEnforcement an object with a
@@ -16,8 +17,11 @@ The split variant's two ServiceAccounts are checked the same way against the API
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from datetime import UTC, datetime
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from kubernetes import client
 
@@ -39,17 +43,62 @@ from tests.envtest import (
     wait_until,
 )
 from tests.jobs import example_job
-from tests.manifests_util import rbac_permissions
+from tests.kustomize import DEFAULT_VARIANT, build_variant
+from tests.manifests_util import rbac_permissions, settings, webhook_configurations
 from tests.test_reconciler import events, objects
+from volcano_job_webhook.certs.cluster import sync as certs_sync
+from volcano_job_webhook.certs.secret import SecretFiles
+from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.reconciler import Reconciler
 from volcano_job_webhook.reconciler.leader import LeaderElector
+from volcano_job_webhook.reconciler.registration import Registrar
 from volcano_job_webhook.server.jobs.kube import KubeJobSource
 
 LEASE = ("volcano-job-webhook-reconciler", "volcano-job-webhook")
+CONFIGURATIONS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
-def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiServerFactory) -> None:
+def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, certs_dir: Path) -> None:
+    """The reconciler's registration and self-managed certificates through ``api``, with the default
+    variant's settings: the certificates made (and renewed, a year on), a ready endpoint of the
+    Service, both configurations registered and one repaired; and serve's read of its certificate
+    (certs_from_secret, into ``certs_dir``). Each configuration selects a namespace that does not
+    exist, so nothing on a shared server ever calls it; they are deleted at the end (by ``admin``:
+    the reconciler never deletes one)."""
+    install = build_variant(DEFAULT_VARIANT)
+    config = settings(install)
+    ns, tls, ca = config["service_namespace"], config["tls_secret"], config["ca_secret"]
+    templates = webhook_configurations(install)
+    for template in templates:
+        for hook in template["webhooks"]:
+            hook["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": f"nowhere-{uuid.uuid4().hex[:8]}"}}
+    slice_ = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+              "metadata": {"name": f"{config['service_name']}-rbac", "namespace": ns,
+                           "labels": {"kubernetes.io/service-name": config["service_name"]}},
+              "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": True}}]}
+    create(admin, slice_)
+    certificates = functools.partial(certs_sync, api, ns, tls, ca, config["service_name"], ns)
+    registrar = Registrar(Rest(api), templates, ns, tls, config["registration_owner"], lambda: True, certificates=certificates)
+    try:
+        registrar.sync()
+        assert registrar.registered == {(t["kind"], t["metadata"]["name"]) for t in templates}
+        assert SecretFiles(api, ns, tls, certs_dir).sync(), "serve's certificate, read through the API"
+        certificates(now=datetime.now(UTC) + timedelta(days=300))  # due for renewal: the Secret updated in place
+        mutating = read(admin, "admissionregistration.k8s.io/v1", templates[0]["kind"], templates[0]["metadata"]["name"])
+        assert mutating is not None
+        mutating["webhooks"][0]["timeoutSeconds"] = 29
+        replace(admin, mutating)
+        assert registrar.sync() == [templates[0]["metadata"]["name"]], "the drift repaired"
+    finally:
+        for template in templates:
+            delete(admin, "admissionregistration.k8s.io/v1", template["kind"], template["metadata"]["name"])
+        delete(admin, "discovery.k8s.io/v1", "EndpointSlice", slice_["metadata"]["name"], ns)
+        for name in (tls, ca):
+            delete(admin, "v1", "Secret", name, ns)
+
+
+def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiServerFactory, tmp_path: Path) -> None:
     server = apiserver_factory((OWNER_REFERENCES_ENFORCEMENT,))
     admin = server.api_client()
     namespace = new_namespace(admin)
@@ -116,6 +165,7 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
         # An opted-in workload's Pods: the webhook GETs the workload.
         assert asyncio.run(source.get(namespace, "idx", None, "jobs.batch")) is not None
         assert asyncio.run(source.get(namespace, "js", None, "jobsets.jobset.x-k8s.io")) is not None
+        register_as_the_install(admin, server.api_client(WEBHOOK_USER), tmp_path)
     finally:
         source.stop()
         reconciler.stop()
@@ -181,11 +231,12 @@ def test_without_update_on_job_finalizers_an_enforcing_server_refuses_the_side_o
 # The split variant, against the API double ---------------------------------------------------------
 
 
-def test_split_identities_cover_exactly_what_each_process_calls() -> None:
+def test_split_identities_cover_exactly_what_each_process_calls(tmp_path: Path) -> None:
     """manifests/overlays/split gives the webhook and the reconciler a ServiceAccount each. Both run
     here against the API double, each through a client naming itself in its User-Agent, through the
-    paths that talk to the API server (job cache and live GET; leader election; reconciles creating,
-    repairing and deleting objects of every kind, finding objects it does not own, an invalid job):
+    paths that talk to the API server (job cache and live GET, the serving certificate read; leader
+    election; reconciles creating, repairing and deleting objects of every kind, finding objects it
+    does not own, an invalid job; the registration and the certificates it makes and renews):
     what each asked for must be what its ServiceAccount is granted, no more and no less. (The double
     authorizes nothing: the test above, on a real server, shows the combined grants are enforced.)"""
     webhook_sa, reconciler_sa = "volcano-job-webhook", "volcano-job-webhook-reconciler"
@@ -193,6 +244,11 @@ def test_split_identities_cover_exactly_what_each_process_calls() -> None:
         # Indexed Jobs and JobSets (docs/workloads.md): the reconciler caches both, the webhook GETs them.
         server.register_resource(ResourceType("batch", "v1", "jobs", "Job", status=True))
         server.register_resource(ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", custom=True, status=True))
+        # The registration's: the Service's EndpointSlices, its owner ClusterRole (installed).
+        server.register_resource(ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"))
+        server.register_resource(ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False))
+        server.put_object({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "volcano-job-webhook"},
+                           "rules": []})
         admin = server.api_client()
         custom = client.CustomObjectsApi(admin)
         namespace = "team-a"
@@ -251,6 +307,13 @@ def test_split_identities_cover_exactly_what_each_process_calls() -> None:
             # An opted-in Indexed Job's and JobSet's Pods: their workload is always a GET.
             for kind in ("jobs.batch", "jobsets.jobset.x-k8s.io"):
                 assert asyncio.run(source.get(namespace, "absent", None, kind)) is None
+            register_as_the_install(admin, as_(reconciler_sa), tmp_path / "reconciler")
+            # serve's own read of its certificate, once the reconciler made it (certs_from_secret).
+            config = settings(build_variant("split"))
+            certificates = functools.partial(certs_sync, as_(reconciler_sa), config["service_namespace"], config["tls_secret"],
+                                             config["ca_secret"], config["service_name"], config["service_namespace"])
+            certificates()
+            assert SecretFiles(as_(webhook_sa), config["service_namespace"], config["tls_secret"], tmp_path / "serve").sync()
         finally:
             source.stop()
             reconciler.stop()
@@ -258,11 +321,16 @@ def test_split_identities_cover_exactly_what_each_process_calls() -> None:
         calls = {agent: {(r.group, r.resource, r.verb) for r in server.requests if r.user_agent == agent and r.status != 0}
                  for agent in (webhook_sa, reconciler_sa)}
         refused_kinds = {(r.group, r.resource, r.verb) for r in server.requests if r.user_agent == reconciler_sa and r.status == 409}
+        creates = {(r.group, r.resource, "create") for r in server.requests
+                   if r.user_agent == reconciler_sa and r.verb == "patch" and r.status == 201}
     assert refused_kinds, "the reconciler met an object it does not own"
     # Not requests of their own (as in the test above): an owner reference with blockOwnerDeletion
     # needs update on jobs/finalizers under OwnerReferencesPermissionEnforcement.
     calls[reconciler_sa].add(("batch.volcano.sh", "jobs/finalizers", "update"))
     calls[reconciler_sa] |= {("batch", "jobs/finalizers", "update"), ("jobset.x-k8s.io", "jobsets/finalizers", "update")}
+    # A server-side apply that creates needs create too (the double answers it 201, as the real one).
+    calls[reconciler_sa] |= creates
     assert calls[webhook_sa] == rbac_permissions(webhook_sa, "split")
     assert calls[reconciler_sa] == rbac_permissions(reconciler_sa, "split")
-    assert not any(resource == "secrets" for _, resource, _ in rbac_permissions(webhook_sa, "split"))
+    # The webhook's Secret reads are its own certificate's, by name (tests/test_manifests.py).
+    assert {(g, r, v) for g, r, v in rbac_permissions(webhook_sa, "split") if r == "secrets"} == {("", "secrets", "get")}
