@@ -18,7 +18,7 @@ import orjson
 
 from .base import Existing, Mount, Plugin, PodContext, Settings
 from .budget import STORE_LIMIT, STORE_LIMIT_TEXT
-from .errors import PluginError
+from .errors import PluginError, did_you_mean
 from .flags import go_prefix, shown
 from .job import Job, Task
 from .keys import PLUGINS_ANNOTATION
@@ -124,8 +124,9 @@ class PreparedJob:
         name = job.task_of(pod)
         task = job.task(name)
         if task is None:
-            tasks = ", ".join(t.name for t in job.tasks)
-            raise PluginError(job.key, "", job.task_field, f"the Pod's task {name!r} is not in {job.tasks_field} ({tasks})")
+            tasks = [t.name for t in job.tasks]
+            raise PluginError(job.key, "", job.task_field,
+                              f"the Pod's task {name!r} is not in {job.tasks_field} ({', '.join(tasks)}){did_you_mean(name, tasks, repr)}")
         copied, size = _sized_copy(pod)
         injected = self.injected_init
         if injected:
@@ -296,10 +297,11 @@ class Chain:
                 if name in volcano:
                     warnings.append(f"job {job.key}: plugin {name} is run by Volcano's controller; this webhook does not know it")
                     continue
-                known = ", ".join(self.registry.names())
-                raise PluginError(job.key, name, "plugin", f"unknown plugin {name!r} (known: {known})")
+                # The plugin's name is the argument at fault, and PluginError names it already.
+                known = self.registry.names()
+                raise PluginError(job.key, name, "", f"unknown plugin{did_you_mean(name, known)} (known: {', '.join(known)})")
             if self.config.allowed is not None and name not in self.config.allowed and name not in volcano:
-                raise PluginError(job.key, name, "plugin", f"plugin {name!r} is not allowed by this server")
+                raise PluginError(job.key, name, "", "not allowed by this server")
             refused = job.refuses(name)
             if refused:
                 raise PluginError(job.key, name, "plugin", refused)

@@ -6,6 +6,9 @@ an admission denial or a CLI error can be acted on without reading our source.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Callable, Iterable
+
 
 class PluginError(ValueError):
     """A job's plugin configuration, or a Pod, cannot be wired.
@@ -40,3 +43,13 @@ class FlagError(ValueError):
         self.flag = flag
         self.reason = reason
         super().__init__(f"{flag}: {reason}" if flag else reason)
+
+
+def did_you_mean(given: str, choices: Iterable[str], show: Callable[[str], str] = str) -> str:
+    """``"; did you mean X?"`` for the choice closest to ``given`` (difflib, ignoring case: names are
+    case-sensitive, so ``Svc`` is a typo of ``svc``), shown with ``show``; ``""`` when none is close."""
+    by_folded: dict[str, str] = {}
+    for choice in choices:
+        by_folded.setdefault(choice.lower(), choice)
+    close = difflib.get_close_matches(given.lower(), list(by_folded), n=1)
+    return f"; did you mean {show(by_folded[close[0]])}?" if close else ""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .errors import FlagError
+from .errors import FlagError, did_you_mean
 
 Kind = Literal["string", "int", "bool"]
 
@@ -161,7 +161,8 @@ def _parse(flags: Sequence[Flag], args: Sequence[str]) -> tuple[dict[str, Any], 
         found = by_name.get(name)
         if found is None:
             known = ", ".join(f"--{f.name}" for f in flags) or "none"
-            return fail(f"--{shown(name)[1:-1]}", f"flag provided but not defined (known flags: {known})")
+            hint = did_you_mean(name, by_name, lambda flag: f"--{flag}")
+            return fail(f"--{shown(name)[1:-1]}", f"flag provided but not defined{hint} (known flags: {known})")
         flag = found
         if not eq:
             if flag.kind == "bool":

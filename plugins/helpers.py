@@ -12,7 +12,7 @@ from typing import Any
 
 from . import names
 from .base import Mount, Plugin
-from .errors import FlagError, PluginError
+from .errors import FlagError, PluginError, did_you_mean
 from .flags import parse_flags
 from .job import Task
 from .pod import Obj, mount_conflict, port_conflict
@@ -25,6 +25,11 @@ def plugin_error(plugin: Plugin, field: str, reason: str) -> PluginError:
 
 def plugin_warning(plugin: Plugin, text: str) -> str:
     return f"job {plugin.job.key}: plugin {plugin.name}: {text}"
+
+
+def task_hint(plugin: Plugin, name: str) -> str:
+    """``"; did you mean 'worker'?"`` when ``name``, a task the job lacks, is close to one it has."""
+    return did_you_mean(name, [t.name for t in plugin.job.tasks], repr)
 
 
 def require_name(plugin: Plugin, rule: str, value: str, what: str) -> None:

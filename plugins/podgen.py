@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .errors import PluginError
+from .errors import PluginError, did_you_mean
 from .job import Job
 from .keys import (
     BATCH_JOB_API_VERSION,
@@ -34,7 +34,9 @@ def make_pod(job: Job, task_name: str, index: int) -> dict[str, Any]:
     """Replica ``index`` of task ``task_name`` as ``createJobPod`` makes it (job volumes left out)."""
     task = job.task(task_name)
     if task is None:
-        raise PluginError(job.key, "", "task", f"the job has no task {task_name!r}")
+        names = [t.name for t in job.tasks]
+        raise PluginError(job.key, "", "task",
+                          f"the job has no task {task_name!r}{did_you_mean(task_name, names, repr)} (tasks: {', '.join(names)})")
     if isinstance(job, (IndexedJob, JobSet)):
         if not 0 <= index < task.replicas:
             raise PluginError(job.key, "", "index", f"task {task.name!r} has {task.replicas} Pods: no index {index}")

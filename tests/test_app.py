@@ -125,7 +125,7 @@ def pod_review_for(name: str, task: str = "worker", index: int = 0) -> dict:
 @pytest.mark.parametrize(
     ("plugins", "expected"),
     [
-        ({"nope": []}, "job default/broken: plugin nope: plugin: unknown plugin 'nope'"),
+        ({"nope": []}, "job default/broken: plugin nope: unknown plugin (known: "),
         ({"pytorch": ["--port=abc"]}, "job default/broken: plugin pytorch: --port: invalid value 'abc'"),
         ({"pytorch": ["--bogus"]}, "job default/broken: plugin pytorch: --bogus: flag provided but not defined"),
         ({"svc": ["--inject-hosts-env=maybe"]}, "job default/broken: plugin svc: --inject-hosts-env: invalid value 'maybe'"),

@@ -57,13 +57,13 @@ def denied(uid: str, message: str, code: int = 403) -> dict:
 CASES = {
     "unknown plugin": (
         pod("unknown-plugin", "worker", 0),
-        denied("unknown plugin", "job default/unknown-plugin: plugin horovod: plugin: unknown plugin 'horovod' "
+        denied("unknown plugin", "job default/unknown-plugin: plugin horovod: unknown plugin "
                                  f"(known: {', '.join(sorted(BUILTINS))})"),
     ),
     "unknown argument": (
         pod("bad-flag", "master", 0),
-        denied("unknown argument", "job default/bad-flag: plugin mpi: --prot: flag provided but not defined "
-                                   "(known flags: --master, --worker, --port)"),
+        denied("unknown argument", "job default/bad-flag: plugin mpi: --prot: flag provided but not defined; "
+                                   "did you mean --port? (known flags: --master, --worker, --port)"),
     ),
     "malformed argument": (
         pod("bad-value", "head", 0),

@@ -67,7 +67,7 @@ def broken_torchrun() -> dict:
         ),
         (
             lambda: annotate(example("jax"), {"jax": ["--coordinator=head"]}),
-            "job default/jax-demo: plugin jax: --coordinator: the job has no task 'head' (tasks: leader, worker)",
+            "job default/jax-demo: plugin jax: --coordinator: the job has no task 'head'; did you mean 'leader'? (tasks: leader, worker)",
         ),
         (
             lambda: annotate(example("torchrun"), {"torchrun": ["--min-nodes=4", "--max-nodes=2"]}),

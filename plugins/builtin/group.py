@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from ..base import Plugin, PodContext
-from ..helpers import plugin_error, plugin_warning
+from ..helpers import plugin_error, plugin_warning, task_hint
 from ..job import Task
 from ..pod import Obj, containers, ensure_envs, ensure_port
 
@@ -23,7 +23,7 @@ def first_task(plugin: Plugin, flag: str, no_pod_0: str = "there is no Pod 0 to 
     task = plugin.job.tasks[0] if not name else plugin.job.task(name)
     if task is None:
         tasks = ", ".join(t.name for t in plugin.job.tasks)
-        raise plugin_error(plugin, f"--{flag}", f"the job has no task {name!r} (tasks: {tasks})")
+        raise plugin_error(plugin, f"--{flag}", f"the job has no task {name!r}{task_hint(plugin, name)} (tasks: {tasks})")
     if task.replicas < 1:
         raise plugin_error(plugin, f"--{flag}", f"task {task.name!r} has no replicas, so {no_pod_0}")
     return task

@@ -34,7 +34,7 @@ from functools import cached_property
 from ..base import Existing, Mount, Plugin, PodContext
 from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
 from ..flags import Flag
-from ..helpers import plugin_error, require_mount_free, require_name, sole_task
+from ..helpers import plugin_error, require_mount_free, require_name, sole_task, task_hint
 from ..job import Task
 from ..pod import Obj, ensure_envs, ensure_mount, ensure_volume
 from .quantity import gpu_limit
@@ -89,9 +89,9 @@ class HostfilePlugin(Plugin):
             raise plugin_error(self, "--worker", f"names the master task {self.options['master']!r}; master and worker must be different tasks")
         master, worker = self._roles
         if self.job.task(master) is None:
-            raise plugin_error(self, "--master", f"the job has no task {master!r} (the launcher that reads the host file)")
+            raise plugin_error(self, "--master", f"the job has no task {master!r} (the launcher that reads the host file){task_hint(self, master)}")
         if self.job.task(worker) is None:
-            raise plugin_error(self, "--worker", f"the job has no task {worker!r} (the Pods the host file lists)")
+            raise plugin_error(self, "--worker", f"the job has no task {worker!r} (the Pods the host file lists){task_hint(self, worker)}")
         require_name(self, "label", config_map_name(self.job.name), "volume name")
         require_name(self, "subdomain", config_map_name(self.job.name), "ConfigMap name")
         for task in self._listed():

@@ -17,7 +17,7 @@ from functools import cached_property
 from ..base import Plugin, PodContext
 from ..budget import ENV_LIMIT_TEXT, env_value_limit, task_hosts
 from ..flags import Flag, port_flag
-from ..helpers import plugin_error, plugin_warning, require_port_free
+from ..helpers import plugin_error, plugin_warning, require_port_free, task_hint
 from ..pod import ensure_env, ensure_port
 from .svc import MOUNT_PATH, host_file_key
 
@@ -36,7 +36,8 @@ class MPIPlugin(Plugin):
     def check(self) -> list[str]:
         # Volcano's job admission rejects this too (admit_job.go: "The specified mpi master task was not found").
         if self.job.task(self.options["master"]) is None:
-            raise plugin_error(self, "--master", f"the job has no task {self.options['master']!r} (the specified mpi master task was not found)")
+            raise plugin_error(self, "--master", f"the job has no task {self.options['master']!r} (the specified mpi master task was not found)"
+                               f"{task_hint(self, self.options['master'])}")
         worker = self.job.task(self.options["worker"])
         # Without a worker task the master's Pods are left alone; every other Pod gets the port.
         ported = [t for t in self.job.tasks if worker is not None or t.name != self.options["master"]]

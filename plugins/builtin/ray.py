@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..base import Existing, Plugin, PodContext
 from ..flags import Flag, port_flag
-from ..helpers import plugin_error, plugin_warning, require_name, template_containers
+from ..helpers import plugin_error, plugin_warning, require_name, task_hint, template_containers
 from ..job import Task
 from ..keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY, TASK_SPEC_KEY
 from ..pod import Obj, containers, ensure_port
@@ -50,7 +50,7 @@ class RayPlugin(Plugin):
     def check(self) -> list[str]:
         head = self.job.task(self.options["head"])
         if head is None:
-            raise plugin_error(self, "--head", f"the job has no head task {self.options['head']!r}")
+            raise plugin_error(self, "--head", f"the job has no head task {self.options['head']!r}{task_hint(self, self.options['head'])}")
         require_name(self, "dns1035", head_service_name(self.job.name), "head Service name")
         self._require_distinct_ports()
         self._require_ports_free(head, self.options["headContainer"])
@@ -98,7 +98,7 @@ class RayPlugin(Plugin):
     def mutate(self, ctx: PodContext) -> None:
         head = self.job.task(self.options["head"])
         if head is None:
-            raise plugin_error(self, "--head", f"the job has no head task {self.options['head']!r}")
+            raise plugin_error(self, "--head", f"the job has no head task {self.options['head']!r}{task_hint(self, self.options['head'])}")
         is_head = ctx.task.name == self.options["head"]
         # Volcano's two checks are independent: a task that is both head and worker gets both.
         is_worker = ctx.task.name == self.options["worker"] and not self.head_is_worker()

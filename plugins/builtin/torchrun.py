@@ -44,7 +44,7 @@ from typing import Any
 
 from ..base import Plugin, PodContext
 from ..flags import Flag
-from ..helpers import peer_options, plugin_error, plugin_warning, require_port_free, sole_task
+from ..helpers import peer_options, plugin_error, plugin_warning, require_port_free, sole_task, task_hint
 from ..pod import Obj, containers, ensure_envs, ensure_port
 from .pytorch import PytorchPlugin
 from .quantity import gpu_limit, parse_quantity, requested, whole
@@ -139,7 +139,7 @@ class TorchrunPlugin(Plugin):
             master_name = worker_name = self.single
         master = self.job.task(master_name)
         if master is None:
-            raise plugin_error(self, "--master", f"the job has no task {master_name!r} (torchrun needs a master Pod for node rank 0)")
+            raise plugin_error(self, "--master", f"the job has no task {master_name!r} (torchrun needs a master Pod for node rank 0){task_hint(self, master_name)}")
         if self.single is None and worker_name == master_name:
             raise plugin_error(self, "--worker", f"names the master task {master_name!r}; master and worker must be different tasks")
         if self.single is not None:

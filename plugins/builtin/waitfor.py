@@ -32,7 +32,7 @@ from functools import cached_property
 from ..base import Plugin, PodContext
 from ..budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
 from ..flags import Flag
-from ..helpers import peer_options, plugin_error, plugin_warning, template_containers
+from ..helpers import peer_options, plugin_error, plugin_warning, task_hint, template_containers
 from ..job import Task
 from ..pod import Obj, containers, spec
 from .pytorch import WAIT_CONTAINER as PYTORCH_WAIT
@@ -131,7 +131,7 @@ class WaitforPlugin(Plugin):
             task = self.job.task(name)
             if task is None:
                 known = ", ".join(t.name for t in self.job.tasks)
-                raise plugin_error(self, flag, f"the job has no task {name!r} (tasks: {known})")
+                raise plugin_error(self, flag, f"the job has no task {name!r}{task_hint(self, name)} (tasks: {known})")
             out.append(task)
         return out
 
