@@ -9,8 +9,8 @@ whenever it is called, nothing can swap in a context of uvicorn's own making, an
 :class:`HTTPSServer` refuses to start if ``config.ssl`` is anything else.
 
 Beyond that hook the server stands on uvicorn's internals (``Server.startup``/``shutdown`` and
-their ``sockets`` parameter, ``Server.servers``, the ``loop.create_server`` call inside
-``startup``), and :mod:`.connections` subclasses uvicorn's ``HttpToolsProtocol``. None of that is
+their ``sockets`` parameter, ``Server.servers``, ``Server.lifespan``, the ``loop.create_server``
+call inside ``startup``), and :mod:`.connections` subclasses uvicorn's ``HttpToolsProtocol``. None of that is
 public API: pyproject.toml pins uvicorn to the releases the tests ran on, and
 tests/test_uvicorn_internals.py checks each internal by name, so an upgrade that moves one fails
 there instead of serving without a limit.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import os
 import socket
@@ -30,6 +31,24 @@ from typing import Any
 import uvicorn
 
 from volcano_job_webhook.certs.reload import CertReloader
+
+
+class ListenError(Exception):
+    """The listening socket could not be opened (the port taken, an address not this host's).
+
+    Not an ``OSError``: uvicorn's ``startup`` turns one into a bare errno log line and exit status 3;
+    this one reaches the caller, which says which address and port, and what to do."""
+
+    def __init__(self, host: str, port: int, error: OSError) -> None:
+        self.host, self.port, self.error = host, port, error
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if error.errno == errno.EADDRINUSE:
+            reason = "the address is already in use (another process listens there)"
+        elif error.errno == errno.EACCES:
+            reason = "permission denied (ports below 1024 need privileges)"
+        else:  # an address not this host's, say
+            reason = f"{error.strerror or error}; check --host"
+        super().__init__(f"cannot listen on {address}: {reason}; choose another port with --port")
 
 
 class HTTPSServer(uvicorn.Server):
@@ -79,14 +98,22 @@ class HTTPSServer(uvicorn.Server):
         loop = asyncio.get_running_loop()
         timeouts = {name: value for name, value in (("ssl_handshake_timeout", self.handshake_timeout),
                                                     ("ssl_shutdown_timeout", self.shutdown_timeout)) if value is not None}
-        bound = timeouts or self.create_server is not None
-        if bound:
-            loop.create_server = functools.partial(self.create_server or loop.create_server, **timeouts)  # type: ignore[method-assign]
+        opener = functools.partial(self.create_server or loop.create_server, **timeouts)
+
+        async def create_server(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await opener(*args, **kwargs)
+            except OSError as exc:
+                raise ListenError(self.config.host, self.config.port, exc) from exc
+
+        loop.create_server = create_server  # type: ignore[method-assign]
         try:
             await super().startup(sockets)
+        except ListenError:
+            await self.lifespan.shutdown()  # what uvicorn does before its exit on an OSError
+            raise
         finally:
-            if bound:
-                del loop.create_server  # the instance attribute: the loop's own method again
+            del loop.create_server  # the instance attribute: the loop's own method again
         if self.receive_buffer is not None:
             # Accepted sockets inherit the listener's buffer size (Linux), so set it once here.
             for server in getattr(self, "servers", []):

@@ -17,7 +17,7 @@ from volcano_job_webhook.config import ConfigError, WebhookSettings
 
 from .app import create_app
 from .connections import ConnectionGuard, ConnectionLimits, GuardCollector, guarded_protocol
-from .https import build_server
+from .https import ListenError, build_server
 from .jobs import DirectoryJobSource, JobSource
 from .listener import guarded_create_server
 from .memory import CollectorPacer, MemoryTrimmer, tune_malloc
@@ -132,4 +132,7 @@ def run(settings: WebhookSettings) -> None:
     app.metrics.watch_certificate(server.reloader.expiry_seconds)
     gc.collect()
     gc.freeze()
-    server.run()
+    try:
+        server.run()
+    except ListenError as exc:
+        raise ConfigError(str(exc)) from None

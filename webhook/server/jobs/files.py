@@ -21,7 +21,7 @@ from typing import Any
 from volcano_job_webhook.documents import DocumentError, parse_documents, read_text
 from volcano_job_webhook.jobfiles import ParserProcess
 from volcano_job_webhook.limits import MAX_INPUT_BYTES
-from volcano_job_webhook.plugins.keys import VOLCANO_JOBS
+from volcano_job_webhook.plugins.keys import BATCH_JOBS, JOBSETS, VOLCANO_JOBS
 from volcano_job_webhook.plugins.workloads import workload_kind
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,10 @@ class DirectoryJobSource:
     since the last look; files whose names, sizes or modification times changed are re-read in the
     worker, and a file that no longer parses keeps its last good Jobs (logged), so an
     editor's half-saved file never drops jobs. A file over ``max_file_bytes``, not a regular file,
-    nested too deep or holding an alias bomb is skipped with one warning naming it.
+    unreadable, nested too deep or holding an alias bomb is skipped with one warning naming it, as
+    is a file that holds no job, and a job whose kind, namespace and name a file earlier in name
+    order holds already (the warning names that file). Each load ends with one line: how many jobs
+    from which directory, and how many files skipped.
 
     A lookup answers from the current table at once, except while a look it started re-reads only
     small files, or when the job is not in the table and a look is under way: then it waits for
@@ -66,14 +69,19 @@ class DirectoryJobSource:
         self._signature: Signature = {}
         self._by_file: dict[Path, dict[FileKey, dict[str, Any]]] = {}
         self._skipped: dict[Path, tuple[int, int]] = {}
+        # Why a file that parsed gives the table nothing (or less than it holds): said once each.
+        self._empty: dict[Path, str] = {}
+        self._said: dict[Path, str] = {}
         self._jobs: dict[FileKey, dict[str, Any]] = {}
         self._ready = False
+        self._stopped = False
 
     def start(self) -> None:
         """Begin the first load in the worker and return."""
         self._schedule(force=True)
 
     def stop(self) -> None:
+        self._stopped = True
         self._worker.shutdown(wait=False, cancel_futures=True)
         self.parser.close()
 
@@ -150,12 +158,34 @@ class DirectoryJobSource:
                 loaded = self._load(path, sig)
                 if loaded is not None:
                     by_file[path] = loaded
+        if self._stopped:  # a look that outlived the server (one that could not listen, say): it says nothing more
+            return False
         jobs: dict[FileKey, dict[str, Any]] = {}
-        for loaded in by_file.values():
-            jobs.update(loaded)
+        origin: dict[FileKey, Path] = {}
+        notes: dict[Path, str] = {}
+        # In name order, the first file holding a job keeps it: the same table whatever order files changed in.
+        for path in sorted(by_file):
+            duplicates: list[tuple[FileKey, Path]] = []
+            for key, doc in by_file[path].items():
+                if key in origin:
+                    duplicates.append((key, origin[key]))
+                else:
+                    jobs[key], origin[key] = doc, path
+            if duplicates:
+                notes[path] = _duplicates(path, duplicates, whole=len(duplicates) == len(by_file[path]))
+            elif path in self._empty and not by_file[path]:
+                notes[path] = f"jobs file skipped: {path}: {self._empty[path]}"
+        for path, note in notes.items():
+            if self._said.get(path) != note:
+                log.warning("%s", note)
+        self._said = notes
+        self._empty = {path: why for path, why in self._empty.items() if path in signature}
         self._signature, self._by_file = signature, by_file
         self._jobs = jobs  # one assignment: readers see the old table or the new one
         self._ready = True
+        skipped = len(signature.keys() - set(origin.values()))
+        log.info("loaded %d job%s from %s (%d file%s skipped)", len(jobs), "" if len(jobs) == 1 else "s",
+                 self.directory, skipped, "" if skipped == 1 else "s")
         return True
 
     def _list(self) -> Signature:
@@ -165,7 +195,8 @@ class DirectoryJobSource:
                 continue
             try:
                 st = path.stat()
-            except OSError:
+            except OSError:  # a dangling link, say: read (and refused, with a warning) as it is
+                signature[path] = (-1, -1)
                 continue
             signature[path] = (st.st_mtime_ns, st.st_size)
         return signature
@@ -185,10 +216,35 @@ class DirectoryJobSource:
             return None
         self._skipped.pop(path, None)
         jobs = {}
+        others: list[str] = []
         for doc in docs:
             kind = workload_kind(doc) if isinstance(doc, dict) else None
             if kind is not None:
                 meta = doc.get("metadata") or {}
                 if isinstance(meta, dict) and isinstance(meta.get("name"), str):
                     jobs[(kind, meta.get("namespace") or "default", meta["name"])] = doc
+                else:
+                    others.append(f"a {_KINDS[kind]} without metadata.name")
+            else:
+                found = doc.get("kind") if isinstance(doc, dict) else None
+                others.append(found[:60] if isinstance(found, str) and found
+                              else "an object without kind" if isinstance(doc, dict) else f"a {type(doc).__name__}")
+        if jobs:
+            self._empty.pop(path, None)
+        else:
+            self._empty[path] = (f"holds no Volcano Job, Indexed Job or JobSet (found: {', '.join(dict.fromkeys(others))})"
+                                 if others else "holds no document")
         return jobs
+
+
+_KINDS = {VOLCANO_JOBS: "Volcano Job", BATCH_JOBS: "Indexed Job", JOBSETS: "JobSet"}
+
+
+def _duplicates(path: Path, duplicates: list[tuple[FileKey, Path]], *, whole: bool) -> str:
+    """The warning for a file's jobs that files earlier in name order hold already."""
+    (kind, namespace, name), first = duplicates[0]
+    what = f"{_KINDS.get(kind, kind)} {namespace}/{name}"
+    more = f" and {len(duplicates) - 1} more" if len(duplicates) > 1 else ""
+    if whole:
+        return f"jobs file skipped: {path}: {what}{more} already in {first} (a duplicate)"
+    return f"jobs file {path}: {what}{more} skipped: already in {first} (a duplicate)"
