@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -30,7 +31,9 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize("plugin", sorted(PLUGIN_TASKS))
 def test_mutate_is_idempotent_on_its_own_output(capsys, tmp_path, plugin):
     job = str(EXAMPLES / "jobs" / f"{plugin}-job.yaml")
-    code, out, _ = run(capsys, "mutate", "--job", job, "--task", PLUGIN_TASKS[plugin], "--index", "1")
+    task = next(t for t in yaml.safe_load(Path(job).read_text())["spec"]["tasks"] if t["name"] == PLUGIN_TASKS[plugin])
+    index = min(1, task["replicas"] - 1)  # the second Pod, where the task has one
+    code, out, _ = run(capsys, "mutate", "--job", job, "--task", PLUGIN_TASKS[plugin], "--index", str(index))
     assert code == 0
     wired = json.loads(out)
     (tmp_path / "pod.json").write_text(out)
@@ -212,11 +215,12 @@ def unordered(value: object) -> object:
     return value
 
 
-def test_the_offline_commands_run_the_chain_serve_runs(capsys, tmp_path, monkeypatch):
+def test_the_cluster_view_is_what_serve_and_reconcile_do_beside_volcano(capsys, tmp_path, monkeypatch):
     """With the cluster's settings (a config file: jobs from the cluster, so Volcano's controller runs
-    spec.plugins; a plugin every job gets), ``review`` gives the Pod as Volcano's controller sends it,
-    the webhook built from the same settings patches it, and the result is what ``mutate`` prints;
-    ``resources`` prints what the reconciler of those settings makes."""
+    spec.plugins; a plugin every job gets) and ``--cluster``, ``review`` gives the Pod as Volcano's
+    controller sends it, the webhook built from the same settings patches it, the result is what
+    ``mutate`` prints and the patch exactly what ``mutate --patch`` prints, from the review or from
+    the task; ``resources`` prints what the reconciler of those settings makes."""
     import asyncio
 
     import httpx
@@ -232,8 +236,10 @@ def test_the_offline_commands_run_the_chain_serve_runs(capsys, tmp_path, monkeyp
     jobs.mkdir()
     job = jobs / "pytorch-job.yaml"
     job.write_text((EXAMPLES / "jobs" / "pytorch-job.yaml").read_text())
-    code, out, _ = run(capsys, "review", "--job", str(job), "--task", "worker", "--index", "1", "--config", str(config))
+    code, out, err = run(capsys, "review", "--job", str(job), "--task", "worker", "--index", "1", "--config", str(config), "--cluster")
     assert code == 0
+    assert err == "view: cluster: the Pod as its controller sends it, wired by the plugins Volcano's controller runs: pytorch\n"
+    (tmp_path / "review.json").write_text(out)
     review = json.loads(out)
     sent = review["request"]["object"]
     assert "MASTER_ADDR" in [e["name"] for e in sent["spec"]["containers"][0]["env"]], "wired by Volcano's pytorch"
@@ -248,18 +254,26 @@ def test_the_offline_commands_run_the_chain_serve_runs(capsys, tmp_path, monkeyp
                 return (await c.post("/mutate", json=review)).json()["response"]
 
     response = asyncio.run(answer())
-    served = jsonpatch.apply_patch(sent, json.loads(base64.b64decode(response["patch"])))
-    code, out, _ = run(capsys, "mutate", "--job", str(job), "--task", "worker", "--index", "1", "--config", str(config))
+    patch = json.loads(base64.b64decode(response["patch"]))
+    served = jsonpatch.apply_patch(sent, patch)
+    code, out, err = run(capsys, "mutate", "--job", str(job), "--task", "worker", "--index", "1", "--config", str(config), "--cluster")
     # The same Pod; only the order of entries differs (in two passes Volcano's plugins run first; in
     # Volcano the order is a Go map's anyway).
     assert code == 0 and unordered(json.loads(out)) == unordered(served)
-    code, out, err = run(capsys, "resources", "--job", str(job), "--config", str(config))
+    assert err.startswith("view: cluster: the Pod as it runs, wired by the webhook (svc, hostfile); "
+                          "Volcano's controller wired it with pytorch; --patch shows the webhook's part alone\n")
+    for pod in (["--task", "worker", "--index", "1"], [str(tmp_path / "review.json")]):
+        code, out, err = run(capsys, "mutate", "--job", str(job), *pod, "--config", str(config), "--cluster", "--patch")
+        assert code == 0 and json.loads(out) == patch, pod
+        assert err.startswith("view: cluster: the webhook's answer (it runs svc, hostfile) to the Pod as its controller sends it; "
+                              "Volcano's controller wired it with pytorch\n")
+    code, out, err = run(capsys, "resources", "--job", str(job), "--config", str(config), "--cluster")
     assert code == 0
     # svc comes in as pytorch's dependency without spec.plugins naming it: ours to run.
     assert [(o["kind"], o["metadata"]["name"]) for o in yaml.safe_load_all(out)] == [
         ("ConfigMap", "pytorch-demo-svc"), ("Service", "pytorch-demo"), ("NetworkPolicy", "pytorch-demo"),
         ("ConfigMap", "pytorch-demo-hostfile")]
-    assert err.startswith("note: pytorch run by Volcano's controller")
+    assert err == "view: cluster: the objects the reconciler makes; Volcano's controller makes those of pytorch\n"
     code, _, err = run(capsys, "mutate", "--job", str(job), "--task", "worker", "--config", str(tmp_path / "typo.yaml"))
     assert code == 2 and "typo.yaml does not exist" in err
 

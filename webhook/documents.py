@@ -224,7 +224,11 @@ def load_object(source: str, kind: str | tuple[str, ...]) -> dict[str, Any]:
 
 
 class _BlockDumper(yaml.SafeDumper):
-    """Writes multi-line strings (host files, ssh config) as ``|`` blocks, readable as files."""
+    """Writes multi-line strings (host files, ssh config) as ``|`` blocks, readable as files, and an
+    object used twice in full both times (no ``&id001`` anchors: Kubernetes objects are JSON)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
@@ -233,6 +237,11 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 
 
 _BlockDumper.add_representer(str, _str_representer)
+
+
+def dump_yaml(value: Any) -> str:
+    """One YAML document, keys in their given order."""
+    return yaml.dump(value, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True)
 
 
 def dump_yaml_stream(objects: list[Any]) -> str:

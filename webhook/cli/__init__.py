@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
+from volcano_job_webhook import __version__
 from volcano_job_webhook.config import ConfigError
 from volcano_job_webhook.documents import DocumentError
 from volcano_job_webhook.plugins import PluginError
@@ -30,6 +31,7 @@ COMMANDS = (mutate, resources, review, serve, certs, reconcile)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="volcano-webhook", description="Volcano's job plugins as an admission webhook")
+    parser.add_argument("--version", action="version", version=f"volcano-webhook {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(sub)

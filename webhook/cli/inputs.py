@@ -1,16 +1,28 @@
 """What the offline commands share: the Job they work on (refused when it is too big to build
-offline), and the chain, built from the settings exactly as ``serve`` and ``reconcile`` build it."""
+offline), the Pod (a file, an AdmissionReview, or built from ``--task``/``--index``), the view they
+show (offline, or ``--cluster``), the chain of that view built from the settings exactly as
+``serve`` and ``reconcile`` build it, and how they print."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any
 
 from volcano_job_webhook import documents
 from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.limits import check_replicas
-from volcano_job_webhook.plugins import Chain, Job
+from volcano_job_webhook.plugins import Chain, Job, PreparedJob
+from volcano_job_webhook.plugins.podgen import make_pod
+from volcano_job_webhook.server.review import ReviewError, parse_review
+from volcano_job_webhook.server.shape import pod_shape_problem
 
 from .errors import CommandError
+
+OUTPUTS = ("json", "yaml")
 
 
 def load_job(source: str) -> Job:
@@ -30,10 +42,109 @@ def pod_task(job: Job, task: str | None) -> str:
     raise CommandError(f"give --task: the job has {len(job.tasks)} tasks ({', '.join(t.name for t in job.tasks)})")
 
 
+def build_pod(job: Job, task_name: str, index: int) -> dict[str, Any]:
+    """Pod ``index`` of the task as its controller builds it; an index the task has no Pod for is
+    refused (the plugins would number a Pod that never exists: ``RANK=100`` beside ``WORLD_SIZE=4``)."""
+    task = job.task(task_name)
+    if task is not None and not 0 <= index < task.replicas:
+        where = f"job {job.key}: task {task.name}: --index {index}"
+        replicas = f"{task.replicas} replica{'' if task.replicas == 1 else 's'}"
+        if index < 0:
+            raise CommandError(f"{where}: an index is 0 or more (the task has {replicas})")
+        if task.replicas == 0:
+            raise CommandError(f"{where}: the task has 0 replicas, so no Pod to build")
+        indexes = "index 0 only" if task.replicas == 1 else f"indexes 0 to {task.replicas - 1}"
+        raise CommandError(f"{where}: the task has {replicas}, {indexes}")
+    return make_pod(job, task_name, index)  # an unknown task: refused there, naming the job's tasks
+
+
+def load_pod(source: str) -> dict[str, Any]:
+    """The Pod in ``source``: a Pod, or an AdmissionReview (v1 or v1beta1, as ``review`` prints)
+    whose ``request.object`` is one, with ``request.namespace`` where the Pod names none."""
+    obj = documents.load_object(source, ("Pod", "AdmissionReview"))
+    pod = obj
+    if obj.get("kind") == "AdmissionReview":
+        try:
+            request = parse_review(obj)
+        except ReviewError as exc:
+            raise CommandError(f"{source}: {exc}") from None
+        if request.kind.kind != "Pod" or request.kind.group:
+            raise CommandError(f"{source}: the AdmissionReview is for a {request.kind.kind}, not a Pod")
+        pod = request.object
+        if not isinstance(pod, dict) or pod.get("kind") not in (None, "Pod"):
+            raise CommandError(f"{source}: request.object: missing or not a Pod")
+        meta = pod.get("metadata")
+        if request.namespace and isinstance(meta, dict) and not meta.get("namespace"):
+            pod = {**pod, "metadata": {**meta, "namespace": request.namespace}}
+    problem = pod_shape_problem(pod)
+    if problem is not None:
+        raise CommandError(f"{source}: {problem}")
+    return pod
+
+
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML settings file, as for serve and reconcile (also VOLCANO_WEBHOOK_CONFIG)")
 
 
-def chain_from(args: argparse.Namespace, on_cluster: bool | None = None) -> Chain:
-    """The chain of the settings in ``--config``, the environment and the defaults."""
-    return load_settings(args.config).chain(on_cluster)
+def add_view_argument(parser: argparse.ArgumentParser, cluster: str, offline: str) -> None:
+    parser.add_argument("--cluster", action="store_true",
+                        help=f"the cluster view: {cluster} (the defaults of serve --job-source=kube and reconcile; Volcano's "
+                             f"controller runs the plugins of spec.plugins it knows, or those of volcano_controller_plugins "
+                             f"in --config). Default: the offline view, {offline}")
+
+
+def add_output_argument(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default=default, help=f"output format (default {default})")
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """The chain a command shows, and the job as that chain sees it. Offline, every plugin runs as if
+    nothing else did; in the cluster view, Volcano's controller runs ``volcano`` (Pod wiring and side
+    objects) and the webhook and reconciler the rest, as ``serve --job-source=kube`` and
+    ``reconcile`` run them."""
+
+    cluster: bool
+    chain: Chain
+    job: Job
+
+
+def who_runs(prepared: PreparedJob) -> tuple[list[str], list[str]]:
+    """The job's plugins Volcano's controller runs (none offline), and those the webhook and the
+    reconciler run, each in chain order."""
+    return ([n for n in prepared.names if n in prepared.volcano], [n for n in prepared.names if n not in prepared.volcano])
+
+
+def view_of(args: argparse.Namespace, job: Job) -> View:
+    """The view ``--cluster`` asks for, its chain built from ``--config``, the environment and the defaults."""
+    settings = load_settings(args.config)
+    if args.cluster:
+        return View(True, settings.chain(on_cluster=True), job)
+    # Nothing else runs: not even the plugins a job's status says Volcano's controller ran.
+    config = dataclasses.replace(settings.chain_config(on_cluster=False), volcano_plugins=frozenset())
+    offline_job = dataclasses.replace(job, controlled=frozenset()) if job.controlled else job
+    return View(False, Chain(config=config), offline_job)
+
+
+def names(plugins: Iterable[str]) -> str:
+    return ", ".join(plugins) or "none"
+
+
+def say(line: str) -> None:
+    """One line on stderr, so that what is printed on stdout stays a clean document."""
+    print(line, file=sys.stderr)
+
+
+def warn(warnings: Iterable[str]) -> None:
+    for warning in dict.fromkeys(warnings):
+        say(f"warning: {warning}")
+
+
+def emit(value: Any, output: str, *, stream: bool = False) -> None:
+    """``value`` on stdout as JSON or YAML (``stream``: a list of objects as a ``---`` stream)."""
+    if output == "json":
+        print(json.dumps(value, indent=2, ensure_ascii=False))
+    elif stream:
+        print(documents.dump_yaml_stream(value), end="")
+    else:
+        print(documents.dump_yaml(value), end="")

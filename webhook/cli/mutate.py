@@ -1,30 +1,49 @@
 """``volcano-webhook mutate``: print a Pod as the plugin chain wires it (or the JSON patch): the chain
-``serve`` builds from the same settings (``--config``, ``VOLCANO_WEBHOOK_*``)."""
+``serve`` builds from the same settings (``--config``, ``VOLCANO_WEBHOOK_*``), in the offline view
+(every plugin) or the cluster view (``--cluster``: Volcano's controller wires its plugins' part,
+the webhook the rest; the patch is the webhook's answer)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
-from volcano_job_webhook.documents import load_object
-from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.server.patch import make_patch
 
 from .errors import CommandError
-from .inputs import add_config_argument, chain_from, load_job, pod_task
+from .inputs import (
+    add_config_argument,
+    add_output_argument,
+    add_view_argument,
+    build_pod,
+    emit,
+    load_job,
+    load_pod,
+    names,
+    pod_task,
+    say,
+    view_of,
+    warn,
+    who_runs,
+)
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser("mutate", help="print a Pod as the plugin chain wires it")
+    parser = sub.add_parser("mutate", help="print a Pod as the plugin chain wires it",
+                            description="Print a Pod as the plugin chain wires it, or the JSON patch (--patch).")
     parser.add_argument("--job", required=True, metavar="JOB",
                         help="Volcano Job, Indexed Job or JobSet file (YAML or JSON, - for stdin)")
-    parser.add_argument("pod", metavar="POD", nargs="?", help="Pod file (YAML or JSON, - for stdin)")
-    parser.add_argument("--task", help="instead of a Pod file: the task whose Pod to build as its controller does "
+    parser.add_argument("pod", metavar="POD", nargs="?",
+                        help="Pod file, or the AdmissionReview `review` prints (YAML or JSON, - for stdin)")
+    parser.add_argument("--task", help="instead of a POD: the task whose Pod to build as its controller does "
                         "(a replicated Job of a JobSet; not needed for a job of one task)")
-    parser.add_argument("--index", type=int, default=None, help="instead of a Pod file: the Pod's index in its task (default 0)")
+    parser.add_argument("--index", type=int, default=None,
+                        help="instead of a POD: the Pod's index in its task, 0 to replicas-1 (default 0)")
     parser.add_argument("--patch", action="store_true", help="print the RFC 6902 JSON patch instead of the Pod")
+    add_view_argument(parser, "the Pod as it runs, Volcano's wiring and the webhook's, and with --patch exactly the "
+                      "patch the webhook answers for the Pod Volcano's controller sends",
+                      "every plugin of the job run on the Pod, as if nothing else ran")
+    add_output_argument(parser, "json")
     add_config_argument(parser)
     parser.set_defaults(run=run)
 
@@ -32,15 +51,30 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
     if args.pod is not None:
-        pod = load_object(args.pod, "Pod")
+        if args.task is not None or args.index is not None:
+            raise CommandError("give a POD file or --task and --index, not both")
+        pod = load_pod(args.pod)
     elif args.task is not None or args.index is not None or len(job.tasks) == 1:
-        pod = make_pod(job, pod_task(job, args.task), args.index or 0)
+        pod = build_pod(job, pod_task(job, args.task), args.index or 0)
     else:
         raise CommandError("give a POD file, or --task (and --index) to build the Pod as its controller does")
-    # Every plugin, Volcano's controller's and ours: the Pod as it runs on the cluster.
-    result = chain_from(args).prepare(job).mutate(pod)
-    for warning in result.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    out = make_patch(pod, result.pod) if args.patch else result.pod
-    print(json.dumps(out, indent=2, ensure_ascii=False))
+    view = view_of(args, job)
+    prepared = view.chain.prepare(view.job)
+    # What reaches the webhook: in the cluster view, the Pod Volcano's controller has wired with
+    # its plugins (a Pod they wired already is left as it is); offline, the Pod as given.
+    sent = prepared.volcano_part(pod)
+    result = prepared.mutate(sent.pod, volcano_wired=True)
+    volcano, ours = who_runs(prepared)
+    volcano_part = (f"Volcano's controller wired it with {names(volcano)}" if volcano
+                    else "Volcano's controller runs none of the job's plugins")
+    if not view.cluster:
+        say("view: offline: every plugin of the job run on the Pod, as if nothing else ran "
+            "(--cluster: as on a cluster where Volcano's controller runs its plugins)")
+    elif args.patch:
+        say(f"view: cluster: the webhook's answer (it runs {names(ours)}) to the Pod as its controller sends it; {volcano_part}")
+    else:
+        say(f"view: cluster: the Pod as it runs, wired by the webhook ({names(ours)}); {volcano_part}; "
+            "--patch shows the webhook's part alone")
+    warn([*sent.warnings, *result.warnings])
+    emit(make_patch(sent.pod, result.pod) if args.patch else result.pod, args.output)
     return 0

@@ -1,36 +1,39 @@
-"""``volcano-webhook resources``: print the side objects the reconciler makes for a job, with the chain
-``reconcile`` builds from the same settings (``--config``, ``VOLCANO_WEBHOOK_*``)."""
+"""``volcano-webhook resources``: print the side objects a job's plugins make, with the chain
+``reconcile`` builds from the same settings (``--config``, ``VOLCANO_WEBHOOK_*``): every plugin's
+offline, and with ``--cluster`` only what the reconciler makes beside Volcano's controller. A job
+``mutate`` refuses is refused here the same way."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
-from volcano_job_webhook.documents import dump_yaml_stream
-
-from .inputs import add_config_argument, chain_from, load_job
+from .inputs import add_config_argument, add_output_argument, add_view_argument, emit, load_job, names, say, view_of, warn, who_runs
 
 
 def add_parser(sub: Any) -> None:
-    parser = sub.add_parser("resources", help="print the side objects a job needs")
+    parser = sub.add_parser("resources", help="print the side objects a job needs",
+                            description="Print the side objects (ConfigMaps, Services, NetworkPolicies, Secrets) a job's plugins make.")
     parser.add_argument("--job", required=True, metavar="JOB", help="Volcano Job, Indexed Job or JobSet file (YAML or JSON, - for stdin)")
-    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    add_view_argument(parser, "only the objects the reconciler makes, those of the plugins Volcano's controller runs "
+                      "being its own", "the objects of every plugin of the job, as if nothing else ran")
+    add_output_argument(parser, "yaml")
     add_config_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    chain, job = chain_from(args, on_cluster=True), load_job(args.job)
-    objects = chain.resources(job)
-    volcano = sorted(chain.volcano_runs(job))
-    if volcano:
-        # Not ours to make: said on stderr, so the objects printed stay a clean stream.
-        print(f"note: {', '.join(volcano)} run by Volcano's controller, which makes their objects (docs/install.md#who-runs-what)",
-              file=sys.stderr)
-    if args.output == "json":
-        print(json.dumps(objects, indent=2, ensure_ascii=False))
+    view = view_of(args, load_job(args.job))
+    # Built and checked as mutate builds them: a job whose Pods would be refused has no objects either.
+    prepared = view.chain.prepare(view.job)
+    objects = view.chain.resources(view.job)
+    volcano, _ = who_runs(prepared)
+    if view.cluster:
+        say("view: cluster: the objects the reconciler makes; " + (f"Volcano's controller makes those of {names(volcano)}" if volcano
+            else "Volcano's controller runs none of the job's plugins"))
     else:
-        print(dump_yaml_stream(objects), end="")
+        say("view: offline: the objects of every plugin of the job, as if nothing else ran "
+            "(--cluster: only those the reconciler makes beside Volcano's controller)")
+    warn(prepared.warnings)
+    emit(objects, args.output, stream=True)
     return 0
