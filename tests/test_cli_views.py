@@ -333,3 +333,21 @@ def test_an_unknown_task_lists_the_tasks_and_says_what_was_meant(capsys, tmp_pat
     obj["spec"].pop("plugins", None)
     code, _, err = run(capsys, "resources", "--job", write_job(tmp_path, obj))
     assert code == 2 and "plugin jax: --coordinator: the job has no task 'leadr'; did you mean 'leader'? (tasks: " in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("port: [\n", "not readable as YAML: while parsing a flow node"),
+        ("- port\n", "must be a map of settings (port: 8443, ...), got a YAML list"),
+        ("8443\n", "must be a map of settings (port: 8443, ...), got a YAML number"),
+        ("nonsense: 1\n", "nonsense: Extra inputs are not permitted"),
+    ],
+)
+def test_a_bad_settings_file_exits_2_with_one_line(capsys, tmp_path, text, message):
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    for argv in (["mutate", "--task", "worker"], ["review", "--task", "worker"], ["resources"]):
+        command, *rest = argv
+        code, out, err = run(capsys, command, "--job", str(PYTORCH), *rest, "--config", str(config))
+        assert (code, out) == (2, "") and err.count("\n") == 1 and message in err, err

@@ -12,6 +12,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
@@ -165,8 +166,23 @@ def load_settings(config_file: str | None = None, **overrides: Any) -> WebhookSe
     if named and not Path(named).is_file():
         # pydantic-settings reads a missing file as empty: a typo would run on the defaults.
         raise ConfigError(f"config file {named} does not exist or is not a file")
+    if named:
+        _check_yaml_map(named)
     token = _config_file.set(config_file)
     try:
         return WebhookSettings(**{k: v for k, v in overrides.items() if v is not None})
     finally:
         _config_file.reset(token)
+
+
+def _check_yaml_map(path: str) -> None:
+    """Raise :class:`ConfigError` unless ``path`` holds a YAML map (or nothing): pydantic-settings
+    would raise a parser's or ``dict()``'s own error, a traceback rather than one line."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        reason = " ".join(str(exc).split())
+        raise ConfigError(f"config file {path}: not readable as YAML: {reason}") from None
+    if data is not None and not isinstance(data, dict):
+        kind = {list: "list", str: "string", bool: "boolean"}.get(type(data), "number")
+        raise ConfigError(f"config file {path}: must be a map of settings (port: 8443, ...), got a YAML {kind}")
