@@ -63,7 +63,6 @@ def run(
         gc.enable()
 
     templates = load_configurations(settings.webhook_configurations) if settings.webhook_configurations else None
-    api = api_client(kubeconfig or settings.kubeconfig)
     metrics = ReconcilerMetrics()
     elector: LeaderElector | None = None
     reconciler: Reconciler | None = None
