@@ -8,10 +8,14 @@
 #
 # Two stages from the same base image: `build` makes a wheel of this repository and installs it,
 # with its dependencies, into a virtualenv at /opt/venv; the final stage copies only that virtualenv.
-# No compiler, pip cache, build backend or source tree reaches the final image. Both stages must use
-# the same base: the virtualenv's interpreter is a symlink to the base image's /usr/local/bin/python3.11.
+# No compiler, pip, pip cache, build backend or source tree reaches the final image. Both stages must
+# use the same base: the virtualenv's interpreter is a symlink to whatever `python` the base has
+# (/usr/local/bin/python3.11 in python:3.11-slim, /usr/bin/python3.11 in a Debian-packaged Python),
+# and it resolves in the final stage only because that stage is the same image.
 # Pin the base by digest for reproducible builds, e.g.
 #   docker build --build-arg PYTHON_IMAGE=python:3.11-slim@sha256:<digest> .
+# Where no registry is reachable, hack/standin-base.sh makes a local stand-in with Debian's Python
+# 3.11 (docs/install.md, "1. Build the image").
 ARG PYTHON_IMAGE=python:3.11-slim
 
 FROM ${PYTHON_IMAGE} AS build
@@ -25,9 +29,11 @@ COPY pyproject.toml README.md ./
 COPY plugins/ plugins/
 COPY webhook/ webhook/
 COPY examples/ examples/
+# The virtualenv's own pip and setuptools are used once, then removed: nothing runs them at run time.
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir /wheels/*.whl \
+ && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools \
  && /opt/venv/bin/volcano-webhook --help >/dev/null
 
 FROM ${PYTHON_IMAGE}
