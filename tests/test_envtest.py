@@ -109,7 +109,7 @@ def test_owner_reference_enforcement_is_a_mode(mode: str, apiserver_factory: Api
 
 # With OwnerReferencesPermissionEnforcement (OpenShift, hardened clusters) the blockOwnerDeletion
 # owner reference every side object carries needs update on batch.volcano.sh jobs/finalizers, which
-# manifests/base/rbac.yaml grants (docs/install.md says why).
+# the chart's ClusterRole grants (charts/volcano-job-webhook/templates/rbac.yaml; docs/install.md says why).
 @pytest.mark.parametrize("mode", ["default", "owner-references-enforced"])
 def test_the_side_objects_are_allowed_by_the_manifests_rbac(mode: str, apiserver_factory: ApiServerFactory) -> None:
     """The reconciler's writes, made directly: every side object of the mpi example (Secret,

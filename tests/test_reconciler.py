@@ -1,5 +1,5 @@
 """The reconciler against a real kube-apiserver (tests/envtest.py), running as the manifests'
-ServiceAccount: exactly the ClusterRole and Role of manifests/base/rbac.yaml.
+ServiceAccount: exactly the ClusterRoles and Roles of the install (charts/volcano-job-webhook/templates/rbac.yaml).
 
 Each test works in a namespace of its own and its reconciler watches only that namespace; the
 periodic resync is an hour unless a test says otherwise, so what happens within a test happens by
