@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import ssl
 import subprocess
 import urllib.request
@@ -118,7 +119,7 @@ def account_running(install: list[dict[str, Any]], command: str) -> str:
 
 def create_pod(cluster: EnvTest, job: dict[str, Any], index: int) -> dict[str, Any]:
     """Pod ``index`` of the job's worker task, as Volcano's controller creates it."""
-    pod = make_pod(Job(job), "worker", index)
+    pod = make_pod(Job.from_object(job), "worker", index)
     pod["metadata"].update(namespace=job["metadata"]["namespace"], ownerReferences=[job_owner(job)])
     return create(cluster.api_client(), pod)
 
@@ -135,7 +136,7 @@ def test_serve_is_ready_before_volcanos_crds_exist_and_serves_jobs_once_they_do(
         install_job_crd(admin)
         namespace = new_namespace(admin, "early-")
         job = create(admin, volcano_job("early", namespace=namespace, tasks=[("worker", 2)], annotation={"env": []}))
-        pod = make_pod(Job(job), "worker", 1)
+        pod = make_pod(Job.from_object(job), "worker", 1)
         pod["metadata"].update(namespace=namespace, ownerReferences=[job_owner(job)])
         review = admission_review(pod, uid="u-1")
         context = ssl.create_default_context(cadata=served.ca_bundle.decode())
@@ -192,7 +193,7 @@ def test_no_step_refuses_a_pod_for_want_of_a_webhook_and_a_crash_still_does(
                 overlay = tmp_path / "upgrade"
                 overlay.mkdir()
                 (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-                    "resources": [str(MANIFESTS)],
+                    "resources": [os.path.relpath(MANIFESTS, overlay)],  # kustomize takes no absolute root
                     "images": [{"name": "ghcr.io/volcano-job-webhook/volcano-job-webhook", "newTag": "0.1.1"}]}))
                 kubectl(cluster, "apply", "--server-side", "-k", str(overlay))
 
