@@ -372,17 +372,8 @@ class RealVolcano:
         self.envtest.install_prerequisites()
         install_volcano(self.envtest.api_client())
         # The controller runs as the administrator (real-kubernetes.md: a system:masters token).
-        self.process = Process.start("vc-controller-manager", [
-            str(self.binary), f"--kubeconfig={self.envtest.kubeconfig()}", "--leader-elect=false",
-            "--controllers=job-controller,pg-controller",
-        ], self.workdir / "vc-controller-manager.log")
-        process = self.process
-
-        def running() -> bool:
-            assert process.alive, f"vc-controller-manager exited:\n{process.log(tail=40)}"
-            return "JobController is running" in process.log()
-
-        wait_until(running, timeout, "vc-controller-manager's 'JobController is running'", log=lambda: process.log(tail=40))
+        self.process = start_controller(self.binary, self.envtest.kubeconfig(), self.workdir / "vc-controller-manager.log",
+                                        timeout)
         return self
 
     def stop(self) -> None:
@@ -401,6 +392,26 @@ class RealVolcano:
         return VolcanoCluster("real", admin, self.envtest.api_client(WEBHOOK_USER), WEBHOOK_USER,
                               new_namespace(admin, "volcano-"), envtest=self.envtest,
                               controller_log=lambda tail: f"vc-controller-manager:\n{process.log(tail=tail)}")
+
+
+def start_controller(binary: Path, kubeconfig: Path, log_path: Path, timeout: float = 60.0) -> Process:
+    """Volcano's job and PodGroup controllers (``vc-controller-manager``) through ``kubeconfig``
+    (Volcano's CRDs and Queue installed first: :func:`install_volcano`), once it says
+    ``JobController is running``; stopped by the caller."""
+    process = Process.start("vc-controller-manager", [
+        str(binary), f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--controllers=job-controller,pg-controller",
+    ], log_path)
+
+    def running() -> bool:
+        assert process.alive, f"vc-controller-manager exited:\n{process.log(tail=40)}"
+        return "JobController is running" in process.log()
+
+    try:
+        wait_until(running, timeout, "vc-controller-manager's 'JobController is running'", log=lambda: process.log(tail=40))
+    except BaseException:
+        process.stop()
+        raise
+    return process
 
 
 def product_webhook(cluster: VolcanoCluster, workdir: Path, *args: str, timeout: float = WAIT,

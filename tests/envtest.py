@@ -76,6 +76,8 @@ DEFAULT_USERS = (WEBHOOK_USER, NOBODY)
 OWNER_REFERENCES_ENFORCEMENT = "OwnerReferencesPermissionEnforcement"
 BASE_ADMISSION_PLUGINS = ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook")
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_IP = "10.96.0.1"  # the kubernetes Service's ClusterIP: the first of SERVICE_CIDR
 
 JOB_CRD = Path(__file__).resolve().parent / "fixtures" / "crd" / "batch.volcano.sh_jobs.yaml"
 FIELD_MANAGER = "envtest"
@@ -128,9 +130,9 @@ def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
-def _make_ca_and_serving_cert() -> tuple[bytes, bytes, bytes]:
-    """``(ca.crt, apiserver.crt, apiserver.key)``: a throwaway CA and a serving certificate for
-    127.0.0.1 and the in-cluster names, valid for a day."""
+def _make_ca_and_serving_cert(ips: Sequence[str] = ()) -> tuple[bytes, bytes, bytes, bytes]:
+    """``(ca.crt, ca.key, apiserver.crt, apiserver.key)``: a throwaway CA and a serving certificate
+    for 127.0.0.1, ``ips`` and the in-cluster names, valid for a day."""
     start = datetime.now(UTC) - timedelta(minutes=5)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "envtest-ca")])
@@ -149,7 +151,7 @@ def _make_ca_and_serving_cert() -> tuple[bytes, bytes, bytes]:
     )
     key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = [
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in dict.fromkeys(("127.0.0.1", *ips))),
         x509.DNSName("localhost"),
         *(x509.DNSName(n) for n in ("kubernetes", "kubernetes.default", "kubernetes.default.svc",
                                     "kubernetes.default.svc.cluster.local")),
@@ -168,7 +170,29 @@ def _make_ca_and_serving_cert() -> tuple[bytes, bytes, bytes]:
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
-    return ca.public_bytes(pem), cert.public_bytes(pem), _pem_key(key)
+    return ca.public_bytes(pem), _pem_key(ca_key), cert.public_bytes(pem), _pem_key(key)
+
+
+def _make_client_cert(ca_pem: bytes, ca_key_pem: bytes, user: str, groups: Sequence[str]) -> tuple[bytes, bytes]:
+    """``(cert, key)``: a client certificate of ``user`` in ``groups`` (CN, O), signed by the CA."""
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    start = datetime.now(UTC) - timedelta(minutes=5)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, user),
+                         *(x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject).issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start).not_valid_after(start + timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 
 def _make_service_account_keys() -> tuple[bytes, bytes]:
@@ -276,7 +300,14 @@ class EnvTest:
     """etcd and kube-apiserver on free loopback ports, files in ``workdir``.
 
     ``admission_plugins`` are enabled on top of the API server's defaults and the two webhook
-    plugins (e.g. :data:`OWNER_REFERENCES_ENFORCEMENT`). ``users`` become token users with no group.
+    plugins (e.g. :data:`OWNER_REFERENCES_ENFORCEMENT`). ``users`` become token users, with no group
+    unless ``groups`` names theirs. ``address`` is where the API server listens and what it
+    advertises: on another address than loopback (a node's, tests/node.py) it keeps the
+    ``kubernetes`` Service's endpoint there, and its certificate names it and the Service's IP.
+    ``apiserver_args`` come last on kube-apiserver's command line (a flag given twice: the last wins).
+    ``authorization``: its ``--authorization-mode`` (``Node,RBAC`` for a cluster with a kubelet).
+    ``kubelet_client``: the API server gets a ``system:masters`` client certificate for its calls to
+    kubelets (logs, exec, port-forward).
     Use as a context manager, or :meth:`start` / :meth:`stop`.
     """
 
@@ -284,6 +315,11 @@ class EnvTest:
     workdir: Path
     admission_plugins: tuple[str, ...] = ()
     users: tuple[str, ...] = DEFAULT_USERS
+    groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    address: str = "127.0.0.1"
+    apiserver_args: tuple[str, ...] = ()
+    authorization: str = "RBAC"
+    kubelet_client: bool = False
     host: str = field(default="", init=False)  # https://127.0.0.1:PORT once started
     ca_file: Path = field(init=False)  # the CA of the API server's serving certificate
     audit_log: Path = field(init=False)
@@ -341,8 +377,10 @@ class EnvTest:
         self.stop()
 
     def _write_credentials(self) -> None:
-        ca, cert, key = _make_ca_and_serving_cert()
+        ips = () if self.address == "127.0.0.1" else (self.address, SERVICE_IP)
+        ca, ca_key, cert, key = _make_ca_and_serving_cert(ips)
         self.ca_file.write_bytes(ca)
+        _write_private(self.workdir / "ca.key", ca_key)
         (self.workdir / "apiserver.crt").write_bytes(cert)
         _write_private(self.workdir / "apiserver.key", key)
         sa_key, sa_pub = _make_service_account_keys()
@@ -351,13 +389,16 @@ class EnvTest:
         if ADMIN in self.users or len(set(self.users)) != len(self.users):
             raise ValueError(f"users must be distinct and not {ADMIN!r}: {self.users}")
         self._tokens = {ADMIN: User(ADMIN, secrets.token_hex(16), ("system:masters",))}
-        self._tokens.update({name: User(name, secrets.token_hex(16)) for name in self.users})
+        self._tokens.update({name: User(name, secrets.token_hex(16), tuple(self.groups.get(name, ())))
+                             for name in self.users})
         lines = []
         for user in self._tokens.values():
             groups = f',"{",".join(user.groups)}"' if user.groups else ""
             lines.append(f"{user.token},{user.name},{user.name}{groups}\n")
         _write_private(self.workdir / "tokens.csv", "".join(lines).encode())
         (self.workdir / "audit-policy.yaml").write_text(AUDIT_POLICY, encoding="utf-8")
+        if self.kubelet_client:
+            self.client_certificate("kube-apiserver-kubelet-client", ("system:masters",))
 
     def _start_processes(self, timeout: float) -> None:
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
@@ -376,19 +417,23 @@ class EnvTest:
         self._apiserver = Process.start("kube-apiserver", [
             str(self.assets / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
+            f"--bind-address={self.address}", f"--advertise-address={self.address}", f"--secure-port={api_port}",
             f"--cert-dir={w / 'certs'}", f"--tls-cert-file={w / 'apiserver.crt'}",
             f"--tls-private-key-file={w / 'apiserver.key'}",
             f"--client-ca-file={self.ca_file}", f"--token-auth-file={w / 'tokens.csv'}",
             f"--service-account-key-file={w / 'sa.pub'}", f"--service-account-signing-key-file={w / 'sa.key'}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}", f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
-            "--authorization-mode=RBAC", f"--enable-admission-plugins={plugins}",
-            "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
-            "--endpoint-reconciler-type=none", "--profiling=false",
+            f"--authorization-mode={self.authorization}", f"--enable-admission-plugins={plugins}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
+            # On loopback no Pod could reach the endpoint it would keep for the kubernetes Service.
+            f"--endpoint-reconciler-type={'none' if self.address == '127.0.0.1' else 'lease'}", "--profiling=false",
             f"--audit-policy-file={w / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}",
             "--audit-log-format=json", "--audit-log-mode=blocking",
+            *((f"--kubelet-client-certificate={w / 'kube-apiserver-kubelet-client.crt'}",
+               f"--kubelet-client-key={w / 'kube-apiserver-kubelet-client.key'}") if self.kubelet_client else ()),
+            *self.apiserver_args,
         ], self.workdir / "kube-apiserver.log")
-        self.host = f"https://127.0.0.1:{api_port}"
+        self.host = f"https://{self.address}:{api_port}"
         context = ssl.create_default_context(cafile=str(self.ca_file))
 
         def ready() -> bool:
@@ -426,10 +471,19 @@ class EnvTest:
         self._clients.append(api)
         return api
 
+    def client_certificate(self, user: str, groups: Sequence[str] = ()) -> tuple[Path, Path]:
+        """``(cert, key)`` files of a client certificate for ``user`` in ``groups``, signed by the
+        API server's client CA (for what takes a certificate, not a token: its kubelet client)."""
+        cert, key = _make_client_cert(self.ca_file.read_bytes(), (self.workdir / "ca.key").read_bytes(), user, groups)
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", user)
+        (self.workdir / f"{stem}.crt").write_bytes(cert)
+        _write_private(self.workdir / f"{stem}.key", key)
+        return self.workdir / f"{stem}.crt", self.workdir / f"{stem}.key"
+
     def kubeconfig(self, user: str = ADMIN) -> Path:
         """A kubeconfig file for ``user`` (written once, mode 0600), for ``--kubeconfig`` of a
         subprocess: server, the API server's CA file, and the user's token."""
-        path = self.workdir / f"kubeconfig-{user}.yaml"
+        path = self.workdir / f"kubeconfig-{re.sub(r'[^A-Za-z0-9_.-]', '_', user)}.yaml"
         if not path.exists():
             config = {
                 "apiVersion": "v1", "kind": "Config",
@@ -767,10 +821,12 @@ KCM_CONTROLLERS = ("job-controller", "garbage-collector-controller")
 
 @contextmanager
 def controller_manager(envtest: EnvTest, workdir: Path, controllers: Sequence[str] = KCM_CONTROLLERS,
-                       timeout: float = 30.0) -> Iterator[Process]:
-    """kube-controller-manager (``KUBEBUILDER_ASSETS``) running ``controllers`` against ``envtest`` as its
-    admin, once ``/healthz`` answers; stopped at the end. Skips when the directory has none. Register
-    custom kinds first: its garbage collector learns them at start (then every 30 s)."""
+                       timeout: float = 30.0, *, user: str = ADMIN, args: Sequence[str] = (),
+                       env: Mapping[str, str] | None = None) -> Iterator[Process]:
+    """kube-controller-manager (``KUBEBUILDER_ASSETS``) running ``controllers`` against ``envtest`` as
+    ``user`` (its admin by default), with ``args`` added, once ``/healthz`` answers; stopped at the
+    end. Skips when the directory has none. Register custom kinds first: its garbage collector
+    learns them at start (then every 30 s)."""
     import pytest
 
     binary = envtest.assets / "kube-controller-manager"
@@ -778,10 +834,10 @@ def controller_manager(envtest: EnvTest, workdir: Path, controllers: Sequence[st
         pytest.skip(f"{ASSETS_ENV} has no kube-controller-manager (the Job controller and garbage collector)")
     port = free_port()
     process = Process.start("kube-controller-manager", [
-        str(binary), f"--kubeconfig={envtest.kubeconfig()}", f"--controllers={','.join(controllers)}",
+        str(binary), f"--kubeconfig={envtest.kubeconfig(user)}", f"--controllers={','.join(controllers)}",
         "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
-        "--kube-api-qps=200", "--kube-api-burst=400",
-    ], workdir / "kube-controller-manager.log")
+        "--kube-api-qps=200", "--kube-api-burst=400", *args,
+    ], workdir / "kube-controller-manager.log", env=env)
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # its own self-signed certificate
 

@@ -1,0 +1,808 @@
+"""A single-node Kubernetes cluster on this machine, from real parts, for the tests that install the
+product as an operator does (tests/test_node_install.py). The facts it follows are
+../shared/real-kubernetes.md's ("A real node: kubelet, containerd, kube-proxy").
+
+What runs, each a child process of the test with its log in the work directory:
+
+* etcd and kube-apiserver (:class:`tests.envtest.EnvTest`), listening on the node's address (not
+  loopback: Pods reach the API server through the ``kubernetes`` Service, whose endpoint it keeps
+  there) with the Node and RBAC authorizers, and a ``system:masters`` client certificate for its
+  calls to the kubelet (logs, exec);
+* kube-controller-manager with every controller and the service-account key
+  (:func:`tests.envtest.controller_manager`), so ServiceAccount tokens, Deployments, ReplicaSets and
+  the garbage collector work; kube-scheduler;
+* containerd (restrict_oom_score_adj, cgroupfs), kubelet (failCgroupV1 false, cgroupfs, failSwapOn
+  false) and kube-proxy (iptables), each under its component's own identity, in a mount namespace
+  of their own (below).
+
+Where the parts come from: ``KUBEBUILDER_ASSETS`` (kube-apiserver, etcd, kube-controller-manager),
+``KUBE_NODE_ASSETS`` (kubelet, kube-scheduler, kube-proxy), Debian's containerd, runc,
+containernetworking-plugins, iptables, iproute2, util-linux and busybox-static. :func:`missing`
+says what of it this machine lacks (tests skip with it); it also needs root.
+
+Images without a registry: :meth:`Node.import_image` imports an OCI archive (e.g. ``buildah push
+IMAGE oci-archive:FILE``) with ``ctr -n k8s.io images import``; Pods name it with
+``imagePullPolicy: Never`` or ``IfNotPresent``. The sandbox ("pause") image is Debian's static
+busybox, written as an OCI archive here (:func:`pause_image_archive`).
+
+The network, and the rule that nothing leaves this machine: the node's address is the first of a
+``10.244.N.0/24`` that no interface or route here uses, on a bridge of the harness's own (this
+kernel has no ``dummy`` device); the CNI ``bridge`` plugin puts Pods on it with ``isGateway`` and
+``ipMasq`` off, and their only routes are that subnet and the Service range (through the bridge's
+address). The bridge alone forwards (``net.ipv4.conf.BRIDGE.forwarding``), and a rule in the mangle
+table's FORWARD chain (before anything kube-proxy adds to filter's) drops every packet that
+enters the bridge from elsewhere or leaves it for elsewhere. The host routes the Service range to
+the bridge too, so a ClusterIP that kube-proxy has no rule for stays on the machine.
+
+What it changes on the machine, and how :meth:`Node.stop` undoes it (every step registers its undo
+as soon as it is done, so a failed start is undone as well; the undos run in reverse order and
+all of them run even when one fails):
+
+* the bridge, its route and the two mangle rules: deleted;
+* iptables and ip6tables chains that kubelet and kube-proxy create: ``kube-proxy --cleanup``, then
+  every chain that did not exist before the start is emptied and deleted with the rules that jump
+  to it (the start refuses a machine where kube-proxy's ``KUBE-SERVICES`` chain already exists:
+  another node runs here);
+* sysctls kubelet and kube-proxy set (kubelet's kernel tunables, conntrack limits...): each one
+  restored when its value changed;
+* a cgroup ``/vjw-node-HEX`` in every cgroup hierarchy (v1's, and v2's mounted beside them),
+  kubelet's ``cgroupRoot``: every process in it killed (the containers), then removed with every
+  cgroup under it;
+* the mount namespace: containerd, kubelet and kube-proxy run in one made by ``unshare --mount``,
+  with tmpfs over ``/run``, ``/var/log`` and ``/var/lib/cni`` (paths they write no matter their
+  flags: shim sockets, ``/var/log/containers``, CNI's result cache), so every mount they make
+  (overlay root file systems, volumes, network namespaces) is in it alone and goes with it: at the
+  end every process in it (containerd's shims too) is killed by its pid. ``/var/lib/cni`` is created
+  empty for its mount point when it does not exist, and removed again;
+* a short directory under /tmp for containerd's and kubelet's state (socket paths are limited to
+  108 bytes): removed;
+* the processes: stopped by pid (SIGTERM, a few seconds, SIGKILL).
+
+Use as a context manager; ``timings`` records ``bring_up`` and ``teardown`` seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import io
+import ipaddress
+import json
+import os
+import platform
+import secrets
+import shlex
+import shutil
+import signal
+import ssl
+import subprocess
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+import yaml
+from kubernetes import client
+
+from tests.envtest import (
+    ADMIN,
+    ASSETS_ENV,
+    SERVICE_CIDR,
+    EnvTest,
+    Process,
+    controller_manager,
+    find_assets,
+    free_port,
+    read,
+    wait_until,
+)
+
+NODE_ASSETS_ENV = "KUBE_NODE_ASSETS"
+NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
+CNI_BIN = Path("/usr/lib/cni")
+BUSYBOX = Path("/bin/busybox")
+# What the node needs of this machine, and the Debian package that has it.
+HOST_TOOLS: tuple[tuple[str, str], ...] = (
+    ("containerd", "containerd"), ("ctr", "containerd"), ("containerd-shim-runc-v2", "containerd"), ("runc", "runc"),
+    ("iptables", "iptables"), ("ip6tables", "iptables"), ("ip", "iproute2"), ("unshare", "util-linux"),
+    ("nsenter", "util-linux"), ("mount", "mount"), ("nft", "nftables"),
+    (str(CNI_BIN / "bridge"), "containernetworking-plugins"), (str(CNI_BIN / "host-local"), "containernetworking-plugins"),
+    (str(CNI_BIN / "loopback"), "containernetworking-plugins"), (str(BUSYBOX), "busybox-static"),
+)
+NODE_NAME = "vjw-node"
+PAUSE_IMAGE = "localhost/vjw-pause:busybox"
+# The sandbox's process: sleeps until it is told to stop, as the real pause does (a PID 1 with no
+# handler would ignore SIGTERM and every Pod deletion would wait for SIGKILL).
+PAUSE_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
+# Users of the components, each with the built-in RBAC that Kubernetes grants that name.
+KUBELET_USER = f"system:node:{NODE_NAME}"
+PROXY_USER = "system:kube-proxy"
+SCHEDULER_USER = "system:kube-scheduler"
+KCM_USER = "system:kube-controller-manager"
+# Written by kubelet (its kernel tunables) and kube-proxy (conntrack, route_localnet) whatever their
+# flags say, or by the CNI bridge plugin; restored afterwards when changed.
+SYSCTLS = (
+    "vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes", "net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding", "net/ipv4/conf/all/route_localnet",
+    "net/netfilter/nf_conntrack_max", "net/netfilter/nf_conntrack_tcp_timeout_established",
+    "net/netfilter/nf_conntrack_tcp_timeout_close_wait", "net/netfilter/nf_conntrack_tcp_be_liberal",
+    "net/netfilter/nf_conntrack_udp_timeout", "net/netfilter/nf_conntrack_udp_timeout_stream",
+    "net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables",
+)
+IPTABLES = ("iptables", "ip6tables")
+TABLES = ("filter", "nat", "mangle", "raw")
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+# What this machine lacks ---------------------------------------------------------------------------
+
+
+def find_node_assets(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The ``KUBE_NODE_ASSETS`` directory when it holds executable kubelet, kube-scheduler and kube-proxy."""
+    value = environ.get(NODE_ASSETS_ENV)
+    if value and all(os.access(Path(value) / name, os.X_OK) for name in NODE_BINARIES):
+        return Path(value)
+    return None
+
+
+def _tool(name: str) -> str | None:
+    if name.startswith("/"):
+        return name if os.access(name, os.X_OK) else None
+    return shutil.which(name, path=PATH)
+
+
+def is_static(binary: Path) -> bool:
+    """Whether an ELF executable has no program interpreter (runs in an image with nothing else)."""
+    data = binary.read_bytes()[:4096]
+    if data[:4] != b"\x7fELF" or data[4] != 2:  # ELFCLASS64 only
+        return False
+    phoff = int.from_bytes(data[0x20:0x28], "little")
+    size, count = int.from_bytes(data[0x36:0x38], "little"), int.from_bytes(data[0x38:0x3A], "little")
+    return all(int.from_bytes(data[phoff + i * size:phoff + i * size + 4], "little") != 3  # PT_INTERP
+               for i in range(count))
+
+
+def missing(environ: Mapping[str, str] = os.environ) -> str | None:
+    """Why a node cannot be brought up here (None when it can): each part that is missing, and how
+    to get it."""
+    reasons = []
+    if os.geteuid() != 0:
+        reasons.append("not root (a node makes a bridge, iptables rules, mounts and cgroups)")
+    assets = find_assets(environ)
+    if assets is None:
+        reasons.append(f"{ASSETS_ENV} is not set to a directory with kube-apiserver and etcd")
+    elif not os.access(assets / "kube-controller-manager", os.X_OK):
+        reasons.append(f"{ASSETS_ENV} ({assets}) has no kube-controller-manager")
+    if not environ.get(NODE_ASSETS_ENV):
+        reasons.append(f"{NODE_ASSETS_ENV} is not set (a directory with {', '.join(NODE_BINARIES)})")
+    else:
+        absent = [n for n in NODE_BINARIES if not os.access(Path(environ[NODE_ASSETS_ENV]) / n, os.X_OK)]
+        if absent:
+            reasons.append(f"{NODE_ASSETS_ENV} ({environ[NODE_ASSETS_ENV]}) has no {', '.join(absent)}")
+    lacking = [(name, package) for name, package in HOST_TOOLS if _tool(name) is None]
+    if lacking:
+        packages = " ".join(dict.fromkeys(p for _, p in lacking))
+        reasons.append(f"not installed: {', '.join(n for n, _ in lacking)} (apt-get install {packages})")
+    elif not is_static(BUSYBOX):
+        reasons.append(f"{BUSYBOX} is not statically linked (apt-get install busybox-static)")
+    if not reasons and _chain_exists("iptables", "nat", "KUBE-SERVICES"):
+        reasons.append("kube-proxy's chain KUBE-SERVICES already exists: another node runs on this machine")
+    return "; ".join(reasons) or None
+
+
+# Running things ----------------------------------------------------------------------------------
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment of the node's processes: no proxy (nothing they do leaves the machine), no
+    KUBECONFIG, a PATH with the sbin directories (kubelet runs iptables and mount)."""
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy") and k != "KUBECONFIG"}
+    env["PATH"] = PATH
+    env.update(extra)
+    return env
+
+
+def run(*argv: str | Path, check: bool = True, timeout: float = 60, env: Mapping[str, str] | None = None,
+        input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """One command; AssertionError with its output when it fails and ``check``."""
+    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout,
+                          env=dict(env) if env is not None else clean_env(), input=input, check=False)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{shlex.join(map(str, argv))} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def _chain_exists(binary: str, table: str, chain: str) -> bool:
+    return run(binary, "-w", "-t", table, "-S", chain, check=False).returncode == 0
+
+
+def _chains(binary: str, table: str) -> set[str]:
+    done = run(binary, "-w", "-t", table, "-S", check=False)
+    if done.returncode != 0:  # the table (or the family) is not there
+        return set()
+    return {line.split()[1] for line in done.stdout.splitlines() if line.startswith("-N ")}
+
+
+def _nft_tables() -> set[tuple[str, str]]:
+    """``(family, name)`` of every nftables table (iptables-nft keeps its tables there)."""
+    listing = run("nft", "list", "tables").stdout.split("\n")
+    return {(words[1], words[2]) for words in map(str.split, listing) if len(words) == 3 and words[0] == "table"}
+
+
+def _https_ok(url: str) -> bool:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # a component's self-signed certificate
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+def _processes_in_mount_namespace(inode: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.stat(entry / "ns" / "mnt").st_ino == inode:
+                    pids.append(int(entry.name))
+            except OSError:  # gone meanwhile, or a kernel thread
+                continue
+    return pids
+
+
+def _kill(pids: Sequence[int], sig: int = signal.SIGKILL) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+# The sandbox image -------------------------------------------------------------------------------
+
+
+def _blob(out: dict[str, bytes], data: bytes, media_type: str) -> dict[str, Any]:
+    digest = hashlib.sha256(data).hexdigest()
+    out[f"blobs/sha256/{digest}"] = data
+    return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
+
+
+def pause_image_archive(path: Path, name: str = PAUSE_IMAGE) -> Path:
+    """An OCI archive of image ``name``: the static busybox at /bin/busybox (and /bin/sh) running
+    :data:`PAUSE_SCRIPT`, written without any image tool."""
+    layer_buffer = io.BytesIO()
+    with tarfile.open(fileobj=layer_buffer, mode="w", format=tarfile.PAX_FORMAT) as layer:
+        directory = tarfile.TarInfo("bin")
+        directory.type, directory.mode = tarfile.DIRTYPE, 0o755
+        layer.addfile(directory)
+        data = BUSYBOX.read_bytes()
+        binary = tarfile.TarInfo("bin/busybox")
+        binary.size, binary.mode = len(data), 0o755
+        layer.addfile(binary, io.BytesIO(data))
+        shell = tarfile.TarInfo("bin/sh")
+        shell.type, shell.linkname = tarfile.SYMTYPE, "busybox"
+        layer.addfile(shell)
+    layer_tar = layer_buffer.getvalue()
+    blobs: dict[str, bytes] = {}
+    layer_desc = _blob(blobs, gzip.compress(layer_tar, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    config = {"architecture": arch, "os": "linux",
+              "config": {"Entrypoint": ["/bin/busybox", "sh", "-c", PAUSE_SCRIPT]},
+              "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(layer_tar).hexdigest()}"]}}
+    config_desc = _blob(blobs, json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json")
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": config_desc, "layers": [layer_desc]}
+    manifest_desc = _blob(blobs, json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json")
+    manifest_desc["annotations"] = {"io.containerd.image.name": name,
+                                    "org.opencontainers.image.ref.name": name.rpartition(":")[2]}
+    files = {"oci-layout": json.dumps({"imageLayoutVersion": "1.0.0"}).encode(),
+             "index.json": json.dumps({"schemaVersion": 2, "manifests": [manifest_desc]}).encode(), **blobs}
+    with tarfile.open(path, "w") as archive:
+        for member, content in files.items():
+            info = tarfile.TarInfo(member)
+            info.size = len(content)
+            archive.addfile(info, io.BytesIO(content))
+    return path
+
+
+# The node ----------------------------------------------------------------------------------------
+
+
+def _free_subnet() -> ipaddress.IPv4Network:
+    """A ``10.244.N.0/24`` that no address or route of this machine overlaps."""
+    used = []
+    for line in run("ip", "-4", "-o", "addr", "show").stdout.splitlines():
+        used.append(ipaddress.ip_network(line.split()[3], strict=False))
+    for line in run("ip", "-4", "route", "show", "table", "all").stdout.splitlines():
+        words = line.split()
+        target = words[1] if words[0] in ("local", "broadcast", "unicast", "blackhole", "unreachable") else words[0]
+        if target != "default":
+            try:
+                used.append(ipaddress.ip_network(target, strict=False))
+            except ValueError:
+                continue
+    for n in range(256):
+        candidate = ipaddress.IPv4Network(f"10.244.{n}.0/24")
+        if not any(candidate.overlaps(u) for u in used):
+            return candidate
+    raise AssertionError("no 10.244.N.0/24 is free on this machine")
+
+
+def _cgroup_hierarchies() -> list[Path]:
+    """The mount points of this machine's cgroup hierarchies: v1's, and v2's where it is mounted
+    beside them (``/sys/fs/cgroup/unified``), where runc makes each container's cgroup too."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        before, _, after = line.partition(" - ")
+        if after.split()[0] in ("cgroup", "cgroup2"):
+            out.append(Path(before.split()[4]))
+    return out
+
+
+@dataclass
+class Node:
+    """A one-node cluster: see the module docstring. ``workdir`` holds the logs, configurations and
+    credentials; :attr:`envtest` is its API server (``api_client``, ``kubeconfig``)."""
+
+    assets: Path  # KUBEBUILDER_ASSETS
+    node_assets: Path  # KUBE_NODE_ASSETS
+    workdir: Path
+    timings: dict[str, float] = field(default_factory=dict)
+    envtest: EnvTest = field(init=False)
+    subnet: ipaddress.IPv4Network = field(init=False)
+    address: str = field(init=False, default="")
+    bridge: str = field(init=False, default="")
+    runtime: Path = field(init=False)  # containerd's and kubelet's state (short: socket paths)
+    processes: dict[str, Process] = field(default_factory=dict, init=False)
+    _undo: list[tuple[str, Callable[[], object]]] = field(default_factory=list, init=False)
+    _stack: ExitStack = field(default_factory=ExitStack, init=False)
+    _holder: Process | None = field(default=None, init=False)
+    _namespace_inode: int = field(default=0, init=False)
+    _cgroup: str = field(default="", init=False)
+    _sysctls: dict[str, str] = field(default_factory=dict, init=False)  # before the start
+    _chains: dict[tuple[str, str], set[str]] = field(default_factory=dict, init=False)
+    _tables: set[tuple[str, str]] = field(default_factory=set, init=False)
+    _made_cni_dir: bool = field(default=False, init=False)
+
+    @property
+    def socket(self) -> Path:
+        return self.runtime / "containerd.sock"
+
+    # Lifecycle ---------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 120.0) -> Self:
+        """Bring every part up and return once the node is Ready, kube-proxy has synced and the
+        ``default`` ServiceAccount exists; on any failure everything done so far is undone first."""
+        started = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            reason = missing()
+            if reason:
+                raise RuntimeError(f"cannot bring up a node here: {reason}")
+            self._snapshot_sysctls()
+            self._snapshot_chains()
+            self._network()
+            self._control_plane()
+            self._runtime_dirs()
+            self._mount_namespace()
+            self._containerd()
+            self.import_image(pause_image_archive(self.workdir / "pause.oci.tar"))
+            self._kubelet()
+            self._kube_proxy()
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["bring_up"] = time.monotonic() - started
+        return self
+
+    def stop(self) -> None:
+        """Undo every step done, last first; every undo runs even when an earlier one fails, and
+        the failures are raised together at the end. Idempotent."""
+        started = time.monotonic()
+        errors = []
+        while self._undo:
+            what, undo = self._undo.pop()
+            try:
+                undo()
+            except Exception as exc:  # the next undos must run all the same
+                errors.append(f"{what}: {exc}")
+        if errors:
+            raise AssertionError("tearing the node down left something behind:\n" + "\n".join(errors))
+        if started and "bring_up" in self.timings:
+            self.timings["teardown"] = time.monotonic() - started
+
+    def leftovers(self) -> list[str]:
+        """What of the node is still on this machine after :meth:`stop` (empty when nothing): its
+        bridge, routes and rules, chains, tables and sysctls that differ from before the start,
+        its cgroups, directories and processes."""
+        found = []
+        if self.bridge and run("ip", "link", "show", self.bridge, check=False).returncode == 0:
+            found.append(f"bridge {self.bridge}")
+        if self.bridge and SERVICE_CIDR in run("ip", "-4", "route", "show", SERVICE_CIDR).stdout:
+            found.append(f"route {SERVICE_CIDR}")
+        if "vjw-node" in run("iptables", "-w", "-t", "mangle", "-S", "FORWARD", check=False).stdout:
+            found.append("a mangle FORWARD rule")
+        for (binary, table), old in self._chains.items():
+            found += [f"{binary} -t {table} chain {c}" for c in sorted(_chains(binary, table) - old)]
+        if self._chains:
+            found += [f"nft table {f} {t}" for f, t in sorted(_nft_tables() - self._tables)]
+        for name, value in self._sysctls.items():
+            now = (Path("/proc/sys") / name).read_text()
+            if now != value:
+                found.append(f"sysctl {name}: {now.strip()} (was {value.strip()})")
+        if self._cgroup:
+            found += [f"cgroup {h / self._cgroup.lstrip('/')}" for h in _cgroup_hierarchies()
+                      if (h / self._cgroup.lstrip("/")).exists()]
+        if self._namespace_inode:
+            found += [f"process {pid} in the mount namespace" for pid in _processes_in_mount_namespace(self._namespace_inode)]
+        if self._made_cni_dir and Path("/var/lib/cni").exists():
+            found.append("/var/lib/cni")
+        if getattr(self, "runtime", None) and self.runtime.exists():
+            found.append(str(self.runtime))
+        found += [f"process {p.name} ({p.popen.pid})" for p in self.processes.values() if p.alive]
+        return found
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _done(self, what: str, undo: Callable[[], object]) -> None:
+        self._undo.append((what, undo))
+
+    # The machine's state -------------------------------------------------------------------------
+
+    def _snapshot_sysctls(self) -> None:
+        before = self._sysctls
+        for name in SYSCTLS:
+            path = Path("/proc/sys") / name
+            if path.exists():
+                before[name] = path.read_text()
+
+        def restore() -> None:
+            for name, value in before.items():
+                path = Path("/proc/sys") / name
+                # Only what changed: writing ip_forward, even its own value, resets every device's forwarding.
+                if path.read_text() != value:
+                    path.write_text(value)
+
+        self._done("restore sysctls", restore)
+
+    def _snapshot_chains(self) -> None:
+        before = self._chains
+        before.update({(b, t): _chains(b, t) for b in IPTABLES for t in TABLES})
+        tables_before = self._tables
+        tables_before.update(_nft_tables())
+
+        def remove_new_chains() -> None:
+            for (binary, table), old in before.items():
+                new = _chains(binary, table) - old
+                if not new:
+                    continue
+                rules = run(binary, "-w", "-t", table, "-S").stdout.splitlines()
+                for rule in rules:
+                    words = shlex.split(rule)
+                    if words[:1] == ["-A"] and words[1] not in new and any(
+                            words[i] in ("-j", "-g") and words[i + 1] in new for i in range(len(words) - 1)):
+                        run(binary, "-w", "-t", table, "-D", *words[1:])
+                for chain in new:
+                    run(binary, "-w", "-t", table, "-F", chain)
+                for chain in new:
+                    run(binary, "-w", "-t", table, "-X", chain)
+            # iptables-nft makes a table on first use and leaves it when emptied.
+            for family, table in _nft_tables() - tables_before:
+                run("nft", "delete", "table", family, table)
+
+        self._done("remove the iptables chains kubelet and kube-proxy made", remove_new_chains)
+
+    def _network(self) -> None:
+        self.subnet = _free_subnet()
+        self.address = str(self.subnet.network_address + 1)
+        self.bridge = f"vjwbr{self.subnet.network_address.packed[2]}"
+        run("ip", "link", "add", self.bridge, "type", "bridge")
+        self._done(f"delete bridge {self.bridge}", lambda: run("ip", "link", "delete", self.bridge))
+        run("ip", "addr", "add", f"{self.address}/{self.subnet.prefixlen}", "dev", self.bridge)
+        run("ip", "link", "set", self.bridge, "up")
+        Path(f"/proc/sys/net/ipv4/conf/{self.bridge}/forwarding").write_text("1")
+        # Host → a ClusterIP kube-proxy has no rule for: onto the bridge, not the default route.
+        run("ip", "route", "add", SERVICE_CIDR, "dev", self.bridge)
+        for rule in (["-i", self.bridge, "!", "-o", self.bridge], ["-o", self.bridge, "!", "-i", self.bridge]):
+            spec = ["FORWARD", *rule, "-m", "comment", "--comment", "vjw-node: nothing crosses the bridge", "-j", "DROP"]
+            run("iptables", "-w", "-t", "mangle", "-I", *spec)
+            self._done("delete a mangle FORWARD rule", functools.partial(run, "iptables", "-w", "-t", "mangle", "-D", *spec))
+
+    # The control plane ---------------------------------------------------------------------------
+
+    def _control_plane(self) -> None:
+        users = (KUBELET_USER, PROXY_USER, SCHEDULER_USER, KCM_USER)
+        self.envtest = EnvTest(
+            self.assets, self.workdir / "apiserver", address=self.address, users=users,
+            groups={KUBELET_USER: ("system:nodes",)},
+            admission_plugins=("NodeRestriction",), authorization="Node,RBAC", kubelet_client=True,
+            apiserver_args=("--kubelet-preferred-address-types=InternalIP",),
+        )
+        self.envtest.start()
+        self._done("stop the API server and etcd", self.envtest.stop)
+        w = self.envtest.workdir
+        kcm = controller_manager(self.envtest, self.workdir, ("*",), user=KCM_USER, env=clean_env(), args=(
+            "--use-service-account-credentials=true", f"--service-account-private-key-file={w / 'sa.key'}",
+            f"--root-ca-file={self.envtest.ca_file}", f"--cluster-cidr={self.subnet}", "--allocate-node-cidrs=false",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--node-monitor-grace-period=20s",
+        ))
+        self.processes["kube-controller-manager"] = self._stack.enter_context(kcm)
+        self._done("stop kube-controller-manager", self._stack.close)
+        port = free_port()
+        scheduler = self._start("kube-scheduler", [
+            str(self.node_assets / "kube-scheduler"), f"--kubeconfig={self.envtest.kubeconfig(SCHEDULER_USER)}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
+        ])
+        wait_until(lambda: self._alive(scheduler) and _https_ok(f"https://127.0.0.1:{port}/healthz"), 30,
+                   "kube-scheduler's /healthz", log=lambda: scheduler.log(tail=30))
+
+    def _start(self, name: str, argv: Sequence[str], *, namespaced: bool = False, grace: float = 5.0) -> Process:
+        if namespaced:
+            assert self._holder is not None
+            argv = ["nsenter", "-t", str(self._holder.popen.pid), "-m", "--", *argv]
+        process = Process.start(name, argv, self.workdir / f"{name}.log", env=clean_env())
+        self.processes[name] = process
+        self._done(f"stop {name}", lambda: process.stop(grace=grace))
+        return process
+
+    @staticmethod
+    def _alive(process: Process) -> bool:
+        assert process.alive, f"{process.name} exited ({process.popen.returncode}):\n{process.log(tail=40)}"
+        return True
+
+    # The node's runtime --------------------------------------------------------------------------
+
+    def _runtime_dirs(self) -> None:
+        self.runtime = Path(tempfile.mkdtemp(prefix="vjw-node-", dir="/tmp"))
+        self._done(f"remove {self.runtime}", lambda: shutil.rmtree(self.runtime))
+        self._cgroup = f"/vjw-node-{secrets.token_hex(4)}"
+        made = []
+        for hierarchy in _cgroup_hierarchies():
+            path = hierarchy / self._cgroup.lstrip("/")
+            path.mkdir()
+            made.append(path)
+            for name in ("cpuset.cpus", "cpuset.mems"):  # a new cpuset is empty: give it its parent's
+                if (path / name).exists():
+                    (path / name).write_text((hierarchy / name).read_text())
+
+        def remove_cgroups() -> None:
+            # Processes first (the containers), then the tree, deepest first.
+            def empty() -> bool:
+                pids = {int(p) for top in made if top.exists() for procs in top.rglob("cgroup.procs")
+                        for p in procs.read_text().split()}
+                _kill(sorted(pids))
+                for top in made:
+                    for directory in sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+                        try:
+                            directory.rmdir()
+                        except OSError:
+                            pass
+                    try:
+                        top.rmdir()
+                    except OSError:
+                        pass
+                return not any(top.exists() for top in made)
+
+            wait_until(empty, 20, f"cgroup {self._cgroup} to be removed", interval=0.2)
+
+        self._done(f"remove cgroup {self._cgroup}", remove_cgroups)
+
+    def _mount_namespace(self) -> None:
+        self._made_cni_dir = not Path("/var/lib/cni").exists()
+        if self._made_cni_dir:
+            Path("/var/lib/cni").mkdir(parents=True)
+            self._done("remove /var/lib/cni", lambda: Path("/var/lib/cni").rmdir())
+        ready = self.runtime / "namespace-ready"
+        script = (
+            "set -e; mount --make-rprivate /; "
+            "for d in /run /var/log /var/lib/cni; do mount -t tmpfs -o mode=0755 vjw-node \"$d\"; done; "
+            f"touch {ready}; exec sleep infinity"
+        )
+        holder = Process.start("mount-namespace", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                               self.workdir / "mount-namespace.log", env=clean_env())
+        self._holder = holder
+
+        def end_namespace() -> None:
+            # Everything that runs in it (containerd's shims included), then the holder: the
+            # namespace and every mount in it go with the last of them.
+            def ended() -> bool:
+                left = [p for p in _processes_in_mount_namespace(self._namespace_inode) if p != holder.popen.pid]
+                _kill(left)
+                return not left
+
+            if self._namespace_inode:
+                wait_until(ended, 20, "the mount namespace's processes to end", interval=0.2)
+            holder.stop(grace=1.0)
+
+        self._done("end the mount namespace", end_namespace)
+        wait_until(lambda: self._alive(holder) and ready.exists(), 10, "the mount namespace", log=lambda: holder.log())
+        self._namespace_inode = os.stat(f"/proc/{holder.popen.pid}/ns/mnt").st_ino
+
+    def _containerd(self) -> None:
+        r = self.runtime
+        cni = r / "cni" / "net.d"
+        cni.mkdir(parents=True)
+        (cni / "10-vjw-node.conflist").write_text(json.dumps({
+            "cniVersion": "0.4.0", "name": "vjw-node",
+            "plugins": [{
+                "type": "bridge", "bridge": self.bridge, "isGateway": False, "ipMasq": False, "hairpinMode": True,
+                "ipam": {"type": "host-local", "dataDir": str(r / "cni" / "ipam"),
+                         "ranges": [[{"subnet": str(self.subnet), "rangeStart": str(self.subnet.network_address + 10),
+                                      "gateway": self.address}]],
+                         # The Pods' only routes: their subnet, and the Service range through the host.
+                         "routes": [{"dst": SERVICE_CIDR, "gw": self.address}]},
+            }],
+        }, indent=1))
+        config = r / "containerd.toml"
+        config.write_text(f"""\
+version = 2
+root = "{r / 'containerd' / 'root'}"
+state = "{r / 'containerd' / 'state'}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+[grpc]
+  address = "{self.socket}"
+[ttrpc]
+  address = ""
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{r / 'containerd' / 'opt'}"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # Root here lacks CAP_SYS_RESOURCE: runc cannot lower a sandbox's oom_score_adj as kubelet asks.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  disable_apparmor = true
+  enable_selinux = false
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "{r / 'runc'}"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN}"
+    conf_dir = "{cni}"
+    max_conf_num = 1
+""")
+        containerd = self._start("containerd", ["containerd", f"--config={config}", "--log-level=warn"], namespaced=True)
+
+        def up() -> bool:
+            self._alive(containerd)
+            return self.socket.exists() and self.ctr("version", check=False).returncode == 0
+
+        wait_until(up, 30, "containerd's socket", log=lambda: containerd.log(tail=30))
+
+        def kill_containers() -> None:
+            # Before containerd stops: its shims would keep the containers running without it.
+            pids = {int(p) for hierarchy in _cgroup_hierarchies()[:1]
+                    for procs in (hierarchy / self._cgroup.lstrip("/")).rglob("cgroup.procs") for p in procs.read_text().split()}
+            _kill(sorted(pids))
+
+        self._done("kill the containers", kill_containers)
+
+    def ctr(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """``ctr -n k8s.io ARGS`` against the node's containerd (the namespace the CRI uses)."""
+        return run("ctr", f"--address={self.socket}", "-n", "k8s.io", *args, check=check, timeout=timeout)
+
+    def import_image(self, archive: Path, base_name: str | None = None) -> None:
+        """Import an OCI archive's image into the node (unpacked for the CRI). ``base_name``: the
+        repository of an archive whose references are tags only (see ``ctr images import --help``)."""
+        self.ctr("images", "import", *([f"--base-name={base_name}"] if base_name else []), str(archive), timeout=300)
+
+    def _kubelet(self) -> None:
+        r, w = self.runtime, self.workdir
+        port, health = free_port(), free_port()
+        config = w / "kubelet.yaml"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            # cgroup v1 here, which 1.36 refuses unless told; cgroupfs, as containerd's runc (SystemdCgroup false).
+            "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": self._cgroup, "failSwapOn": False,
+            "containerRuntimeEndpoint": f"unix://{self.socket}",
+            "address": self.address, "port": port, "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": health,
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                               "x509": {"clientCAFile": str(self.envtest.ca_file)}},
+            "authorization": {"mode": "Webhook"},
+            "clusterDomain": "cluster.local", "resolvConf": "/etc/resolv.conf",
+            "podLogsDir": str(w / "pod-logs"), "volumePluginDir": str(r / "volume-plugins"),
+            # Nothing here is worth evicting for, or garbage-collecting images over: the node lives minutes.
+            "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                             "nodefs.inodesFree": "1%"},
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "serializeImagePulls": False, "syncFrequency": "10s", "shutdownGracePeriod": "0s",
+        }))
+        kubelet = self._start("kubelet", [
+            str(self.node_assets / "kubelet"), f"--config={config}", f"--kubeconfig={self.envtest.kubeconfig(KUBELET_USER)}",
+            f"--root-dir={r / 'kubelet'}", f"--cert-dir={r / 'kubelet' / 'pki'}", f"--hostname-override={NODE_NAME}",
+            f"--node-ip={self.address}", "-v=1",
+        ], namespaced=True, grace=3.0)
+        wait_until(lambda: self._alive(kubelet) and self._http_ok(f"http://127.0.0.1:{health}/healthz"), 60,
+                   "kubelet's /healthz", log=lambda: kubelet.log(tail=40))
+
+    def _kube_proxy(self) -> None:
+        metrics, health = free_port(), free_port()
+        proxy = self._start("kube-proxy", [
+            str(self.node_assets / "kube-proxy"), f"--kubeconfig={self.envtest.kubeconfig(PROXY_USER)}",
+            f"--hostname-override={NODE_NAME}", "--proxy-mode=iptables", f"--cluster-cidr={self.subnet}",
+            # Not loopback: route_localnet stays off. 0: the conntrack settings are left as they are.
+            f"--nodeport-addresses={self.subnet}", "--conntrack-max-per-core=0",
+            "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
+            f"--metrics-bind-address=127.0.0.1:{metrics}", f"--healthz-bind-address=127.0.0.1:{health}",
+        ], namespaced=True)
+        proxy_binary = self.node_assets / "kube-proxy"
+        holder = self._holder
+        assert holder is not None
+        # Runs after kube-proxy stops (undos run last first): its own rules, in both families.
+        self._undo.insert(len(self._undo) - 1, ("kube-proxy --cleanup", lambda: run(
+            "nsenter", "-t", str(holder.popen.pid), "-m", "--", proxy_binary, "--cleanup", check=False)))
+
+        def synced() -> bool:
+            # Its /healthz answers before the first sync: the kubernetes Service's rule is the sign.
+            self._alive(proxy)
+            done = run("iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES", check=False)
+            return done.returncode == 0 and "default/kubernetes:https" in done.stdout
+
+        wait_until(synced, 60, "kube-proxy's rules for the kubernetes Service", interval=0.2, log=lambda: proxy.log(tail=40))
+
+    @staticmethod
+    def _http_ok(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                return bool(answer.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def _wait_ready(self, timeout: float) -> None:
+        api = self.api_client()
+
+        def ready() -> bool:
+            for name in ("kubelet", "kube-proxy", "containerd"):
+                self._alive(self.processes[name])
+            node = read(api, "v1", "Node", NODE_NAME) or {}
+            conditions = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
+            return conditions.get("Ready") == "True" and not (node.get("spec") or {}).get("taints") and bool(
+                read(api, "v1", "ServiceAccount", "default", "default"))
+
+        wait_until(ready, timeout, f"node {NODE_NAME} Ready, untainted, and the default ServiceAccount",
+                   interval=0.2, log=lambda: self.processes["kubelet"].log(tail=40))
+
+    # Access ------------------------------------------------------------------------------------
+
+    def api_client(self, user: str = ADMIN) -> client.ApiClient:
+        return self.envtest.api_client(user)
+
+    def kubeconfig(self, user: str = ADMIN) -> Path:
+        return self.envtest.kubeconfig(user)
+
+    def logs(self, tail: int = 30) -> str:
+        """The last lines of every component's log, for a failure message."""
+        return "\n".join(f"--- {name}:\n{p.log(tail=tail)}" for name, p in self.processes.items())
+
+    def tool_env(self) -> dict[str, str]:
+        """The environment for kubectl and helm against this node: its admin kubeconfig, and
+        their caches and settings in the work directory rather than the user's home."""
+        home = self.workdir / "home"
+        return clean_env(KUBECONFIG=str(self.kubeconfig()), KUBECACHEDIR=str(home / "kube-cache"),
+                         HELM_CACHE_HOME=str(home / "helm-cache"), HELM_CONFIG_HOME=str(home / "helm-config"),
+                         HELM_DATA_HOME=str(home / "helm-data"))
