@@ -34,9 +34,11 @@ table's FORWARD chain (before anything kube-proxy adds to filter's) drops every 
 enters the bridge from elsewhere or leaves it for elsewhere. The host routes the Service range to
 the bridge too, so a ClusterIP that kube-proxy has no rule for stays on the machine.
 
-What it changes on the machine, and how :meth:`Node.stop` undoes it (every step registers its undo
-as soon as it is done, so a failed start is undone as well; the undos run in reverse order and
-all of them run even when one fails):
+What it changes on the machine, and how :meth:`Node.stop` undoes it. Each change is recorded in a
+:class:`Footprint` (a JSON file in the node's directory) before it is made, and :func:`erase` undoes
+what the footprint records, every step even when another fails: at :meth:`Node.stop`, after a failed
+start as well, and, for a test process killed outright (SIGKILL: no teardown ran), at the next
+start (:func:`clean_stale` erases every footprint whose test process is gone):
 
 * the bridge, its route and the two mangle rules: deleted;
 * iptables and ip6tables chains that kubelet and kube-proxy create: ``kube-proxy --cleanup``, then
@@ -45,7 +47,7 @@ all of them run even when one fails):
   another node runs here);
 * sysctls kubelet and kube-proxy set (kubelet's kernel tunables, conntrack limits...): each one
   restored when its value changed;
-* a cgroup ``/vjw-node-HEX`` in every cgroup hierarchy (v1's, and v2's mounted beside them),
+* a cgroup ``/vjw-node-XXXX`` in every cgroup hierarchy (v1's, and v2's mounted beside them),
   kubelet's ``cgroupRoot``: every process in it killed (the containers), then removed with every
   cgroup under it;
 * the mount namespace: containerd, kubelet and kube-proxy run in one made by ``unshare --mount``,
@@ -54,16 +56,16 @@ all of them run even when one fails):
   (overlay root file systems, volumes, network namespaces) is in it alone and goes with it: at the
   end every process in it (containerd's shims too) is killed by its pid. ``/var/lib/cni`` is created
   empty for its mount point when it does not exist, and removed again;
-* a short directory under /tmp for containerd's and kubelet's state (socket paths are limited to
-  108 bytes): removed;
-* the processes: stopped by pid (SIGTERM, a few seconds, SIGKILL).
+* a short directory ``/tmp/vjw-node-XXXX`` (socket paths are limited to 108 bytes) for containerd's
+  and kubelet's state and the footprint: removed last;
+* the processes: the control plane's stopped by pid (SIGTERM, a few seconds, SIGKILL), the node's
+  (in its cgroup or its mount namespace) killed by pid.
 
 Use as a context manager; ``timings`` records ``bring_up`` and ``teardown`` seconds.
 """
 
 from __future__ import annotations
 
-import functools
 import gzip
 import hashlib
 import io
@@ -71,7 +73,6 @@ import ipaddress
 import json
 import os
 import platform
-import secrets
 import shlex
 import shutil
 import signal
@@ -194,6 +195,8 @@ def missing(environ: Mapping[str, str] = os.environ) -> str | None:
         reasons.append(f"{BUSYBOX} is not statically linked (apt-get install busybox-static)")
     if not reasons and _chain_exists("iptables", "nat", "KUBE-SERVICES"):
         reasons.append("kube-proxy's chain KUBE-SERVICES already exists: another node runs on this machine")
+    if not reasons and run("ip", "-4", "route", "show", SERVICE_CIDR).stdout.strip():
+        reasons.append(f"a route to {SERVICE_CIDR} (the Service range) already exists: another node runs on this machine")
     return "; ".join(reasons) or None
 
 
@@ -347,6 +350,210 @@ def _cgroup_hierarchies() -> list[Path]:
     return out
 
 
+def _start_ticks(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot): with its pid, who it is (pids are reused)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@dataclass
+class Footprint:
+    """What a node has changed on this machine so far. It grows with each step of the start and is
+    kept in ``RUNTIME/footprint.json``, so :func:`erase` undoes everything from the file alone: at
+    :meth:`Node.stop`, and, when the test process was killed before it could stop the node, at the
+    next start (:func:`clean_stale`)."""
+
+    runtime: str  # the node's short directory under /tmp (its name is unique: the namespace's tmpfs name too)
+    owner: tuple[int, int]  # pid and start ticks of the test process
+    sysctls: dict[str, str] = field(default_factory=dict)  # before the start
+    chains: dict[str, list[str]] = field(default_factory=dict)  # "iptables nat": chains before the start
+    tables: list[tuple[str, str]] = field(default_factory=list)  # nftables tables before the start
+    snapshotted: bool = False
+    bridge: str = ""
+    mangle_rules: list[list[str]] = field(default_factory=list)
+    cgroup: str = ""  # kubelet's cgroupRoot, made in every hierarchy
+    made_cni_dir: bool = False
+    namespace_inode: int = 0
+    proxy_binary: str = ""
+
+    @property
+    def tag(self) -> str:
+        return Path(self.runtime).name
+
+    def save(self) -> None:
+        path = Path(self.runtime) / "footprint.json"
+        path.with_suffix(".partial").write_text(json.dumps(self.__dict__))
+        path.with_suffix(".partial").replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> Footprint:
+        data = json.loads(path.read_text())
+        data["owner"] = tuple(data["owner"])
+        data["tables"] = [tuple(t) for t in data["tables"]]
+        return cls(**data)
+
+    def owner_alive(self) -> bool:
+        return _start_ticks(self.owner[0]) == self.owner[1]
+
+    # What is still there ---------------------------------------------------------------------------
+
+    def cgroup_dirs(self) -> list[Path]:
+        return [h / self.cgroup.lstrip("/") for h in _cgroup_hierarchies()] if self.cgroup else []
+
+    def processes(self) -> list[int]:
+        """Every process of the node still running: in its cgroups (the containers), or in its mount
+        namespace (containerd and its shims, kubelet, kube-proxy) — recognised by the namespace's
+        inode and its tmpfs named after :attr:`tag`, so a namespace that merely reuses the inode
+        number is never taken for it."""
+        pids = {int(p) for top in self.cgroup_dirs() if top.exists() for procs in top.rglob("cgroup.procs")
+                for p in procs.read_text().split()}
+        if self.namespace_inode:
+            for pid in _processes_in_mount_namespace(self.namespace_inode):
+                try:
+                    if f" - tmpfs {self.tag} " in Path(f"/proc/{pid}/mountinfo").read_text():
+                        pids.add(pid)
+                except OSError:
+                    continue
+        return sorted(pids - {os.getpid()})
+
+    def leftovers(self) -> list[str]:
+        """What of the node is still on this machine (empty when nothing): its processes, bridge,
+        route, rules, cgroups and directories, and chains, tables and sysctls that differ from
+        before the start."""
+        found = [f"process {pid}" for pid in self.processes()]
+        if self.bridge and run("ip", "link", "show", self.bridge, check=False).returncode == 0:
+            found.append(f"bridge {self.bridge}")
+        if self.bridge and run("ip", "-4", "route", "show", SERVICE_CIDR).stdout.strip():
+            found.append(f"route {SERVICE_CIDR}")
+        found += [f"mangle rule {shlex.join(r)}" for r in self.mangle_rules
+                  if run("iptables", "-w", "-t", "mangle", "-C", *r, check=False).returncode == 0]
+        if self.snapshotted:
+            for key, old in self.chains.items():
+                binary, table = key.split()
+                found += [f"{binary} -t {table} chain {c}" for c in sorted(_chains(binary, table) - set(old))]
+            found += [f"nft table {f} {t}" for f, t in sorted(_nft_tables() - set(self.tables))]
+        for name, value in self.sysctls.items():
+            now = (Path("/proc/sys") / name).read_text()
+            if now != value:
+                found.append(f"sysctl {name}: {now.strip()} (was {value.strip()})")
+        found += [f"cgroup {d}" for d in self.cgroup_dirs() if d.exists()]
+        if self.made_cni_dir and Path("/var/lib/cni").exists():
+            found.append("/var/lib/cni")
+        if Path(self.runtime).exists():
+            found.append(self.runtime)
+        return found
+
+
+def erase(footprint: Footprint, seconds: dict[str, float] | None = None) -> list[str]:
+    """Undo everything ``footprint`` records, in an order that works (processes first, the state
+    directory last); each step runs even when an earlier one fails, and is a no-op when done
+    already. Returns what failed; ``seconds`` gets how long each step took."""
+    errors: list[str] = []
+
+    def step(what: str, action: Callable[[], object]) -> None:
+        started = time.monotonic()
+        try:
+            action()
+        except Exception as exc:  # the next steps must run all the same
+            errors.append(f"{what}: {exc}")
+        if seconds is not None:
+            seconds[what] = time.monotonic() - started
+
+    def no_processes() -> bool:
+        left = footprint.processes()
+        _kill(left)
+        return not left
+
+    step("kill the node's processes", lambda: wait_until(no_processes, 30, "the node's processes to end", interval=0.2))
+    if footprint.proxy_binary:  # kube-proxy's own rules, in both families
+        step("kube-proxy --cleanup", lambda: run(footprint.proxy_binary, "--cleanup", check=False))
+    if footprint.snapshotted:
+        step("remove the chains kubelet and kube-proxy made", lambda: _remove_new_chains(footprint))
+    step("delete the mangle rules", lambda: _delete_rules(footprint.mangle_rules))
+    if footprint.bridge:  # its address, route and forwarding go with it
+        step(f"delete bridge {footprint.bridge}", lambda: run("ip", "link", "delete", footprint.bridge)
+             if run("ip", "link", "show", footprint.bridge, check=False).returncode == 0 else None)
+    step(f"remove cgroup {footprint.cgroup}", lambda: _remove_cgroups(footprint))
+    step("restore sysctls", lambda: _restore_sysctls(footprint.sysctls))
+    if footprint.made_cni_dir and Path("/var/lib/cni").exists():
+        step("remove /var/lib/cni", Path("/var/lib/cni").rmdir)
+    # The mounts were the namespace's alone: nothing is mounted under the directory any more.
+    step(f"remove {footprint.runtime}", lambda: shutil.rmtree(footprint.runtime, ignore_errors=False)
+         if Path(footprint.runtime).exists() else None)
+    return errors
+
+
+def _delete_rules(rules: Sequence[Sequence[str]]) -> None:
+    for rule in rules:
+        if run("iptables", "-w", "-t", "mangle", "-C", *rule, check=False).returncode == 0:
+            run("iptables", "-w", "-t", "mangle", "-D", *rule)
+
+
+def _remove_new_chains(footprint: Footprint) -> None:
+    for key, old in footprint.chains.items():
+        binary, table = key.split()
+        new = _chains(binary, table) - set(old)
+        if not new:
+            continue
+        for rule in run(binary, "-w", "-t", table, "-S").stdout.splitlines():
+            words = shlex.split(rule)
+            if words[:1] == ["-A"] and words[1] not in new and any(
+                    words[i] in ("-j", "-g") and words[i + 1] in new for i in range(len(words) - 1)):
+                run(binary, "-w", "-t", table, "-D", *words[1:])
+        for chain in new:
+            run(binary, "-w", "-t", table, "-F", chain)
+        for chain in new:
+            run(binary, "-w", "-t", table, "-X", chain)
+    # iptables-nft makes a table on first use and leaves it when emptied.
+    for family, table in _nft_tables() - set(footprint.tables):
+        run("nft", "delete", "table", family, table)
+
+
+def _remove_cgroups(footprint: Footprint) -> None:
+    def removed() -> bool:
+        for top in footprint.cgroup_dirs():
+            if top.exists():
+                for directory in sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+                    try:
+                        directory.rmdir()
+                    except OSError:  # a process still leaving
+                        pass
+                try:
+                    top.rmdir()
+                except OSError:
+                    pass
+        return not any(top.exists() for top in footprint.cgroup_dirs())
+
+    wait_until(removed, 20, f"cgroup {footprint.cgroup} to be removed", interval=0.2)
+
+
+def _restore_sysctls(before: Mapping[str, str]) -> None:
+    for name, value in before.items():
+        path = Path("/proc/sys") / name
+        # Only what changed: writing ip_forward, even its own value, resets every device's forwarding.
+        if path.read_text() != value:
+            path.write_text(value)
+
+
+def clean_stale() -> list[str]:
+    """Erase every node whose test process is gone without stopping it (killed outright): what a
+    footprint under /tmp records. Returns the state directories erased."""
+    erased = []
+    for path in sorted(Path("/tmp").glob("vjw-node-*/footprint.json")):
+        try:
+            footprint = Footprint.load(path)
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        if not footprint.owner_alive():
+            errors = erase(footprint)
+            if errors:
+                raise AssertionError(f"could not erase the stale node {footprint.runtime}:\n" + "\n".join(errors))
+            erased.append(footprint.runtime)
+    return erased
+
+
 @dataclass
 class Node:
     """A one-node cluster: see the module docstring. ``workdir`` holds the logs, configurations and
@@ -356,42 +563,46 @@ class Node:
     node_assets: Path  # KUBE_NODE_ASSETS
     workdir: Path
     timings: dict[str, float] = field(default_factory=dict)
+    teardown_steps: dict[str, float] = field(default_factory=dict)  # seconds each step of stop() took
     envtest: EnvTest = field(init=False)
     subnet: ipaddress.IPv4Network = field(init=False)
     address: str = field(init=False, default="")
-    bridge: str = field(init=False, default="")
     runtime: Path = field(init=False)  # containerd's and kubelet's state (short: socket paths)
+    footprint: Footprint | None = field(default=None, init=False)
     processes: dict[str, Process] = field(default_factory=dict, init=False)
-    _undo: list[tuple[str, Callable[[], object]]] = field(default_factory=list, init=False)
     _stack: ExitStack = field(default_factory=ExitStack, init=False)
     _holder: Process | None = field(default=None, init=False)
-    _namespace_inode: int = field(default=0, init=False)
-    _cgroup: str = field(default="", init=False)
-    _sysctls: dict[str, str] = field(default_factory=dict, init=False)  # before the start
-    _chains: dict[tuple[str, str], set[str]] = field(default_factory=dict, init=False)
-    _tables: set[tuple[str, str]] = field(default_factory=set, init=False)
-    _made_cni_dir: bool = field(default=False, init=False)
 
     @property
     def socket(self) -> Path:
         return self.runtime / "containerd.sock"
 
+    @property
+    def bridge(self) -> str:
+        return self.footprint.bridge if self.footprint else ""
+
+    @property
+    def _fp(self) -> Footprint:
+        assert self.footprint is not None
+        return self.footprint
+
     # Lifecycle ---------------------------------------------------------------------------------
 
     def start(self, timeout: float = 120.0) -> Self:
         """Bring every part up and return once the node is Ready, kube-proxy has synced and the
-        ``default`` ServiceAccount exists; on any failure everything done so far is undone first."""
+        ``default`` ServiceAccount exists; on any failure everything done so far is undone first.
+        A node left behind by a killed test process is erased first (:func:`clean_stale`)."""
         started = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
+            clean_stale()
             reason = missing()
             if reason:
                 raise RuntimeError(f"cannot bring up a node here: {reason}")
-            self._snapshot_sysctls()
-            self._snapshot_chains()
+            self._footprint()
             self._network()
             self._control_plane()
-            self._runtime_dirs()
+            self._cgroup()
             self._mount_namespace()
             self._containerd()
             self.import_image(pause_image_archive(self.workdir / "pause.oci.tar"))
@@ -405,51 +616,30 @@ class Node:
         return self
 
     def stop(self) -> None:
-        """Undo every step done, last first; every undo runs even when an earlier one fails, and
-        the failures are raised together at the end. Idempotent."""
+        """Stop the control plane, then :func:`erase` the node's footprint; AssertionError naming
+        what could not be undone (after trying everything). Idempotent."""
         started = time.monotonic()
         errors = []
-        while self._undo:
-            what, undo = self._undo.pop()
-            try:
-                undo()
-            except Exception as exc:  # the next undos must run all the same
-                errors.append(f"{what}: {exc}")
+        try:
+            self._stack.close()  # the control plane's processes
+        except Exception as exc:  # the footprint must be erased all the same
+            errors.append(f"stopping the control plane: {exc}")
+        self.teardown_steps["stop the control plane"] = time.monotonic() - started
+        if self.footprint is not None:
+            errors += erase(self.footprint, self.teardown_steps)
+        for process in self.processes.values():  # reaped: erase killed those of the node
+            if process.alive:
+                process.stop(grace=1.0)
+            process.popen.wait()
         if errors:
             raise AssertionError("tearing the node down left something behind:\n" + "\n".join(errors))
-        if started and "bring_up" in self.timings:
+        if "bring_up" in self.timings and "teardown" not in self.timings:
             self.timings["teardown"] = time.monotonic() - started
 
     def leftovers(self) -> list[str]:
-        """What of the node is still on this machine after :meth:`stop` (empty when nothing): its
-        bridge, routes and rules, chains, tables and sysctls that differ from before the start,
-        its cgroups, directories and processes."""
-        found = []
-        if self.bridge and run("ip", "link", "show", self.bridge, check=False).returncode == 0:
-            found.append(f"bridge {self.bridge}")
-        if self.bridge and SERVICE_CIDR in run("ip", "-4", "route", "show", SERVICE_CIDR).stdout:
-            found.append(f"route {SERVICE_CIDR}")
-        if "vjw-node" in run("iptables", "-w", "-t", "mangle", "-S", "FORWARD", check=False).stdout:
-            found.append("a mangle FORWARD rule")
-        for (binary, table), old in self._chains.items():
-            found += [f"{binary} -t {table} chain {c}" for c in sorted(_chains(binary, table) - old)]
-        if self._chains:
-            found += [f"nft table {f} {t}" for f, t in sorted(_nft_tables() - self._tables)]
-        for name, value in self._sysctls.items():
-            now = (Path("/proc/sys") / name).read_text()
-            if now != value:
-                found.append(f"sysctl {name}: {now.strip()} (was {value.strip()})")
-        if self._cgroup:
-            found += [f"cgroup {h / self._cgroup.lstrip('/')}" for h in _cgroup_hierarchies()
-                      if (h / self._cgroup.lstrip("/")).exists()]
-        if self._namespace_inode:
-            found += [f"process {pid} in the mount namespace" for pid in _processes_in_mount_namespace(self._namespace_inode)]
-        if self._made_cni_dir and Path("/var/lib/cni").exists():
-            found.append("/var/lib/cni")
-        if getattr(self, "runtime", None) and self.runtime.exists():
-            found.append(str(self.runtime))
-        found += [f"process {p.name} ({p.popen.pid})" for p in self.processes.values() if p.alive]
-        return found
+        """What of the node is still on this machine (see :meth:`Footprint.leftovers`)."""
+        alive = [f"process {p.name} ({p.popen.pid})" for p in self.processes.values() if p.alive]
+        return alive + (self.footprint.leftovers() if self.footprint else [])
 
     def __enter__(self) -> Self:
         return self.start()
@@ -457,69 +647,36 @@ class Node:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _done(self, what: str, undo: Callable[[], object]) -> None:
-        self._undo.append((what, undo))
-
     # The machine's state -------------------------------------------------------------------------
 
-    def _snapshot_sysctls(self) -> None:
-        before = self._sysctls
-        for name in SYSCTLS:
-            path = Path("/proc/sys") / name
-            if path.exists():
-                before[name] = path.read_text()
-
-        def restore() -> None:
-            for name, value in before.items():
-                path = Path("/proc/sys") / name
-                # Only what changed: writing ip_forward, even its own value, resets every device's forwarding.
-                if path.read_text() != value:
-                    path.write_text(value)
-
-        self._done("restore sysctls", restore)
-
-    def _snapshot_chains(self) -> None:
-        before = self._chains
-        before.update({(b, t): _chains(b, t) for b in IPTABLES for t in TABLES})
-        tables_before = self._tables
-        tables_before.update(_nft_tables())
-
-        def remove_new_chains() -> None:
-            for (binary, table), old in before.items():
-                new = _chains(binary, table) - old
-                if not new:
-                    continue
-                rules = run(binary, "-w", "-t", table, "-S").stdout.splitlines()
-                for rule in rules:
-                    words = shlex.split(rule)
-                    if words[:1] == ["-A"] and words[1] not in new and any(
-                            words[i] in ("-j", "-g") and words[i + 1] in new for i in range(len(words) - 1)):
-                        run(binary, "-w", "-t", table, "-D", *words[1:])
-                for chain in new:
-                    run(binary, "-w", "-t", table, "-F", chain)
-                for chain in new:
-                    run(binary, "-w", "-t", table, "-X", chain)
-            # iptables-nft makes a table on first use and leaves it when emptied.
-            for family, table in _nft_tables() - tables_before:
-                run("nft", "delete", "table", family, table)
-
-        self._done("remove the iptables chains kubelet and kube-proxy made", remove_new_chains)
+    def _footprint(self) -> None:
+        self.runtime = Path(tempfile.mkdtemp(prefix="vjw-node-", dir="/tmp"))
+        ticks = _start_ticks(os.getpid())
+        assert ticks is not None
+        fp = self.footprint = Footprint(str(self.runtime), (os.getpid(), ticks))
+        fp.sysctls = {name: (Path("/proc/sys") / name).read_text() for name in SYSCTLS if (Path("/proc/sys") / name).exists()}
+        fp.chains = {f"{b} {t}": sorted(_chains(b, t)) for b in IPTABLES for t in TABLES}
+        fp.tables = sorted(_nft_tables())
+        fp.snapshotted = True
+        fp.save()
 
     def _network(self) -> None:
         self.subnet = _free_subnet()
         self.address = str(self.subnet.network_address + 1)
-        self.bridge = f"vjwbr{self.subnet.network_address.packed[2]}"
-        run("ip", "link", "add", self.bridge, "type", "bridge")
-        self._done(f"delete bridge {self.bridge}", lambda: run("ip", "link", "delete", self.bridge))
-        run("ip", "addr", "add", f"{self.address}/{self.subnet.prefixlen}", "dev", self.bridge)
-        run("ip", "link", "set", self.bridge, "up")
-        Path(f"/proc/sys/net/ipv4/conf/{self.bridge}/forwarding").write_text("1")
+        fp = self._fp
+        fp.bridge = f"vjwbr{self.subnet.network_address.packed[2]}"
+        fp.save()
+        run("ip", "link", "add", fp.bridge, "type", "bridge")
+        run("ip", "addr", "add", f"{self.address}/{self.subnet.prefixlen}", "dev", fp.bridge)
+        run("ip", "link", "set", fp.bridge, "up")
+        Path(f"/proc/sys/net/ipv4/conf/{fp.bridge}/forwarding").write_text("1")
         # Host → a ClusterIP kube-proxy has no rule for: onto the bridge, not the default route.
-        run("ip", "route", "add", SERVICE_CIDR, "dev", self.bridge)
-        for rule in (["-i", self.bridge, "!", "-o", self.bridge], ["-o", self.bridge, "!", "-i", self.bridge]):
+        run("ip", "route", "add", SERVICE_CIDR, "dev", fp.bridge)
+        for rule in (["-i", fp.bridge, "!", "-o", fp.bridge], ["-o", fp.bridge, "!", "-i", fp.bridge]):
             spec = ["FORWARD", *rule, "-m", "comment", "--comment", "vjw-node: nothing crosses the bridge", "-j", "DROP"]
+            fp.mangle_rules.append(spec)
+            fp.save()
             run("iptables", "-w", "-t", "mangle", "-I", *spec)
-            self._done("delete a mangle FORWARD rule", functools.partial(run, "iptables", "-w", "-t", "mangle", "-D", *spec))
 
     # The control plane ---------------------------------------------------------------------------
 
@@ -531,8 +688,8 @@ class Node:
             admission_plugins=("NodeRestriction",), authorization="Node,RBAC", kubelet_client=True,
             apiserver_args=("--kubelet-preferred-address-types=InternalIP",),
         )
+        self._stack.callback(self.envtest.stop)
         self.envtest.start()
-        self._done("stop the API server and etcd", self.envtest.stop)
         w = self.envtest.workdir
         kcm = controller_manager(self.envtest, self.workdir, ("*",), user=KCM_USER, env=clean_env(), args=(
             "--use-service-account-credentials=true", f"--service-account-private-key-file={w / 'sa.key'}",
@@ -540,7 +697,6 @@ class Node:
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--node-monitor-grace-period=20s",
         ))
         self.processes["kube-controller-manager"] = self._stack.enter_context(kcm)
-        self._done("stop kube-controller-manager", self._stack.close)
         port = free_port()
         scheduler = self._start("kube-scheduler", [
             str(self.node_assets / "kube-scheduler"), f"--kubeconfig={self.envtest.kubeconfig(SCHEDULER_USER)}",
@@ -549,13 +705,16 @@ class Node:
         wait_until(lambda: self._alive(scheduler) and _https_ok(f"https://127.0.0.1:{port}/healthz"), 30,
                    "kube-scheduler's /healthz", log=lambda: scheduler.log(tail=30))
 
-    def _start(self, name: str, argv: Sequence[str], *, namespaced: bool = False, grace: float = 5.0) -> Process:
+    def _start(self, name: str, argv: Sequence[str], *, namespaced: bool = False) -> Process:
+        """A process of the node: in its mount namespace (then :func:`erase` kills it), or of the
+        control plane (stopped first by :meth:`stop`)."""
         if namespaced:
             assert self._holder is not None
             argv = ["nsenter", "-t", str(self._holder.popen.pid), "-m", "--", *argv]
         process = Process.start(name, argv, self.workdir / f"{name}.log", env=clean_env())
         self.processes[name] = process
-        self._done(f"stop {name}", lambda: process.stop(grace=grace))
+        if not namespaced:
+            self._stack.callback(process.stop)
         return process
 
     @staticmethod
@@ -565,71 +724,36 @@ class Node:
 
     # The node's runtime --------------------------------------------------------------------------
 
-    def _runtime_dirs(self) -> None:
-        self.runtime = Path(tempfile.mkdtemp(prefix="vjw-node-", dir="/tmp"))
-        self._done(f"remove {self.runtime}", lambda: shutil.rmtree(self.runtime))
-        self._cgroup = f"/vjw-node-{secrets.token_hex(4)}"
-        made = []
+    def _cgroup(self) -> None:
+        fp = self._fp
+        fp.cgroup = f"/{fp.tag}"
+        fp.save()
         for hierarchy in _cgroup_hierarchies():
-            path = hierarchy / self._cgroup.lstrip("/")
+            path = hierarchy / fp.tag
             path.mkdir()
-            made.append(path)
             for name in ("cpuset.cpus", "cpuset.mems"):  # a new cpuset is empty: give it its parent's
                 if (path / name).exists():
                     (path / name).write_text((hierarchy / name).read_text())
 
-        def remove_cgroups() -> None:
-            # Processes first (the containers), then the tree, deepest first.
-            def empty() -> bool:
-                pids = {int(p) for top in made if top.exists() for procs in top.rglob("cgroup.procs")
-                        for p in procs.read_text().split()}
-                _kill(sorted(pids))
-                for top in made:
-                    for directory in sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
-                        try:
-                            directory.rmdir()
-                        except OSError:
-                            pass
-                    try:
-                        top.rmdir()
-                    except OSError:
-                        pass
-                return not any(top.exists() for top in made)
-
-            wait_until(empty, 20, f"cgroup {self._cgroup} to be removed", interval=0.2)
-
-        self._done(f"remove cgroup {self._cgroup}", remove_cgroups)
-
     def _mount_namespace(self) -> None:
-        self._made_cni_dir = not Path("/var/lib/cni").exists()
-        if self._made_cni_dir:
+        fp = self._fp
+        if not Path("/var/lib/cni").exists():
+            fp.made_cni_dir = True
+            fp.save()
             Path("/var/lib/cni").mkdir(parents=True)
-            self._done("remove /var/lib/cni", lambda: Path("/var/lib/cni").rmdir())
         ready = self.runtime / "namespace-ready"
+        # Each tmpfs is named after the node (its runtime directory): how erase() knows the
+        # namespace's processes from those of a namespace that got the same inode number later.
         script = (
             "set -e; mount --make-rprivate /; "
-            "for d in /run /var/log /var/lib/cni; do mount -t tmpfs -o mode=0755 vjw-node \"$d\"; done; "
+            f"for d in /run /var/log /var/lib/cni; do mount -t tmpfs -o mode=0755 {fp.tag} \"$d\"; done; "
             f"touch {ready}; exec sleep infinity"
         )
-        holder = Process.start("mount-namespace", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                               self.workdir / "mount-namespace.log", env=clean_env())
-        self._holder = holder
-
-        def end_namespace() -> None:
-            # Everything that runs in it (containerd's shims included), then the holder: the
-            # namespace and every mount in it go with the last of them.
-            def ended() -> bool:
-                left = [p for p in _processes_in_mount_namespace(self._namespace_inode) if p != holder.popen.pid]
-                _kill(left)
-                return not left
-
-            if self._namespace_inode:
-                wait_until(ended, 20, "the mount namespace's processes to end", interval=0.2)
-            holder.stop(grace=1.0)
-
-        self._done("end the mount namespace", end_namespace)
+        self._holder = holder = self._start(
+            "mount-namespace", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
         wait_until(lambda: self._alive(holder) and ready.exists(), 10, "the mount namespace", log=lambda: holder.log())
-        self._namespace_inode = os.stat(f"/proc/{holder.popen.pid}/ns/mnt").st_ino
+        fp.namespace_inode = os.stat(f"/proc/{holder.popen.pid}/ns/mnt").st_ino
+        fp.save()
 
     def _containerd(self) -> None:
         r = self.runtime
@@ -693,14 +817,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
         wait_until(up, 30, "containerd's socket", log=lambda: containerd.log(tail=30))
 
-        def kill_containers() -> None:
-            # Before containerd stops: its shims would keep the containers running without it.
-            pids = {int(p) for hierarchy in _cgroup_hierarchies()[:1]
-                    for procs in (hierarchy / self._cgroup.lstrip("/")).rglob("cgroup.procs") for p in procs.read_text().split()}
-            _kill(sorted(pids))
-
-        self._done("kill the containers", kill_containers)
-
     def ctr(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """``ctr -n k8s.io ARGS`` against the node's containerd (the namespace the CRI uses)."""
         return run("ctr", f"--address={self.socket}", "-n", "k8s.io", *args, check=check, timeout=timeout)
@@ -717,7 +833,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         config.write_text(yaml.safe_dump({
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
             # cgroup v1 here, which 1.36 refuses unless told; cgroupfs, as containerd's runc (SystemdCgroup false).
-            "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": self._cgroup, "failSwapOn": False,
+            "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": self._fp.cgroup, "failSwapOn": False,
             "containerRuntimeEndpoint": f"unix://{self.socket}",
             "address": self.address, "port": port, "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1", "healthzPort": health,
@@ -736,7 +852,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             str(self.node_assets / "kubelet"), f"--config={config}", f"--kubeconfig={self.envtest.kubeconfig(KUBELET_USER)}",
             f"--root-dir={r / 'kubelet'}", f"--cert-dir={r / 'kubelet' / 'pki'}", f"--hostname-override={NODE_NAME}",
             f"--node-ip={self.address}", "-v=1",
-        ], namespaced=True, grace=3.0)
+        ], namespaced=True)
         wait_until(lambda: self._alive(kubelet) and self._http_ok(f"http://127.0.0.1:{health}/healthz"), 60,
                    "kubelet's /healthz", log=lambda: kubelet.log(tail=40))
 
@@ -750,12 +866,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
             f"--metrics-bind-address=127.0.0.1:{metrics}", f"--healthz-bind-address=127.0.0.1:{health}",
         ], namespaced=True)
-        proxy_binary = self.node_assets / "kube-proxy"
-        holder = self._holder
-        assert holder is not None
-        # Runs after kube-proxy stops (undos run last first): its own rules, in both families.
-        self._undo.insert(len(self._undo) - 1, ("kube-proxy --cleanup", lambda: run(
-            "nsenter", "-t", str(holder.popen.pid), "-m", "--", proxy_binary, "--cleanup", check=False)))
+        self._fp.proxy_binary = str(self.node_assets / "kube-proxy")
+        self._fp.save()
 
         def synced() -> bool:
             # Its /healthz answers before the first sync: the kubernetes Service's rule is the sign.
