@@ -181,6 +181,13 @@ class Informer(Generic[R]):
                 return False  # a write's answer that arrives after the watch saw the object go
             return self._put(record)
 
+    def forget(self, namespace: str, name: str) -> bool:
+        """Drop an object this process just deleted, without waiting for the watch to say so: a
+        reconcile meanwhile must not find it and delete it again. True when the cache held it."""
+        with self._lock:
+            current = self._items.get((namespace, name))
+            return current is not None and self._drop(current.key, current.version) is not None
+
     def _put(self, record: R) -> bool:
         key = record.key
         current = self._items.get(key)

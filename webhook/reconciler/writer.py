@@ -78,6 +78,7 @@ class ObjectWriter:
         deleted = bool(self.api("delete", kind, lambda: self.rest.delete(OWNED[kind], namespace, name, uid)))
         if deleted:
             self.metrics.writes.labels(kind, "delete").inc()
+        self.caches[kind].forget(namespace, name)  # gone either way (a 404 too)
         return deleted
 
     def write_all(self, job: JobRecord, writes: list[Write]) -> dict[Ident, int]:
