@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -102,18 +103,19 @@ def test_serve_logs_how_many_jobs_it_loaded_from_where(tmp_path):
         port = probe.getsockname()[1]
     process = serve(tmp_path, "--port", str(port), "--jobs-dir", str(jobs))
     assert process.stderr is not None
-    seen: list[dict] = []
+    lines: list[str] = []
+    # Read on a thread: the loop below waits for the summary without ever blocking on a server that does not say it.
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any(e["msg"].startswith("loaded ") for e in seen):
-            line = process.stderr.readline()
-            if not line:
-                break
-            if line.startswith("{"):
-                seen.append(json.loads(line))
+        while time.monotonic() < deadline and reader.is_alive() and not any('"msg":"loaded ' in line for line in list(lines)):
+            time.sleep(0.05)
     finally:
         process.terminate()
-        process.communicate(timeout=30)
+        process.wait(timeout=30)
+        reader.join(timeout=30)
+    seen = [json.loads(line) for line in lines if line.startswith("{")]
     messages = [(e["level"], e["msg"]) for e in seen if e["logger"] == "volcano_job_webhook.server.jobs.files"]
     if not messages:
         pytest.fail(f"no job-file log lines: {seen}")
