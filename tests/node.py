@@ -17,13 +17,14 @@ What runs, each a child process of the test with its log in the work directory:
 
 Where the parts come from: ``KUBEBUILDER_ASSETS`` (kube-apiserver, etcd, kube-controller-manager),
 ``KUBE_NODE_ASSETS`` (kubelet, kube-scheduler, kube-proxy), Debian's containerd, runc,
-containernetworking-plugins, iptables, iproute2, util-linux and busybox-static. :func:`missing`
+containernetworking-plugins, iptables, nftables, iproute2, util-linux and busybox. :func:`missing`
 says what of it this machine lacks (tests skip with it); it also needs root.
 
 Images without a registry: :meth:`Node.import_image` imports an OCI archive (e.g. ``buildah push
 IMAGE oci-archive:FILE``) with ``ctr -n k8s.io images import``; Pods name it with
-``imagePullPolicy: Never`` or ``IfNotPresent``. The sandbox ("pause") image is Debian's static
-busybox, written as an OCI archive here (:func:`pause_image_archive`).
+``imagePullPolicy: Never`` or ``IfNotPresent``. The sandbox ("pause") image is this machine's
+busybox (Debian's ``busybox-static``, or ``busybox`` with the libraries it links), written as an OCI
+archive here (:func:`pause_image_archive`).
 
 The network, and the rule that nothing leaves this machine: the node's address is the first of a
 ``10.244.N.0/24`` that no interface or route here uses, on a bridge of the harness's own (this
@@ -108,14 +109,13 @@ from tests.envtest import (
 NODE_ASSETS_ENV = "KUBE_NODE_ASSETS"
 NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
 CNI_BIN = Path("/usr/lib/cni")
-BUSYBOX = Path("/bin/busybox")
 # What the node needs of this machine, and the Debian package that has it.
 HOST_TOOLS: tuple[tuple[str, str], ...] = (
     ("containerd", "containerd"), ("ctr", "containerd"), ("containerd-shim-runc-v2", "containerd"), ("runc", "runc"),
     ("iptables", "iptables"), ("ip6tables", "iptables"), ("ip", "iproute2"), ("unshare", "util-linux"),
     ("nsenter", "util-linux"), ("mount", "mount"), ("nft", "nftables"),
     (str(CNI_BIN / "bridge"), "containernetworking-plugins"), (str(CNI_BIN / "host-local"), "containernetworking-plugins"),
-    (str(CNI_BIN / "loopback"), "containernetworking-plugins"), (str(BUSYBOX), "busybox-static"),
+    (str(CNI_BIN / "loopback"), "containernetworking-plugins"), ("busybox", "busybox"),
 )
 NODE_NAME = "vjw-node"
 PAUSE_IMAGE = "localhost/vjw-pause:busybox"
@@ -191,8 +191,6 @@ def missing(environ: Mapping[str, str] = os.environ) -> str | None:
     if lacking:
         packages = " ".join(dict.fromkeys(p for _, p in lacking))
         reasons.append(f"not installed: {', '.join(n for n, _ in lacking)} (apt-get install {packages})")
-    elif not is_static(BUSYBOX):
-        reasons.append(f"{BUSYBOX} is not statically linked (apt-get install busybox-static)")
     if not reasons and _chain_exists("iptables", "nat", "KUBE-SERVICES"):
         reasons.append("kube-proxy's chain KUBE-SERVICES already exists: another node runs on this machine")
     if not reasons and run("ip", "-4", "route", "show", SERVICE_CIDR).stdout.strip():
@@ -278,21 +276,45 @@ def _blob(out: dict[str, bytes], data: bytes, media_type: str) -> dict[str, Any]
     return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
 
 
-def pause_image_archive(path: Path, name: str = PAUSE_IMAGE) -> Path:
-    """An OCI archive of image ``name``: the static busybox at /bin/busybox (and /bin/sh) running
-    :data:`PAUSE_SCRIPT`, written without any image tool."""
+def _busybox_files(busybox: Path) -> dict[str, Path]:
+    """What an image needs to run ``busybox``, by path in the image: itself, and when it is linked
+    dynamically (Debian's ``busybox``, unlike ``busybox-static``) the interpreter and libraries
+    ``ldd`` names."""
+    files = {"bin/busybox": busybox}
+    if not is_static(busybox):
+        for line in run("ldd", busybox).stdout.splitlines():
+            words = line.split()
+            library = words[2] if len(words) > 2 and words[1] == "=>" else words[0]
+            if library.startswith("/"):
+                files[library.lstrip("/")] = Path(library)
+    return files
+
+
+def pause_image_archive(path: Path, name: str = PAUSE_IMAGE, busybox: Path | None = None) -> Path:
+    """An OCI archive of image ``name``: this machine's busybox (``busybox`` when given) at
+    /bin/busybox with a link for each of its applets, running :data:`PAUSE_SCRIPT`; written without
+    any image tool."""
+    found = busybox or _tool("busybox")
+    assert found, "busybox is not installed"
+    busybox = Path(found)
+    sources = _busybox_files(busybox)
+    applets = [a for a in run(busybox, "--list").stdout.split() if a != "busybox"]
     layer_buffer = io.BytesIO()
     with tarfile.open(fileobj=layer_buffer, mode="w", format=tarfile.PAX_FORMAT) as layer:
-        directory = tarfile.TarInfo("bin")
-        directory.type, directory.mode = tarfile.DIRTYPE, 0o755
-        layer.addfile(directory)
-        data = BUSYBOX.read_bytes()
-        binary = tarfile.TarInfo("bin/busybox")
-        binary.size, binary.mode = len(data), 0o755
-        layer.addfile(binary, io.BytesIO(data))
-        shell = tarfile.TarInfo("bin/sh")
-        shell.type, shell.linkname = tarfile.SYMTYPE, "busybox"
-        layer.addfile(shell)
+        directories = sorted({str(parent) for entry in sources for parent in Path(entry).parents if str(parent) != "."})
+        for name_in_image in directories:
+            directory = tarfile.TarInfo(name_in_image)
+            directory.type, directory.mode = tarfile.DIRTYPE, 0o755
+            layer.addfile(directory)
+        for name_in_image, source in sources.items():
+            data = source.read_bytes()  # through symbolic links: the file itself
+            entry = tarfile.TarInfo(name_in_image)
+            entry.size, entry.mode = len(data), 0o755
+            layer.addfile(entry, io.BytesIO(data))
+        for applet in applets:
+            link = tarfile.TarInfo(f"bin/{applet}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            layer.addfile(link)
     layer_tar = layer_buffer.getvalue()
     blobs: dict[str, bytes] = {}
     layer_desc = _blob(blobs, gzip.compress(layer_tar, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
