@@ -257,16 +257,19 @@ def test_reconcile_without_a_cluster_exits_at_once_with_one_line(image: Image, r
     assert "kubeconfig" in line
 
 
-def test_reconcile_without_a_cluster_outside_the_image(tmp_path: Path) -> None:
-    """The same line where the package is installed, without an image (where buildah is missing too)."""
+@pytest.mark.parametrize("command", [["reconcile", f"--health-port={free_port()}"], ["serve", "--job-source=kube", "--port=0"]],
+                         ids=["reconcile", "serve"])
+def test_no_cluster_is_one_line_outside_the_image(tmp_path: Path, command: list[str]) -> None:
+    """The same line where the package is installed, without an image (where buildah is missing too),
+    for both processes that need a cluster."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT") and not k.startswith("VOLCANO_WEBHOOK_")}
     env["HOME"] = str(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "volcano_job_webhook", "reconcile", f"--health-port={free_port()}"],
+    done = subprocess.run([sys.executable, "-m", "volcano_job_webhook", *command],
                           capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        "volcano-webhook reconcile: no cluster to connect to: not in a Pod (Service host/port is not set)"
+        f"volcano-webhook {command[0]}: no cluster to connect to: not in a Pod (Service host/port is not set)"
         " and no kubeconfig at ~/.kube/config (give --kubeconfig or set KUBECONFIG)"]
 
 

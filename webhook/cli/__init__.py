@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from kubernetes.client.rest import ApiException
+from kubernetes.config import ConfigException
 from pydantic import ValidationError
 
 from volcano_job_webhook import __version__
@@ -44,7 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
         return code
-    except (PluginError, DocumentError, CommandError, ConfigError, ValidationError) as exc:
+    # ConfigException: no cluster to talk to (api_client says what it tried), a setting that cannot work.
+    except (PluginError, DocumentError, CommandError, ConfigError, ConfigException, ValidationError) as exc:
         if isinstance(exc, ValidationError):
             exc = CommandError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
         print(f"volcano-webhook {args.command}: {exc}", file=sys.stderr)
