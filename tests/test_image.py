@@ -257,7 +257,7 @@ def test_reconcile_without_a_cluster_exits_at_once_with_one_line(image: Image, r
     assert "kubeconfig" in line
 
 
-@pytest.mark.parametrize("command", [["reconcile", f"--health-port={free_port()}"], ["serve", "--job-source=kube", "--port=0"]],
+@pytest.mark.parametrize("command", [["reconcile", f"--health-port={free_port()}"], ["serve", "--job-source=kube", f"--port={free_port()}"]],
                          ids=["reconcile", "serve"])
 def test_no_cluster_is_one_line_outside_the_image(tmp_path: Path, command: list[str]) -> None:
     """The same line where the package is installed, without an image (where buildah is missing too),
