@@ -1,15 +1,19 @@
-"""The server's memory housekeeping: the garbage collector on a clock, the heap handed back to the
-OS after clients leave. (Their effect under attack is measured by bench/fuzz.py.)"""
+"""The processes' memory settings (webhook/memory.py: the collector off while the caches load, then
+what they made frozen; the collector on a clock in serve) and the heap handed back to the OS after
+clients leave (server/memory.py). Their effect under attack is measured by bench/fuzz.py."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import time
 
 import pytest
 
+from volcano_job_webhook import memory
+from volcano_job_webhook.memory import CollectorPacer
 from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits
-from volcano_job_webhook.server.memory import CollectorPacer, MemoryTrimmer
+from volcano_job_webhook.server.memory import MemoryTrimmer
 
 pytestmark = pytest.mark.anyio
 
@@ -56,10 +60,10 @@ async def test_the_pacer_frees_reference_cycles():
 
 
 async def test_the_trimmer_trims_after_connections_go_and_not_on_a_quiet_server(monkeypatch):
-    import volcano_job_webhook.server.memory as memory
+    import volcano_job_webhook.server.memory as server_memory
 
     calls = []
-    monkeypatch.setattr(memory, "trim", lambda: calls.append(1) or True)
+    monkeypatch.setattr(server_memory, "trim", lambda: calls.append(1) or True)
     guard = ConnectionGuard(ConnectionLimits())
     trimmer = MemoryTrimmer(guard, after_bytes=1000, after_connections=10)
     await trimmer.step()
@@ -107,3 +111,31 @@ async def test_the_pacer_does_not_wait_for_a_load_for_ever():
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+@pytest.mark.parametrize("paced", [False, True], ids=["reconcile", "serve"])
+def test_the_collector_is_off_until_the_load_settles_then_what_it_made_is_frozen(paced):
+    try:
+        memory.configure(paced=paced, load_limit=60.0)
+        assert not gc.isenabled(), "no collection while the caches first load"
+        frozen = gc.get_freeze_count()
+        loaded = [object() for _ in range(1000)]
+        memory.settle()
+        assert gc.get_freeze_count() >= frozen + len(loaded)
+        assert gc.isenabled() is not paced, "back on, unless the pacer runs collection"
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def test_the_load_limit_settles_a_load_that_never_ends():
+    try:
+        memory.configure(load_limit=0.05)
+        for _ in range(100):
+            if gc.isenabled():
+                break
+            time.sleep(0.01)
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.enable()

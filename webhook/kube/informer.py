@@ -21,7 +21,6 @@ arrives, is no change and reports nothing.
 
 from __future__ import annotations
 
-import gc
 import logging
 import random
 import threading
@@ -65,14 +64,6 @@ PAGE = 500
 TOMBSTONES = 10_000
 # How often a kind the API server does not serve (a CRD not installed yet) is looked for again.
 NOT_SERVED_RETRY = 10.0
-
-
-def settle_memory() -> None:
-    """After the first full list: what is cached now lives long, so it is moved out of the garbage
-    collector's way (``gc.freeze``), and its full collections scan only what came after."""
-    gc.collect()
-    gc.freeze()
-    log.info("caches synced: %d objects frozen out of the garbage collector", gc.get_freeze_count())
 
 
 def object_key(obj: Obj) -> JobKey:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 from collections.abc import Callable
@@ -10,7 +9,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from volcano_job_webhook import logs
+from volcano_job_webhook import logs, memory
 from volcano_job_webhook.certs.files import CertPaths, ensure_certs
 from volcano_job_webhook.certs.secret import SecretFiles
 from volcano_job_webhook.config import ConfigError, WebhookSettings
@@ -20,7 +19,7 @@ from .connections import ConnectionGuard, ConnectionLimits, GuardCollector, guar
 from .https import ListenError, build_server
 from .jobs import DirectoryJobSource, JobSource
 from .listener import guarded_create_server
-from .memory import CollectorPacer, MemoryTrimmer, tune_malloc
+from .memory import MemoryTrimmer
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +44,11 @@ def jobs_dir(settings: WebhookSettings) -> Path:
 def make_source(settings: WebhookSettings) -> JobSource:
     if settings.job_source == "kube":
         from volcano_job_webhook.kube.client import api_client
-        from volcano_job_webhook.kube.informer import settle_memory
 
         from .jobs.kube import KubeJobSource
 
         return KubeJobSource(api_client(settings.kubeconfig), settings.namespaces, lookup_ttl=settings.job_lookup_ttl_seconds,
-                             not_found_ttl=settings.job_not_found_ttl_seconds, on_synced=settle_memory)
+                             not_found_ttl=settings.job_not_found_ttl_seconds, on_synced=memory.settle)
     return DirectoryJobSource(jobs_dir(settings), max_file_bytes=settings.max_job_file_bytes)
 
 
@@ -76,7 +74,7 @@ def server_options(limits: ConnectionLimits, loaded: Callable[[], bool] = lambda
     guard)."""
     guard = ConnectionGuard(limits)
     trimmer = MemoryTrimmer(guard)
-    pacer = CollectorPacer(loaded=loaded)
+    pacer = memory.CollectorPacer(loaded=loaded)
     return guard, {
         "http": guarded_protocol(guard),
         "ws": "none",
@@ -104,7 +102,7 @@ def certs_from_secret(settings: WebhookSettings) -> CertPaths:
 def run(settings: WebhookSettings) -> None:
     """Run the webhook until SIGINT/SIGTERM. Missing certificates are created first."""
     logs.configure(settings.log_level)
-    tune_malloc()  # before any thread starts
+    memory.configure(malloc_arenas=2, paced=True)  # before any thread starts
     source = make_source(settings)
     if settings.certs_from_secret:
         paths = certs_from_secret(settings)
@@ -116,9 +114,6 @@ def run(settings: WebhookSettings) -> None:
                      audit=settings.enforcement == "audit")
     guard, options = server_options(connection_limits(settings), loaded=lambda: source.ready)
     app.metrics.registry.register(GuardCollector(guard))
-    # What start-up made lives as long as the process: out of the collector's way, so the full
-    # collections a flood of connections triggers scan only what the flood made (measured: full
-    # collections of 60-80 ms on this server under attack otherwise).
     server = build_server(
         app,
         settings.host,
@@ -130,8 +125,9 @@ def run(settings: WebhookSettings) -> None:
         **options,
     )
     app.metrics.watch_certificate(server.reloader.expiry_seconds)
-    gc.collect()
-    gc.freeze()
+    # What start-up made lives as long as the process, so the full collections a flood of connections
+    # triggers scan only what the flood made (measured: 60-80 ms under attack otherwise).
+    memory.settle("start-up")
     try:
         server.run()
     except ListenError as exc:
