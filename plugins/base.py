@@ -19,7 +19,7 @@ An instance holds no state between calls and does no I/O. What plugins use besid
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, NamedTuple
 
 from .errors import FlagError, PluginError
@@ -49,6 +49,15 @@ class Settings:
     # Longest VC_<TASK>_HOSTS value injected; None for no limit below the kernel's
     # (budget.ENV_STRING_LIMIT), which always applies.
     hosts_env_limit: int | None = DEFAULT_HOSTS_ENV_LIMIT
+    # The cluster's DNS domain (kubelet's --cluster-domain, "cluster.local"): host names the plugins
+    # we run write become <host>.<subdomain>.<namespace>.svc.<domain>; None keeps Volcano's short
+    # <host>.<subdomain>. Never applied to what Volcano's controller runs (as_volcano).
+    cluster_domain: str | None = None
+
+    def as_volcano(self) -> Settings:
+        """These settings as they apply to a plugin Volcano's controller runs: its host names are
+        Volcano's, short, whatever ``cluster_domain`` says."""
+        return replace(self, cluster_domain=None) if self.cluster_domain else self
 
 
 @dataclass
@@ -64,6 +73,14 @@ class PodContext:
     # Size of the Pod as it came in (JSON bytes), for plugins that weigh what they add against
     # budget.STORE_LIMIT; 0 when unknown.
     input_bytes: int = 0
+    # The plugins that wrote host names into the Pod (names_hosts).
+    hosts_named_by: set[str] = field(default_factory=set)
+
+    def names_hosts(self, plugin: str) -> None:
+        """Say that ``plugin`` has written host names of the job into the Pod: if it is one the
+        chain runs (not Volcano's controller) and the Pod is on the host's network with DNS that
+        would not resolve them, the chain gives it ``dnsPolicy: ClusterFirstWithHostNet``."""
+        self.hosts_named_by.add(plugin)
 
     def all_containers(self, *, init_first: bool = False) -> Iterator[Obj]:
         """Regular then init containers (init first for mpi), leaving out init containers another

@@ -22,6 +22,8 @@ The limits, as measured against kube-apiserver v1.36 and etcd 3.6 (docs/volcano-
   domain name is at most 63 + 1 + 63 bytes, plus its newline), so the limit refuses only jobs no
   cluster runs, while bounding what every Pod writes to its node's disk and how long its start
   waits for it (0.6-1.1 s under busybox at the limit, 0.2-0.5 s for 100,000 Pods: bench/svc_hosts.py).
+  Fully qualified names (the ``cluster_domain`` setting) are longer, at most 253 bytes, so the same
+  limit holds any job of up to 132,104 Pods.
 """
 
 from __future__ import annotations
@@ -67,16 +69,16 @@ def digits_below(count: int) -> int:
 @dataclass(frozen=True)
 class Hosts:
     """One task's host names by size only: how many, their hostnames' total length, and the length
-    of the subdomain each is qualified with (``<hostname>.<subdomain>``)."""
+    of what each is qualified with (``<hostname>.<suffix>``, the suffix ``Job.host_suffix``)."""
 
     count: int
     label_chars: int
-    subdomain: int
+    suffix: int
 
     @property
     def name_chars(self) -> int:
-        """Total length of the domain names ``<hostname>.<subdomain>``."""
-        return self.label_chars + self.count * (1 + self.subdomain)
+        """Total length of the domain names ``<hostname>.<suffix>``."""
+        return self.label_chars + self.count * (1 + self.suffix)
 
     def joined(self, sep: int = 1, each: int = 0) -> int:
         """Length of the domain names, each followed by ``each`` more characters, joined by a
@@ -86,15 +88,15 @@ class Hosts:
         return self.name_chars + self.count * each + (self.count - 1) * sep
 
 
-def task_hosts(job: Job, task: Task, *, every_replica: bool = False) -> Hosts:
-    """The sizes of ``job.host_names(task)``: one name per replica, or a single one when the template
-    fixes ``hostname`` (svc, ssh, mpi, hostfile); ``every_replica`` repeats that fixed name once per
-    replica, as tensorflow's cluster does (docs/volcano-behaviour.md#volcano-quirks item 6)."""
-    subdomain = len(task.subdomain or job.name)
+def task_hosts(job: Job, task: Task, *, every_replica: bool = False, cluster_domain: str | None = None) -> Hosts:
+    """The sizes of ``job.host_names(task, cluster_domain)``: one name per replica, or a single one
+    when the template fixes ``hostname`` (svc, ssh, mpi, hostfile); ``every_replica`` repeats that
+    fixed name once per replica, as tensorflow's cluster does (docs/volcano-behaviour.md#volcano-quirks item 6)."""
+    suffix = len(job.host_suffix(task, cluster_domain))
     if task.hostname:
         count = task.replicas if every_replica else min(task.replicas, 1)
-        return Hosts(count, count * len(task.hostname), subdomain)
-    return Hosts(task.replicas, job.host_label_chars(task), subdomain)
+        return Hosts(count, count * len(task.hostname), suffix)
+    return Hosts(task.replicas, job.host_label_chars(task), suffix)
 
 
 def env_string(name: str, value_length: int) -> int:

@@ -18,8 +18,8 @@ import orjson
 
 from .base import Existing, Mount, Plugin, PodContext, Settings
 from .budget import STORE_LIMIT, STORE_LIMIT_TEXT
-from .errors import PluginError, did_you_mean
-from .flags import go_prefix, shown
+from .errors import FlagError, PluginError, did_you_mean
+from .flags import go_prefix, shown, volcano_flags
 from .job import Job, Task
 from .keys import PLUGINS_ANNOTATION
 from .pod import Obj
@@ -145,6 +145,8 @@ class PreparedJob:
         )
         for plugin in plugins:
             plugin.mutate(ctx)
+        if ctx.hosts_named_by - self.volcano:
+            _resolve_cluster_names(ctx)
         wired = json_size(ctx.pod)
         if wired > STORE_LIMIT and wired > size:
             raise self._too_large(pod, task, wired, plugins)
@@ -171,6 +173,37 @@ class PreparedJob:
             f"Pod {name!r} of task {task.name!r} would be {wired} bytes once wired ({size} as it came, "
             f"{added} added by this plugin), over {STORE_LIMIT_TEXT}",
         )
+
+
+def _resolve_cluster_names(ctx: PodContext) -> None:
+    """A Pod on the host's network given host names by a plugin we run: with ``dnsPolicy``
+    ``ClusterFirst`` (the API server's default) or none, the kubelet gives it the node's resolver,
+    which knows no cluster name; ``ClusterFirstWithHostNet`` gives it the cluster's DNS. Any other
+    policy is the template's choice and stays (``Default`` with a warning)."""
+    pod_spec = ctx.pod.get("spec")
+    if not isinstance(pod_spec, dict) or pod_spec.get("hostNetwork") is not True:
+        return
+    policy = pod_spec.get("dnsPolicy")
+    if policy in (None, "", "ClusterFirst"):
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    elif policy == "Default":
+        ctx.warnings.append(
+            f"job {ctx.job.key}: Pod {ctx.pod_name!r} is on the host's network with dnsPolicy Default: the node's "
+            "resolver answers, and the host names the plugins wrote resolve only if it knows the cluster's names "
+            "(ClusterFirstWithHostNet would resolve them)"
+        )
+
+
+def _volcano_flag_error(job: Job, cls: type[Plugin], error: FlagError) -> PluginError:
+    """A flag error of a plugin Volcano's controller runs, read with Volcano's flags; a flag only our
+    implementation has is named as such."""
+    reason = error.reason
+    ours = {f"--{name}" for flag in cls.flags if flag.ours for name in (flag.name, *flag.aliases)}
+    if error.flag in ours:
+        reason += (f"; {error.flag} is a flag of this project's {cls.name} only, and Volcano's controller, which "
+                   f"runs {cls.name} for this job (spec.plugins names it), does not define it: it stops reading "
+                   f"the arguments there (docs/install.md#who-runs-what)")
+    return PluginError(job.key, cls.name, error.flag or "arguments", reason)
 
 
 def _check_mounts(job: Job, plugins: Sequence[Plugin], lenient: frozenset[str] = frozenset()) -> list[str]:
@@ -293,6 +326,8 @@ class Chain:
         for name, args in sorted(merged.items(), key=lambda item: self._rank(item[0])):
             cls = self.registry.get(name)
             lenient = name in volcano and not strict
+            # What Volcano's controller runs, it runs with its own flags and short host names.
+            settings = self.config.settings.as_volcano() if name in volcano else self.config.settings
             if cls is None:
                 if name in volcano:
                     warnings.append(f"job {job.key}: plugin {name} is run by Volcano's controller; this webhook does not know it")
@@ -305,19 +340,21 @@ class Chain:
             refused = job.refuses(name)
             if refused:
                 raise PluginError(job.key, name, "plugin", refused)
+            kept, error = go_prefix(volcano_flags(cls.flags), list(args)) if name in volcano else (list(args), None)
             if not lenient:
-                plugin = cls(job, list(args), self.config.settings, peers=merged)
+                if error is not None:
+                    raise _volcano_flag_error(job, cls, error)
+                plugin = cls(job, list(args), settings, peers=merged)
                 warnings.extend(plugin.check())
                 built.append(plugin)
                 continue
-            kept, error = go_prefix(cls.flags, list(args))
             if error is not None:
                 warnings.append(
-                    f"{PluginError(job.key, name, error.flag or 'arguments', error.reason)}; Volcano's controller "
+                    f"{_volcano_flag_error(job, cls, error)}; Volcano's controller "
                     f"only logs this and runs the plugin with the {len(kept)} argument(s) before it"
                 )
             try:
-                plugin = cls(job, kept, self.config.settings, peers=merged)
+                plugin = cls(job, kept, settings, peers=merged)
             except PluginError as exc:  # a plugin's own constructor may refuse more than its flags
                 warnings.append(f"{exc} (run by Volcano's controller, which does not check this)")
                 continue

@@ -5,6 +5,10 @@ silently becomes port 0 (docs/volcano-behaviour.md#arguments). We accept exactly
 ``--name=value``, ``-name=value``, ``--name value``, bare ``--bool``, Go integer literals such as
 ``0x1F`` or ``010`` (octal), the last repeated flag wins — but every failure is an error
 (docs/volcano-behaviour.md#arguments).
+
+A ``list`` flag is Go's ``flag.Var`` with a value whose ``Set`` appends: each occurrence adds one
+value, so a value may itself hold commas (a label selector). Only flags of this project's own
+implementation are lists; Volcano's are all ``string``, ``int`` or ``bool``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any, Literal
 
 from .errors import FlagError, did_you_mean
 
-Kind = Literal["string", "int", "bool"]
+Kind = Literal["string", "int", "bool", "list"]
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -39,7 +43,10 @@ class Flag:
     """One flag of a plugin: its Go name, type, default and accepted range.
 
     ``aliases`` are other spellings that set the same flag (ray's ``--clientServerPort``);
-    ``minimum``/``maximum`` bound integer values (ports are 1..65535).
+    ``minimum``/``maximum`` bound integer values (ports are 1..65535). ``ours``: a flag this
+    project's implementation of one of Volcano's plugins has and Volcano's does not; where Volcano's
+    controller runs the plugin it is read as Volcano reads it, without these (:func:`volcano_flags`).
+    A ``list`` flag's value is a tuple of every occurrence's text, in order.
     """
 
     name: str
@@ -49,6 +56,12 @@ class Flag:
     aliases: tuple[str, ...] = ()
     minimum: int | None = None
     maximum: int | None = None
+    ours: bool = False
+
+
+def volcano_flags(flags: Sequence[Flag]) -> tuple[Flag, ...]:
+    """The flags Volcano's own implementation of a plugin defines: ``flags`` without ours."""
+    return tuple(flag for flag in flags if not flag.ours)
 
 
 def shown(token: object, limit: int = 24) -> str:
@@ -89,7 +102,7 @@ def parse_go_bool(text: str) -> bool:
 
 
 def _convert(flag: Flag, text: str) -> Any:
-    if flag.kind == "string":
+    if flag.kind in ("string", "list"):
         return text
     if flag.kind == "bool":
         return parse_go_bool(text)
@@ -173,7 +186,8 @@ def _parse(flags: Sequence[Flag], args: Sequence[str]) -> tuple[dict[str, Any], 
             value = tokens[i]
             i += 1
         try:
-            values[flag.name] = _convert(flag, value)
+            converted = _convert(flag, value)
+            values[flag.name] = (*values[flag.name], converted) if flag.kind == "list" else converted
         except ValueError as exc:
             return fail(f"--{name}", f"invalid value {shown(value)}: {_reason(exc, value)}")
     return values, len(tokens), None

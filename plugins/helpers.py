@@ -12,6 +12,7 @@ from typing import Any
 
 from . import names
 from .base import Mount, Plugin
+from .budget import Hosts, task_hosts
 from .errors import FlagError, PluginError, did_you_mean
 from .flags import parse_flags
 from .job import Task
@@ -74,7 +75,8 @@ def require_port_free(plugin: Plugin, tasks: Iterable[Task], name: str, number: 
 
 
 def require_hostnames(plugin: Plugin, task: Task) -> None:
-    """Every hostname and subdomain the task's Pods will get must be DNS-1123 labels."""
+    """Every hostname and subdomain the task's Pods will get must be DNS-1123 labels, and, fully
+    qualified (``cluster_domain``), every host name a DNS name of at most 253 characters."""
     job = plugin.job
     if task.hostname:
         require_name(plugin, "label", task.hostname, f"{task.template_path}.spec.hostname")
@@ -82,6 +84,37 @@ def require_hostnames(plugin: Plugin, task: Task) -> None:
         # The longest pod name of the task is the one with the highest index.
         require_name(plugin, "label", job.pod_name(task.name, task.replicas - 1), f"hostname of task {task.name!r}")
     require_name(plugin, "label", task.subdomain or job.name, f"subdomain of task {task.name!r}")
+    if plugin.settings.cluster_domain and task.replicas:
+        longest = domain_name(plugin, task, task.replicas - 1)
+        if len(longest) > names.SUBDOMAIN_MAX:
+            raise plugin_error(plugin, f"host names of task {task.name!r}",
+                               f"{longest!r} is {len(longest)} characters, over the {names.SUBDOMAIN_MAX} of a DNS name "
+                               f"(fully qualified in the cluster domain {plugin.settings.cluster_domain!r})")
+
+
+# Host names as the plugin writes them: fully qualified when the chain runs it with a cluster_domain
+# (Job.host_suffix), short otherwise. A plugin that writes host names takes them from here.
+
+
+def host_suffix(plugin: Plugin, task: Task) -> str:
+    """What follows a host label of ``task`` in the names ``plugin`` writes (``Job.host_suffix``)."""
+    return plugin.job.host_suffix(task, plugin.settings.cluster_domain)
+
+
+def domain_name(plugin: Plugin, task: Task, index: int) -> str:
+    """Member ``index`` of ``task`` by the name ``plugin`` writes (``Job.domain_name``)."""
+    return plugin.job.domain_name(task, index, plugin.settings.cluster_domain)
+
+
+def host_names(plugin: Plugin, task: Task) -> list[str]:
+    """The names of ``task``'s Pods as ``plugin`` lists them (``Job.host_names``); size them first
+    with :func:`hosts_size`."""
+    return plugin.job.host_names(task, plugin.settings.cluster_domain)
+
+
+def hosts_size(plugin: Plugin, task: Task, *, every_replica: bool = False) -> Hosts:
+    """The sizes of :func:`host_names` (or of one name per replica, ``every_replica``), from counts."""
+    return task_hosts(plugin.job, task, every_replica=every_replica, cluster_domain=plugin.settings.cluster_domain)
 
 
 def sole_task(plugin: Plugin, master: str, worker: str) -> str | None:

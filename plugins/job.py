@@ -3,7 +3,10 @@
 Only the fields the plugins read are interpreted (docs/volcano-behaviour.md#the-job-object): name, namespace, uid, tasks with
 their replicas and pod-template hostname/subdomain, ``spec.plugins``. Host names are built exactly as
 Volcano's ``MakePodName``/``MakeDomainName``: ``<hostname or job-task-i>.<subdomain or job>``, with no
-namespace or cluster suffix (docs/volcano-behaviour.md#host-names).
+namespace or cluster suffix (docs/volcano-behaviour.md#host-names); given a cluster domain (the
+``cluster_domain`` setting, for the plugins this project runs), fully qualified:
+``<host>.<subdomain>.<namespace>.svc.<domain>``. :meth:`Job.host_suffix` is the one place that
+says which.
 """
 
 from __future__ import annotations
@@ -201,6 +204,10 @@ class Job:
         """Labels every Pod of the job carries and no other Pod does (Services, NetworkPolicies)."""
         return {JOB_NAME_KEY: self.name, JOB_NAMESPACE_KEY: self.namespace}
 
+    def task_selector(self, task: Task) -> dict[str, str]:
+        """Labels every Pod of ``task`` carries and no other Pod does."""
+        return {**self.pod_selector(), TASK_SPEC_KEY: task.name}
+
     def host_prefix(self, task: Task) -> str | None:
         """``p`` such that member ``i`` of ``task`` is called ``p-i`` (an init container writes long
         host lists from it), or None when names do not follow that pattern."""
@@ -227,9 +234,16 @@ class Job:
         """``MakePodName``: ``<job>-<task>-<index>``."""
         return f"{self.name}-{task}-{index}"
 
-    def domain_name(self, task: Task, index: int) -> str:
-        """``MakeDomainName``: ``<hostname or pod name>.<subdomain or job name>``."""
-        return f"{task.hostname or self.pod_name(task.name, index)}.{task.subdomain or self.name}"
+    def host_suffix(self, task: Task, cluster_domain: str | None = None) -> str:
+        """What follows a host label of ``task`` in its domain name: the subdomain (the template's, else
+        the job's name), or with ``cluster_domain`` the name fully qualified in the job's namespace,
+        ``<subdomain>.<namespace>.svc.<cluster_domain>``. Every host name a plugin writes ends so."""
+        subdomain = task.subdomain or self.name
+        return f"{subdomain}.{self.namespace}.svc.{cluster_domain}" if cluster_domain else subdomain
+
+    def domain_name(self, task: Task, index: int, cluster_domain: str | None = None) -> str:
+        """``MakeDomainName``: ``<hostname or pod name>.<subdomain or job name>`` (:meth:`host_suffix`)."""
+        return f"{task.hostname or self.pod_name(task.name, index)}.{self.host_suffix(task, cluster_domain)}"
 
     def host_labels(self, task: Task) -> list[str]:
         """The hostnames of a task's Pods as svc, ssh and mpi list them: one per replica, or a single
@@ -239,10 +253,11 @@ class Job:
             return [task.hostname] if task.replicas else []
         return [self.pod_name(task.name, i) for i in range(task.replicas)]
 
-    def host_names(self, task: Task) -> list[str]:
-        """``host_labels`` qualified with the subdomain: the domain names the Pods answer to."""
-        subdomain = task.subdomain or self.name
-        return [f"{label}.{subdomain}" for label in self.host_labels(task)]
+    def host_names(self, task: Task, cluster_domain: str | None = None) -> list[str]:
+        """``host_labels`` qualified with the subdomain (:meth:`host_suffix`): the domain names the
+        Pods answer to."""
+        suffix = self.host_suffix(task, cluster_domain)
+        return [f"{label}.{suffix}" for label in self.host_labels(task)]
 
     def owner_reference(self) -> dict[str, Any]:
         """The controller reference Volcano puts on everything it makes for a job."""

@@ -240,6 +240,9 @@ class IndexedJob(Job):
     def pod_selector(self) -> dict[str, str]:
         return {BATCH_JOB_NAME_KEY: self.name}
 
+    def task_selector(self, task: Task) -> dict[str, str]:
+        return self.pod_selector()  # its one task is the whole Job
+
     def pod_name(self, task: str, index: int) -> str:
         """The Job controller's hostname for completion index ``index``: ``<job>-<index>``."""
         return f"{self.name}-{index}"
@@ -330,6 +333,9 @@ class JobSet(Job):
 
     def pod_selector(self) -> dict[str, str]:
         return {JOBSET_NAME_KEY: self.name}
+
+    def task_selector(self, task: Task) -> dict[str, str]:
+        return {**self.pod_selector(), REPLICATED_JOB_KEY: task.name}
 
     def pod_name(self, task: str, index: int) -> str:
         """Member ``index`` of ``task``: ``<jobset>-<task>-<job index>-<completion index>``."""

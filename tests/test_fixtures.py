@@ -8,6 +8,10 @@ Two sources, one parametrised test:
   document says so and the case expects what the code does: no case is expected to fail.
 * ``tests/fixtures/plugins/*.yaml`` — the earlier recorded cases, one per file, exact error messages.
 
+A case may give ``settings``, as config.yaml would (``cluster_domain``, ``volcano_controller_plugins``
+for the cluster view: which plugins Volcano's controller runs); the chain is built from them as every
+command builds it, else with the defaults (every plugin ours).
+
 For every case that expects a Pod: the chain's Pod equals the expected one (input untouched), the
 warnings match, the Pod passes :func:`tests.schema.validate_pod`, a JSON patch from input to output
 applies, a second run on the output changes nothing (docs/volcano-behaviour.md#idempotency), and every side resource
@@ -32,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.jobs import job_owner
 from tests.schema import validate_object, validate_pod
+from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.registry import BUILTINS
 from volcano_job_webhook.server.patch import make_patch
@@ -39,7 +44,7 @@ from volcano_job_webhook.server.patch import make_patch
 FIXTURES = Path(__file__).parent / "fixtures" / "plugins"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "volcano-job-webhook"}
 _KNOWN = re.compile(r" \(known: [^)]*\)$")
-CASE_KEYS = {"name", "spec", "description", "job", "pod", "expected", "error", "warnings", "resources", "handmade"}
+CASE_KEYS = {"name", "spec", "description", "job", "pod", "expected", "error", "warnings", "resources", "handmade", "settings"}
 
 
 def _load_cases() -> list[dict[str, Any]]:
@@ -127,10 +132,15 @@ def _check_resources(job_obj: dict[str, Any], produced: list[dict[str, Any]], ex
 # The cases
 
 
+def _chain(case: dict[str, Any]) -> Chain:
+    """The chain the case's settings make (``WebhookSettings``, as from config.yaml), else the default one."""
+    return WebhookSettings(**case["settings"]).chain(on_cluster=False) if "settings" in case else Chain()
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
 def test_case(case):
     job = Job.from_object(case["job"])
-    chain = Chain()
+    chain = _chain(case)
     pod = case["pod"]
     before = copy.deepcopy(pod)
 
@@ -162,7 +172,7 @@ def test_case(case):
     validate_pod(result.pod)
     assert jsonpatch.apply_patch(pod, make_patch(pod, result.pod)) == result.pod
 
-    again = Chain().mutate(Job.from_object(case["job"]), result.pod)
+    again = _chain(case).mutate(Job.from_object(case["job"]), result.pod)
     assert again.pod == result.pod, "not idempotent: " + _diff(result.pod, again.pod)
     assert make_patch(result.pod, again.pod) == []
 

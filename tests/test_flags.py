@@ -3,7 +3,7 @@
 import pytest
 
 from volcano_job_webhook.plugins.errors import FlagError
-from volcano_job_webhook.plugins.flags import Flag, parse_flags, parse_go_int, port_flag
+from volcano_job_webhook.plugins.flags import Flag, go_prefix, parse_flags, parse_go_int, port_flag, volcano_flags
 
 FLAGS = (
     Flag("master", "string", "master"),
@@ -89,3 +89,21 @@ def test_long_tokens_are_not_echoed():
         with pytest.raises(FlagError) as info:
             parse_flags(FLAGS, args)
         assert "MIIEow" not in str(info.value)
+
+
+LISTS = (Flag("allow", "list", (), ours=True), Flag("master", "string", "master"))
+
+
+def test_a_list_flag_keeps_every_occurrence_in_order() -> None:
+    """Go's flag.Var with a Value whose Set appends: each occurrence adds its whole text, commas and all."""
+    values = parse_flags(LISTS, ["--allow=a=1,b in (x,y)", "--master", "m", "-allow", "c", "--allow="])
+    assert values == {"allow": ("a=1,b in (x,y)", "c", ""), "master": "m"}
+    assert parse_flags(LISTS, [])["allow"] == ()
+    with pytest.raises(FlagError, match="flag needs an argument"):
+        parse_flags(LISTS, ["--allow"])
+
+
+def test_volcanos_flags_leave_ours_out() -> None:
+    assert volcano_flags(LISTS) == (LISTS[1],)
+    kept, error = go_prefix(volcano_flags(LISTS), ["--master=m", "--allow=x", "--master=n"])
+    assert kept == ["--master=m"] and error is not None and error.flag == "--allow"

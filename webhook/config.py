@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from volcano_job_webhook.plugins import BUILTIN_ORDER, Chain, ChainConfig, Settings, default_registry
 from volcano_job_webhook.plugins.base import DEFAULT_HOSTS_ENV_LIMIT
 from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
+from volcano_job_webhook.plugins.names import dns1123_subdomain
 
 CONFIG_ENV = "VOLCANO_WEBHOOK_CONFIG"
 _config_file: ContextVar[str | None] = ContextVar("config_file", default=None)
@@ -51,6 +52,11 @@ class WebhookSettings(BaseSettings):
     default_plugins: dict[str, list[str]] = Field(default_factory=dict, description="plugins every job gets")
     hosts_env_limit: int | None = Field(
         DEFAULT_HOSTS_ENV_LIMIT, ge=1, description="longest VC_<TASK>_HOSTS value injected; null for no limit"
+    )
+    cluster_domain: str | None = Field(
+        None, description="the cluster's DNS domain (kubelet's --cluster-domain, e.g. cluster.local): host names the plugins "
+        "we run write become <host>.<subdomain>.<namespace>.svc.<domain>, resolvable from any namespace; null: "
+        "<host>.<subdomain>, as Volcano writes them",
     )
     volcano_controller_plugins: list[str] | None = Field(
         None,
@@ -108,6 +114,14 @@ class WebhookSettings(BaseSettings):
     )
     log_level: str = Field("info", description="debug, info, warning or error")
 
+    @field_validator("cluster_domain")
+    @classmethod
+    def _dns_domain(cls, value: str | None) -> str | None:
+        problem = dns1123_subdomain(value) if value is not None else None
+        if problem:
+            raise ValueError(f"{problem}; a DNS domain such as cluster.local, no trailing dot")
+        return value
+
     @field_validator("log_level")
     @classmethod
     def _known_level(cls, value: str) -> str:
@@ -155,7 +169,7 @@ class WebhookSettings(BaseSettings):
             order=tuple(self.plugin_order),
             allowed=frozenset(self.allowed_plugins) if self.allowed_plugins is not None else None,
             defaults=dict(self.default_plugins),
-            settings=Settings(hosts_env_limit=self.hosts_env_limit),
+            settings=Settings(hosts_env_limit=self.hosts_env_limit, cluster_domain=self.cluster_domain),
             volcano_plugins=self.volcano_plugins(on_cluster),
         )
 

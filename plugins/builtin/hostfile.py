@@ -32,9 +32,9 @@ from __future__ import annotations
 from functools import cached_property
 
 from ..base import Existing, Mount, Plugin, PodContext
-from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
+from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits
 from ..flags import Flag
-from ..helpers import plugin_error, require_mount_free, require_name, sole_task, task_hint
+from ..helpers import host_names, hosts_size, plugin_error, require_mount_free, require_name, sole_task, task_hint
 from ..job import Task
 from ..pod import Obj, ensure_envs, ensure_mount, ensure_volume
 from .quantity import gpu_limit
@@ -103,7 +103,7 @@ class HostfilePlugin(Plugin):
             raise plugin_error(
                 self,
                 largest.replicas_path,
-                f"the host file would be {size} bytes ({sum(task_hosts(self.job, t).count for t in self._listed())} hosts), "
+                f"the host file would be {size} bytes ({sum(hosts_size(self, t).count for t in self._listed())} hosts), "
                 f"over {DATA_LIMIT_TEXT}; the ConfigMap {config_map_name(self.job.name)!r} cannot hold it",
             )
         return []
@@ -129,7 +129,7 @@ class HostfilePlugin(Plugin):
     def hostfile_size(self) -> int:
         """``len(self.hostfile)`` from counts alone: per host ``<host><separator><slots>\n``."""
         sep = len(self._separator())
-        return sum(task_hosts(self.job, t).joined(sep=0, each=sep + digits(self._slots(t)) + 1) for t in self._listed())
+        return sum(hosts_size(self, t).joined(sep=0, each=sep + digits(self._slots(t)) + 1) for t in self._listed())
 
     def _listed(self) -> list[Task]:
         master, worker = self._roles
@@ -154,7 +154,7 @@ class HostfilePlugin(Plugin):
         lines: list[str] = []
         for task in self._listed():
             slots = self._slots(task)
-            lines.extend(f"{host}{sep}{slots}\n" for host in self.job.host_names(task))
+            lines.extend(f"{host}{sep}{slots}\n" for host in host_names(self, task))
         return "".join(lines)
 
     def mutate(self, ctx: PodContext) -> None:
@@ -166,6 +166,7 @@ class HostfilePlugin(Plugin):
         problem = ensure_volume(ctx.pod, {"name": name, "configMap": {"name": name}})
         if problem:
             raise plugin_error(self, "spec.volumes", problem)
+        ctx.names_hosts(self.name)  # the file it mounts
         path = self.path
         env: list[tuple[str, str | None, Obj | None]] = [(var, path if value is None else value, None) for var, value in ENV[self.options["format"]]] if is_master else []
         for where, container in ctx.located_containers():

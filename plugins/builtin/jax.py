@@ -25,7 +25,7 @@ from functools import cached_property
 
 from ..base import Plugin, PodContext
 from ..flags import Flag, port_flag
-from ..helpers import require_port_free
+from ..helpers import domain_name, require_port_free
 from ..job import Task
 from ..pod import Obj
 from .group import first_task, member_index, offsets, size, wire_members
@@ -59,8 +59,9 @@ class JaxPlugin(Plugin):
         index = member_index(self, ctx)
         port = self.options["port"]
         entries: list[tuple[str, str | None, Obj | None]] = [
-            ("JAX_COORDINATOR_ADDRESS", f"{self.job.domain_name(coordinator, 0)}:{port}", None),
+            ("JAX_COORDINATOR_ADDRESS", f"{domain_name(self, coordinator, 0)}:{port}", None),
             ("JAX_NUM_PROCESSES", str(size(self.job.tasks)), None),
             ("JAX_PROCESS_ID", str(self.offsets[ctx.task.name] + index), None),
         ]
+        ctx.names_hosts(self.name)
         wire_members(self, ctx, entries, (PORT_NAME, port) if ctx.task.name == coordinator.name else None)

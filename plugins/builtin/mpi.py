@@ -15,9 +15,9 @@ from __future__ import annotations
 from functools import cached_property
 
 from ..base import Plugin, PodContext
-from ..budget import ENV_LIMIT_TEXT, env_value_limit, task_hosts
+from ..budget import ENV_LIMIT_TEXT, env_value_limit
 from ..flags import Flag, port_flag
-from ..helpers import plugin_error, plugin_warning, require_port_free, task_hint
+from ..helpers import host_names, hosts_size, plugin_error, plugin_warning, require_port_free, task_hint
 from ..pod import ensure_env, ensure_port
 from .svc import MOUNT_PATH, host_file_key
 
@@ -44,7 +44,7 @@ class MPIPlugin(Plugin):
         require_port_free(self, ported, PORT_NAME, self.options["port"], init=True)
         if worker is None:
             return [plugin_warning(self, f"--worker: the job has no task {self.options['worker']!r}; the master gets no MPI_HOST and no port")]
-        size = task_hosts(self.job, worker).joined()
+        size = hosts_size(self, worker).joined()
         if size > env_value_limit("MPI_HOST"):
             return [plugin_warning(
                 self,
@@ -58,9 +58,9 @@ class MPIPlugin(Plugin):
         """The worker Pods' domain names, comma-joined; None when there is no worker task or the
         list is too long for the environment (check() warned)."""
         worker = self.job.task(self.options["worker"])
-        if worker is None or task_hosts(self.job, worker).joined() > env_value_limit("MPI_HOST"):
+        if worker is None or hosts_size(self, worker).joined() > env_value_limit("MPI_HOST"):
             return None
-        return ",".join(self.job.host_names(worker))
+        return ",".join(host_names(self, worker))
 
     def mutate(self, ctx: PodContext) -> None:
         hosts: str | None = None
@@ -68,6 +68,8 @@ class MPIPlugin(Plugin):
             if self.job.task(self.options["worker"]) is None:  # Volcano leaves the Pod alone; check() warned
                 return
             hosts = self.mpi_host
+            if hosts is not None:
+                ctx.names_hosts(self.name)
         for where, container in ctx.located_containers(init_first=True):
             problem = ensure_port(container, PORT_NAME, self.options["port"])
             if problem:

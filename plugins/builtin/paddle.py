@@ -33,7 +33,7 @@ from functools import cached_property
 
 from ..base import Plugin, PodContext
 from ..flags import Flag, port_flag
-from ..helpers import require_port_free
+from ..helpers import domain_name, require_port_free
 from ..job import Task
 from ..pod import Obj
 from .group import first_task, member_index, offsets, reject_reserved_env, size, wire_members
@@ -76,7 +76,9 @@ class PaddlePlugin(Plugin):
         index = member_index(self, ctx)
         port = self.options["port"]
         on_master = ctx.task.name == master.name
-        host = LOOPBACK if on_master and index == 0 else self.job.domain_name(master, 0)
+        host = LOOPBACK if on_master and index == 0 else domain_name(self, master, 0)
+        if host != LOOPBACK:
+            ctx.names_hosts(self.name)
         entries: list[tuple[str, str | None, Obj | None]] = [
             ("PADDLE_MASTER", f"{host}:{port}", None),
             ("PADDLE_NNODES", str(size(self.job.tasks)), None),

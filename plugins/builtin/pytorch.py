@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..base import Plugin, PodContext
 from ..flags import Flag, port_flag
-from ..helpers import peer_options, plugin_error, plugin_warning, require_port_free, template_containers
+from ..helpers import domain_name, peer_options, plugin_error, plugin_warning, require_port_free, template_containers
 from ..pod import containers, ensure_envs, ensure_port
 
 PORT_NAME = "pytorchjob-port"
@@ -78,7 +78,7 @@ class PytorchPlugin(Plugin):
 
     def master_address(self) -> str | None:
         master = self.job.task(self.options["master"])
-        return self.job.domain_name(master, 0) if master else None
+        return domain_name(self, master, 0) if master else None
 
     def world_size(self) -> int:
         roles = {self.options["master"], self.options["worker"]}
@@ -96,6 +96,7 @@ class PytorchPlugin(Plugin):
                 self._add_wait_container(ctx, master_addr)
         elif ctx.task.name == self.options["master"]:
             rank = 0
+        ctx.names_hosts(self.name)  # MASTER_ADDR
         world_size = str(self.world_size())
         entries = [("MASTER_ADDR", master_addr, None), ("MASTER_PORT", str(port), None), ("WORLD_SIZE", world_size, None)]
         if rank is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..base import Existing, Plugin, PodContext
 from ..flags import Flag, port_flag
-from ..helpers import plugin_error, plugin_warning, require_name, task_hint, template_containers
+from ..helpers import domain_name, plugin_error, plugin_warning, require_name, task_hint, template_containers
 from ..job import Task
 from ..keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY, TASK_SPEC_KEY
 from ..pod import Obj, containers, ensure_port
@@ -109,7 +109,7 @@ class RayPlugin(Plugin):
             f"--port={self.options['port']} --dashboard-port={self.options['dashboardPort']} "
             f"--ray-client-server-port={self.options['clientPort']}"
         )
-        worker_command = f"ray start --block --address={self.job.domain_name(head, 0)}:{self.options['port']}"
+        worker_command = f"ray start --block --address={domain_name(self, head, 0)}:{self.options['port']}"
         for i, container in enumerate(containers(ctx.pod)):
             name = container.get("name")
             if is_head and name == self.options["headContainer"]:
@@ -120,6 +120,7 @@ class RayPlugin(Plugin):
                 container["command"] = ["sh", "-c", head_command]
             if is_worker and name == self.options["workerContainer"]:
                 container["command"] = ["sh", "-c", worker_command]
+                ctx.names_hosts(self.name)
 
     def resources(self, existing: Existing | None = None) -> list[Obj]:
         job = self.job

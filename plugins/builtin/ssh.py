@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from ..base import Digest, Existing, Mount, Plugin, PodContext
-from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits, task_hosts
+from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits
 from ..flags import Flag, port_flag
-from ..helpers import plugin_error, plugin_warning, require_mount_free, require_name
+from ..helpers import host_suffix, hosts_size, plugin_error, plugin_warning, require_mount_free, require_name
 from ..pod import Obj, ensure_mount, ensure_volume
 
 DEFAULT_PATH = "/root/.ssh"
@@ -90,12 +90,12 @@ class SSHPlugin(Plugin):
 
     def config_size(self) -> int:
         """``len(self.ssh_config())`` from counts alone: per host ``Host <h>``, ``  HostName
-        <h>.<subdomain>`` and ``  Port <port>``, each line ending in a newline."""
+        <h>.<suffix>`` and ``  Port <port>``, each line ending in a newline."""
         size = sum(len(line) + 1 for line in CONFIG_HEADER)
         port = digits(self.options["ssh-port"])
         for task in self.job.tasks:
-            hosts = task_hosts(self.job, task)
-            size += 2 * hosts.label_chars + hosts.count * (hosts.subdomain + port + len("Host \n  HostName .\n  Port \n"))
+            hosts = hosts_size(self, task)
+            size += 2 * hosts.label_chars + hosts.count * (hosts.suffix + port + len("Host \n  HostName .\n  Port \n"))
         return size
 
     @cached_property
@@ -137,6 +137,8 @@ class SSHPlugin(Plugin):
             problem = ensure_mount(container, {"name": name, "mountPath": path, "subPath": SUB_PATH})
             if problem:
                 raise plugin_error(self, "--ssh-key-file-path", f"{where}: {problem}")
+        if not self._config_left_out:
+            ctx.names_hosts(self.name)  # the config's HostName lines
 
     def ssh_config(self) -> str:
         """Volcano's ``generateSSHConfig``: no host-key checks, then a ``Host`` block per Pod (left
@@ -144,9 +146,9 @@ class SSHPlugin(Plugin):
         lines = list(CONFIG_HEADER)
         port = self.options["ssh-port"]
         for task in () if self._config_left_out else self.job.tasks:
-            subdomain = task.subdomain or self.job.name
+            suffix = host_suffix(self, task)
             for host in self.job.host_labels(task):
-                lines += [f"Host {host}", f"  HostName {host}.{subdomain}", f"  Port {port}"]
+                lines += [f"Host {host}", f"  HostName {host}.{suffix}", f"  Port {port}"]
         return "\n".join(lines) + "\n"
 
     def key_data(self, existing: Existing | None = None) -> dict[str, str]:

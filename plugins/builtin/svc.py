@@ -2,7 +2,9 @@
 
 Pods get ``hostname``/``subdomain`` (when empty), ``VC_<TASK>_HOSTS``/``VC_<TASK>_NUM`` for every
 task read from the ``<job>-svc`` ConfigMap, and that ConfigMap mounted at ``/etc/volcano``. The job
-gets the ConfigMap (host files), a headless Service ``<job>`` and a NetworkPolicy ``<job>``.
+gets the ConfigMap (host files), a headless Service ``<job>`` and a NetworkPolicy ``<job>``, which
+flags of ours open to other clients where this project runs svc (:mod:`.netpolicy`). Host names are
+fully qualified where the chain runs svc with a ``cluster_domain``.
 
 Past a ConfigMap's 1 MiB (about 40,000 Pods) Volcano's ConfigMap cannot be created and its jobs
 never start. Here the host files that do not fit are left out of it, largest first, and written
@@ -29,6 +31,7 @@ file its ConfigMap drops when the job grows past the limit.
 
 from __future__ import annotations
 
+import copy
 import shlex
 from dataclasses import dataclass
 from functools import cached_property
@@ -51,11 +54,21 @@ from ..budget import (
     digits,
     env_value_limit,
     stored_map,
-    task_hosts,
 )
 from ..flags import Flag
-from ..helpers import plugin_error, plugin_warning, require_hostnames, require_mount_free, require_name, template_containers
+from ..helpers import (
+    host_names,
+    host_suffix,
+    hosts_size,
+    plugin_error,
+    plugin_warning,
+    require_hostnames,
+    require_mount_free,
+    require_name,
+    template_containers,
+)
 from ..pod import Obj, containers, ensure_envs, ensure_mount, ensure_volume, spec
+from . import netpolicy
 from .pytorch import wait_image
 
 MOUNT_PATH = "/etc/volcano"
@@ -159,6 +172,7 @@ class SvcPlugin(Plugin):
         Flag("publish-not-ready-addresses", "bool", False, "Service spec.publishNotReadyAddresses"),
         Flag("disable-network-policy", "bool", False, "do not create the job's NetworkPolicy"),
         Flag("inject-hosts-env", "bool", True, "add VC_<TASK>_HOSTS and VC_<TASK>_NUM to every container"),
+        *netpolicy.FLAGS,
     )
 
     def check(self) -> list[str]:
@@ -171,7 +185,21 @@ class SvcPlugin(Plugin):
             require_name(self, "label", hosts_volume_name(self.job.name), "volume name")
             self._check_init_container()
         require_mount_free(self, self.job.tasks, self.mounts()[0])
+        self._check_ingress()
         return list(self._plan.warnings)
+
+    @cached_property
+    def ingress(self) -> netpolicy.Ingress:
+        """What the NetworkPolicy flags allow besides the job's own Pods (:mod:`.netpolicy`)."""
+        return netpolicy.read_ingress(self)
+
+    def _check_ingress(self) -> None:
+        """The NetworkPolicy flags, read at check(): one that does not parse refuses the job, never
+        only its objects."""
+        if self.ingress.given and self.options["disable-network-policy"]:
+            flag = next(f.name for f in netpolicy.FLAGS if self.options[f.name])
+            raise plugin_error(self, f"--{flag}", "--disable-network-policy makes no NetworkPolicy, so every client "
+                               f"reaches the job already: give one of --disable-network-policy and --{flag}")
 
     def mounts(self) -> list[Mount]:
         volume = hosts_volume_name if self._plan.generated else config_map_name
@@ -182,7 +210,7 @@ class SvcPlugin(Plugin):
 
     @cached_property
     def _hosts(self) -> dict[str, Hosts]:
-        return {task.name: task_hosts(self.job, task) for task in self.job.tasks}
+        return {task.name: hosts_size(self, task) for task in self.job.tasks}
 
     @cached_property
     def _plan(self) -> _Plan:
@@ -294,16 +322,16 @@ class SvcPlugin(Plugin):
         for name in self._plan.generated:
             task = self.job.task(name)
             assert task is not None
-            subdomain = task.subdomain or self.job.name
+            suffix = host_suffix(self, task)
             file = host_file_key(name)
             count = self._hosts[name].count
             if task.hostname:  # svc lists a task whose template fixes the hostname once
-                host = f"{task.hostname}.{subdomain}" if count else ""
+                host = f"{task.hostname}.{suffix}" if count else ""
                 line = f"write_one {shlex.quote(file)} {shlex.quote(host)}"
             else:
                 prefix = self.job.host_prefix(task)
                 assert prefix is not None  # _plan refuses a task whose names are not counted
-                line = f"write_hosts {shlex.quote(file)} {shlex.quote(prefix)} {count} {shlex.quote(subdomain)}"
+                line = f"write_hosts {shlex.quote(file)} {shlex.quote(prefix)} {count} {shlex.quote(suffix)}"
             lines.append(line)
             written.append(f"{file} ({count} hosts)")
         return _SCRIPT.format(
@@ -400,6 +428,7 @@ class SvcPlugin(Plugin):
             pod_spec["subdomain"] = self.job.name
         require_name(self, "label", pod_spec["hostname"], "spec.hostname")
         require_name(self, "label", pod_spec["subdomain"], "spec.subdomain")
+        ctx.names_hosts(self.name)  # its host files, and VC_<TASK>_HOSTS
 
         cm_name = config_map_name(self.job.name)
         # check() has already made sure the volume names are valid labels.
@@ -434,7 +463,7 @@ class SvcPlugin(Plugin):
             if task.name in plan.generated:
                 data[num_env_name(task.name)] = str(self._hosts[task.name].count)
                 continue
-            hosts = self.job.host_names(task)
+            hosts = host_names(self, task)
             data[host_file_key(task.name)] = "\n".join(hosts)
             if task.name in plan.in_config_map:
                 data[hosts_env_name(task.name)] = ",".join(hosts)
@@ -467,16 +496,9 @@ class SvcPlugin(Plugin):
             })
         if not self.options["disable-network-policy"]:
             selector = self._selector()
-            out.append(
-                {
-                    "apiVersion": "networking.k8s.io/v1",
-                    "kind": "NetworkPolicy",
-                    "metadata": job.object_meta(job.name),
-                    "spec": {
-                        "podSelector": {"matchLabels": selector},
-                        "ingress": [{"from": [{"podSelector": {"matchLabels": dict(selector)}}]}],
-                        "policyTypes": ["Ingress"],
-                    },
-                }
-            )
+            own: Obj = {"podSelector": {"matchLabels": dict(selector)}}
+            ingress = self.ingress
+            peers = [copy.deepcopy(peer) for peer in ingress.peers]  # the cached ones stay as read
+            out.append(netpolicy.network_policy(self, job.name, selector, {"from": [own, *peers]}))
+            out.extend(netpolicy.opened_policies(self, ingress))
         return out

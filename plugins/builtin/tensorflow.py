@@ -13,9 +13,9 @@ import json
 from functools import cached_property
 
 from ..base import Plugin, PodContext
-from ..budget import ENV_LIMIT_TEXT, digits, env_value_limit, task_hosts
+from ..budget import ENV_LIMIT_TEXT, digits, env_value_limit
 from ..flags import Flag, port_flag
-from ..helpers import plugin_error, plugin_warning
+from ..helpers import domain_name, hosts_size, plugin_error, plugin_warning
 from ..job import Task
 from ..pod import containers, ensure_env
 
@@ -66,7 +66,7 @@ class TensorflowPlugin(Plugin):
         """``len(self._cluster_json)`` from counts alone: ``{"<role>":["<host>:<port>",...],...}``."""
         each = len('"":') + digits(self.options["port"])
         parts = [
-            len(f'"{role}":[]') + task_hosts(self.job, task, every_replica=True).joined(sep=1, each=each)
+            len(f'"{role}":[]') + hosts_size(self, task, every_replica=True).joined(sep=1, each=each)
             for role, task in self._role_tasks().items()
             if task.replicas
         ]
@@ -93,7 +93,7 @@ class TensorflowPlugin(Plugin):
         """The cluster part, as long as the replicas: check() has sized it first."""
         port = self.options["port"]
         found = {
-            role: [f"{self.job.domain_name(task, i)}:{port}" for i in range(task.replicas)]
+            role: [f"{domain_name(self, task, i)}:{port}" for i in range(task.replicas)]
             for role, task in self._role_tasks().items()
         }
         return {role: found[role] for role in ROLES if found.get(role)}
@@ -114,5 +114,6 @@ class TensorflowPlugin(Plugin):
         value = f'{{"cluster":{self._cluster_json},"task":{task}}}'
         # A hand-made Pod's index may have more digits than the job's replicas allow for.
         self._require_fits(len(value), ctx.task)
+        ctx.names_hosts(self.name)
         for container in containers(ctx.pod):
             ensure_env(container, "TF_CONFIG", value)

@@ -44,7 +44,7 @@ from typing import Any
 
 from ..base import Plugin, PodContext
 from ..flags import Flag
-from ..helpers import peer_options, plugin_error, plugin_warning, require_port_free, sole_task, task_hint
+from ..helpers import domain_name, peer_options, plugin_error, plugin_warning, require_port_free, sole_task, task_hint
 from ..pod import Obj, containers, ensure_envs, ensure_port
 from .pytorch import PytorchPlugin
 from .quantity import gpu_limit, parse_quantity, requested, whole
@@ -126,7 +126,7 @@ class TorchrunPlugin(Plugin):
     def master_address(self) -> str:
         master = self.job.task(self.single or self.options["master"])
         assert master is not None  # check() makes sure
-        return self.job.domain_name(master, 0)
+        return domain_name(self, master, 0)
 
     def rdzv_id(self) -> str:
         return self.job.uid or f"{self.job.namespace}.{self.job.name}"
@@ -216,6 +216,7 @@ class TorchrunPlugin(Plugin):
         else:
             return
         master = self.master_address()
+        ctx.names_hosts(self.name)
         port = self.port
         common: list[tuple[str, str | None, Obj | None]] = [
             ("PET_MASTER_ADDR", master, None),

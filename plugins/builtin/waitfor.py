@@ -32,7 +32,7 @@ from functools import cached_property
 from ..base import Plugin, PodContext
 from ..budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
 from ..flags import Flag
-from ..helpers import peer_options, plugin_error, plugin_warning, task_hint, template_containers
+from ..helpers import host_names, host_suffix, peer_options, plugin_error, plugin_warning, task_hint, template_containers
 from ..job import Task
 from ..pod import Obj, containers, spec
 from .pytorch import WAIT_CONTAINER as PYTORCH_WAIT
@@ -49,8 +49,7 @@ job={job} tasks={tasks_word} timeout={timeout} port={port} start=$(date +%s)
 hosts=''
 add() {{ i=0; while [ "$i" -lt "$2" ]; do hosts="$hosts $1-$i.$3"; i=$((i + 1)); done; }}
 {hosts}
-# Each search domain by hand, names fully qualified: busybox's nslookup applies the list unreliably.
-domains=$(awk '$1 == "search" || $1 == "domain" {{ for (i = 2; i <= NF; i++) print $i }}' /etc/resolv.conf 2>/dev/null)
+{domains}
 resolves() {{
   for d in $domains ''; do
     nslookup "$1.${{d:+$d.}}" >/dev/null 2>&1 && return 0
@@ -87,6 +86,16 @@ while :; do
 done
 echo "waitfor: job $job: all $total Pods of tasks $tasks ready after ${{elapsed}}s"
 """
+
+
+# How the script finds the search domains it tries each name under, and, for names already fully
+# qualified (a cluster_domain), that there are none to try.
+_SEARCH_DOMAINS = """\
+# Each search domain by hand, names fully qualified: busybox's nslookup applies the list unreliably.
+domains=$(awk '$1 == "search" || $1 == "domain" { for (i = 2; i <= NF; i++) print $i }' /etc/resolv.conf 2>/dev/null)"""
+_NO_SEARCH = """\
+# The names are fully qualified in the cluster's domain: no search domain to try.
+domains=''"""
 
 
 def _name_taken() -> str:
@@ -214,12 +223,12 @@ class WaitforPlugin(Plugin):
     def script(self) -> str:
         lines: list[str] = []
         for task in self.tasks:
-            subdomain = task.subdomain or self.job.name
+            suffix = host_suffix(self, task)
             prefix = self.job.host_prefix(task)
             if task.hostname or prefix is None:  # svc lists one name for a task whose template fixes the hostname
-                lines.extend(f'hosts="$hosts {host}"' for host in self.job.host_names(task))
+                lines.extend(f'hosts="$hosts {host}"' for host in host_names(self, task))
             elif task.replicas:
-                lines.append(f"add {shlex.quote(prefix)} {task.replicas} {shlex.quote(subdomain)}")
+                lines.append(f"add {shlex.quote(prefix)} {task.replicas} {shlex.quote(suffix)}")
         names = ", ".join(t.name for t in self.tasks)
         return _SCRIPT.format(
             name=WAIT_CONTAINER,
@@ -229,12 +238,14 @@ class WaitforPlugin(Plugin):
             timeout=self.options["timeout"],
             port="''" if self.port is None else self.port,
             hosts="\n".join(lines) or ":",
+            domains=_NO_SEARCH if self.settings.cluster_domain else _SEARCH_DOMAINS,
             interval=INTERVAL,
         )
 
     def mutate(self, ctx: PodContext) -> None:
         if not any(t.name == ctx.task.name for t in self.waiters):
             return
+        ctx.names_hosts(self.name)  # in its script
         init = spec(ctx.pod).setdefault("initContainers", [])
         if any(isinstance(c, dict) and c.get("name") == WAIT_CONTAINER for c in init):
             return

@@ -30,7 +30,7 @@ from functools import cached_property
 
 from ..base import Plugin, PodContext
 from ..flags import Flag, port_flag
-from ..helpers import require_port_free
+from ..helpers import domain_name, require_port_free
 from ..job import Task
 from ..pod import Obj
 from .group import first_task, member_index, offsets, reject_reserved_env, size, wire_members
@@ -67,9 +67,10 @@ class XGBoostPlugin(Plugin):
         index = member_index(self, ctx)
         port = self.options["port"]
         entries: list[tuple[str, str | None, Obj | None]] = [
-            ("DMLC_TRACKER_URI", self.job.domain_name(tracker, 0), None),
+            ("DMLC_TRACKER_URI", domain_name(self, tracker, 0), None),
             ("DMLC_TRACKER_PORT", str(port), None),
             ("DMLC_NUM_WORKER", str(size(self.job.tasks)), None),
             ("DMLC_TASK_ID", str(self.offsets[ctx.task.name] + index), None),
         ]
+        ctx.names_hosts(self.name)
         wire_members(self, ctx, entries, (PORT_NAME, port) if ctx.task.name == tracker.name else None)

@@ -1,0 +1,173 @@
+"""The NetworkPolicies of ``svc`` where this project runs it: Volcano's ``<job>`` (ingress from the
+job's own Pods only), opened to the clients three flags of ours name (docs/plugins.md#network-policy):
+
+* ``--allow-namespaces=NS[,NS...]``: every Pod of these namespaces (``*``: of every namespace);
+* ``--allow-pods=[NS[,NS...]:]SELECTOR``: the Pods a label selector (``kubectl -l`` syntax) picks, in
+  the job's namespace, or in the namespaces named before the ``:`` (``*``: in every namespace);
+* ``--open-task-ports=TASK[:PORT[,PORT...]]``: those ports (numbers or port names, ``/UDP`` or
+  ``/SCTP`` after one that is not TCP) of the task's Pods, or every port, to any client at all, in the
+  cluster or outside it: a NetworkPolicy ``<job>-<task>-open`` of its own, since one policy's rules
+  apply to every Pod it selects, and the other tasks' Pods must stay closed.
+
+The first two are peers of the ``<job>`` policy's one rule, after the job's own Pods: NetworkPolicy
+peers are alternatives, and within one peer a namespace and a Pod selector must both hold. Each
+flag may be given any number of times (a ``list`` flag, docs/volcano-behaviour.md#arguments).
+
+Volcano's svc has none of them and its controller stops reading its arguments at a flag it does not
+define, so they are flags of this project's svc only: given where Volcano's controller runs svc
+(``spec.plugins``), they are that flag error, Volcano's to have (plugins/chain.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..base import Plugin
+from ..flags import Flag
+from ..helpers import plugin_error, task_hint
+from ..job import Task
+from ..names import dns1123_label, dns1123_subdomain, port_name
+from ..pod import Obj
+from ..selectors import parse_selector
+
+ALLOW_NAMESPACES = "allow-namespaces"
+ALLOW_PODS = "allow-pods"
+OPEN_TASK_PORTS = "open-task-ports"
+FLAGS = (
+    Flag(ALLOW_NAMESPACES, "list", (), "namespaces whose Pods may connect: NS[,NS...], * for every namespace", ours=True),
+    Flag(ALLOW_PODS, "list", (), "Pods that may connect: [NS[,NS...]:]SELECTOR, in the job's namespace or those named", ours=True),
+    Flag(OPEN_TASK_PORTS, "list", (), "a task's ports any client may reach: TASK[:PORT[/PROTOCOL],...], every port without", ours=True),
+)
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+EVERY_NAMESPACE = "*"
+
+
+def open_policy_name(job_name: str, task: str) -> str:
+    """The NetworkPolicy that opens ``task``'s ports to any client."""
+    return f"{job_name}-{task}-open"
+
+
+@dataclass(frozen=True)
+class Opening:
+    """A task whose Pods any client may reach, on these ports (``NetworkPolicyPort`` objects), or on
+    every port when there are none."""
+
+    task: Task
+    ports: tuple[Obj, ...]
+
+
+@dataclass(frozen=True)
+class Ingress:
+    """What the flags allow besides the job's own Pods."""
+
+    peers: tuple[Obj, ...]
+    openings: tuple[Opening, ...]
+
+    @property
+    def given(self) -> bool:
+        return bool(self.peers or self.openings)
+
+
+def _namespace_selectors(plugin: Plugin, flag: str, text: str) -> list[Obj]:
+    """``NS[,NS...]`` as namespace selectors by name; ``*`` as the one that selects every namespace."""
+    selectors: list[Obj] = []
+    for name in (part.strip() for part in text.split(",")):
+        if name == EVERY_NAMESPACE:
+            selectors.append({})
+            continue
+        problem = dns1123_label(name) if name else f"an empty namespace name in {text!r}"
+        if problem:
+            raise plugin_error(plugin, f"--{flag}", f"{problem}, or * for every namespace")
+        selectors.append({"matchLabels": {NAMESPACE_NAME_LABEL: name}})
+    return selectors
+
+
+def _pods(plugin: Plugin, value: str) -> list[Obj]:
+    namespaces, colon, text = value.partition(":")
+    if not colon:
+        namespaces, text = "", value
+    try:
+        selector = parse_selector(text)
+    except ValueError as exc:
+        raise plugin_error(plugin, f"--{ALLOW_PODS}", f"{value!r}: {exc}") from None
+    if not selector:
+        raise plugin_error(plugin, f"--{ALLOW_PODS}", f"{value!r} selects no labels, so every Pod: name the Pods "
+                           f"(app=prometheus), or allow whole namespaces with --{ALLOW_NAMESPACES}")
+    if not colon:
+        return [{"podSelector": selector}]
+    return [{"namespaceSelector": ns, "podSelector": selector} for ns in _namespace_selectors(plugin, ALLOW_PODS, namespaces)]
+
+
+def _port(plugin: Plugin, text: str, where: str) -> Obj:
+    number, slash, protocol = text.partition("/")
+    if slash and protocol not in PROTOCOLS:
+        raise plugin_error(plugin, f"--{OPEN_TASK_PORTS}", f"{where}: protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
+    port: int | str
+    if number.isascii() and number.isdigit():
+        port = int(number)
+        if not 1 <= port <= 65535:
+            raise plugin_error(plugin, f"--{OPEN_TASK_PORTS}", f"{where}: port {number} is outside 1..65535")
+    else:
+        problem = port_name(number)
+        if problem:
+            raise plugin_error(plugin, f"--{OPEN_TASK_PORTS}", f"{where}: {problem} (or a number)")
+        port = number
+    return {"protocol": protocol or "TCP", "port": port}
+
+
+def _opening(plugin: Plugin, value: str) -> Opening:
+    name, colon, ports = value.partition(":")
+    task = plugin.job.task(name)
+    if task is None:
+        known = ", ".join(t.name for t in plugin.job.tasks)
+        raise plugin_error(plugin, f"--{OPEN_TASK_PORTS}", f"{value!r}: the job has no task {name!r}{task_hint(plugin, name)} (tasks: {known})")
+    found: list[Obj] = []
+    for text in ports.split(",") if colon else []:
+        port = _port(plugin, text.strip(), repr(value))
+        if port not in found:
+            found.append(port)
+    if colon and not found:
+        raise plugin_error(plugin, f"--{OPEN_TASK_PORTS}", f"{value!r}: no port after ':' (leave ':' out to open every port)")
+    problem = dns1123_subdomain(open_policy_name(plugin.job.name, task.name))
+    if problem:
+        raise plugin_error(plugin, f"--{OPEN_TASK_PORTS}", f"NetworkPolicy name: {problem}")
+    return Opening(task, tuple(found))
+
+
+def read_ingress(plugin: Plugin) -> Ingress:
+    """What the flags allow, checked: each problem an error naming its flag."""
+    options: dict[str, Any] = plugin.options
+    peers: list[Obj] = []
+    for text in options[ALLOW_NAMESPACES]:
+        peers.extend({"namespaceSelector": ns} for ns in _namespace_selectors(plugin, ALLOW_NAMESPACES, text))
+    for text in options[ALLOW_PODS]:
+        peers.extend(_pods(plugin, text))
+    openings: list[Opening] = []
+    for text in options[OPEN_TASK_PORTS]:
+        opening = _opening(plugin, text)
+        if any(o.task is opening.task for o in openings):
+            raise plugin_error(plugin, f"--{OPEN_TASK_PORTS}", f"names task {opening.task.name!r} twice: give its ports in one")
+        openings.append(opening)
+    unique = [peer for i, peer in enumerate(peers) if peer not in peers[:i]]
+    return Ingress(tuple(unique), tuple(openings))
+
+
+def network_policy(plugin: Plugin, name: str, selector: dict[str, str], rule: Obj) -> Obj:
+    """A NetworkPolicy of the job: ingress to the Pods ``selector`` picks by ``rule`` only."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": plugin.job.object_meta(name),
+        "spec": {"podSelector": {"matchLabels": selector}, "ingress": [rule], "policyTypes": ["Ingress"]},
+    }
+
+
+def opened_policies(plugin: Plugin, ingress: Ingress) -> list[Obj]:
+    """One NetworkPolicy per opened task: its ports, or every port, from anywhere."""
+    return [
+        network_policy(plugin, open_policy_name(plugin.job.name, o.task.name), plugin.job.task_selector(o.task),
+                       {"ports": [dict(p) for p in o.ports]} if o.ports else {})
+        for o in ingress.openings
+    ]

@@ -1,0 +1,114 @@
+"""Label selectors written as ``kubectl -l`` writes them, read into the API's ``LabelSelector``.
+
+The syntax is Kubernetes' own (``labels.Parse``): requirements joined by ``,`` and all of them
+must hold; ``key=value`` (or ``==``), ``key!=value``, ``key in (a,b)``, ``key notin (a,b)``, ``key``
+(the label exists) and ``!key`` (it does not). ``key>1`` and ``key<1`` parse in Kubernetes but have
+no ``LabelSelector`` form, so they are refused, as is anything the API server would refuse: keys and
+values are checked by its rules. ``key=value`` becomes ``matchLabels`` (a key's second equality, a
+different value, a ``matchExpressions`` entry ``In``, as both must hold); the rest become
+``matchExpressions`` in the order written.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .names import label_key, label_value
+
+# Kubernetes' lexer: these characters are operators, everything else up to them or a blank is a word.
+_TOKEN = re.compile(r"\s*(!=|==|=|!|\(|\)|,|<|>|[^\s!=,()<>]+)")
+_SET_OPERATORS = {"in": "In", "notin": "NotIn"}
+
+
+def _tokens(text: str) -> list[str]:
+    tokens, position = [], 0
+    while position < len(text):
+        found = _TOKEN.match(text, position)
+        if found is None:  # only trailing blanks are left
+            break
+        tokens.append(found.group(1))
+        position = found.end()
+    return tokens
+
+
+def _word(tokens: list[str], i: int, what: str) -> str:
+    token = tokens[i] if i < len(tokens) else None
+    if token is None or token in ("!=", "==", "=", "!", "(", ")", ",", "<", ">"):
+        raise ValueError(f"expected {what}, found {'the end' if token is None else repr(token)}")
+    return token
+
+
+def parse_selector(text: str) -> dict[str, Any]:
+    """``text`` as a ``LabelSelector`` (``matchLabels`` and/or ``matchExpressions``); an empty
+    ``text`` is the empty selector, every label set. Raises ``ValueError`` saying what is wrong."""
+    tokens = _tokens(text)
+    labels: dict[str, str] = {}
+    expressions: list[dict[str, Any]] = []
+    i = 0
+    while i < len(tokens):
+        if tokens[i] == "!":
+            key = _word(tokens, i + 1, "a label key after '!'")
+            expressions.append({"key": key, "operator": "DoesNotExist"})
+            i += 2
+        else:
+            key = _word(tokens, i, "a label key")
+            following = tokens[i + 1] if i + 1 < len(tokens) else ","
+            if following == ",":
+                expressions.append({"key": key, "operator": "Exists"})
+                i += 1
+            elif following in ("=", "==", "!="):
+                value = tokens[i + 2] if i + 2 < len(tokens) and tokens[i + 2] != "," else ""
+                if value:
+                    _word(tokens, i + 2, f"a value for {key!r}")
+                problem = label_value(value)
+                if problem:
+                    raise ValueError(problem)
+                if following == "!=":
+                    expressions.append({"key": key, "operator": "NotIn", "values": [value]})
+                elif labels.setdefault(key, value) != value:
+                    expressions.append({"key": key, "operator": "In", "values": [value]})
+                i += 3 if value else 2
+            elif following in _SET_OPERATORS:
+                values, i = _set(tokens, i + 2, key)
+                expressions.append({"key": key, "operator": _SET_OPERATORS[following], "values": values})
+            elif following in ("<", ">"):
+                raise ValueError(f"{key}{following}...: a LabelSelector has no numeric comparison")
+            else:
+                raise ValueError(f"after label key {key!r}: expected ',', '=', '==', '!=', 'in' or 'notin', found {following!r}")
+        problem = label_key(key)
+        if problem:
+            raise ValueError(problem)
+        if i < len(tokens):
+            if tokens[i] != ",":
+                raise ValueError(f"expected ',' between requirements, found {tokens[i]!r}")
+            i += 1
+            if i == len(tokens):
+                raise ValueError("a requirement is missing after the last ','")
+    selector: dict[str, Any] = {}
+    if labels:
+        selector["matchLabels"] = labels
+    if expressions:
+        selector["matchExpressions"] = expressions
+    return selector
+
+
+def _set(tokens: list[str], i: int, key: str) -> tuple[list[str], int]:
+    """The values of ``key in (a, b)`` from the ``(`` at ``i``, and where the tokens go on."""
+    if i >= len(tokens) or tokens[i] != "(":
+        raise ValueError(f"expected '(' after {key!r} in / notin")
+    values: list[str] = []
+    i += 1
+    while True:
+        value = _word(tokens, i, f"a value in the set of {key!r}")
+        problem = label_value(value)
+        if problem:
+            raise ValueError(problem)
+        if value not in values:
+            values.append(value)
+        i += 1
+        if i < len(tokens) and tokens[i] == ")":
+            return values, i + 1
+        if i >= len(tokens) or tokens[i] != ",":
+            raise ValueError(f"expected ',' or ')' in the set of {key!r}")
+        i += 1
