@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.kustomize import ROOT
+from tests.tools import Tool
 
 CHART = ROOT / "charts" / "volcano-job-webhook"
 RELEASE = "volcano-job-webhook"  # the default name: the objects get the names of docs/install.md
@@ -31,36 +28,8 @@ HELM_ENV = "HELM"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def cached_helm(environ: Mapping[str, str] = os.environ) -> Path:
-    """Where ``.ci/run`` installs helm when this machine has none."""
-    cache = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "volcano-job-webhook" / "bin" / "helm"
-
-
-def find_helm(environ: Mapping[str, str] = os.environ) -> Path | None:
-    if HELM_ENV in environ:
-        explicit = environ[HELM_ENV]
-        return Path(explicit) if explicit and os.access(explicit, os.X_OK) else None
-    on_path = shutil.which("helm", path=environ.get("PATH"))
-    candidates = [Path(on_path)] if on_path else []
-    candidates.append(cached_helm(environ))
-    return next((c for c in candidates if os.access(c, os.X_OK)), None)
-
-
-def missing_helm() -> str:
-    """The skip reason: what was looked for."""
-    if HELM_ENV in os.environ:
-        if not os.environ[HELM_ENV]:
-            return f"helm: {HELM_ENV} is set empty, which turns the chart rendering off"
-        return f"helm not found: {HELM_ENV}={os.environ[HELM_ENV]} is not an executable"
-    return f"helm not found (${HELM_ENV}, PATH, {cached_helm()}); .ci/run installs it there, or set HELM"
-
-
-def helm_or_skip() -> Path:
-    helm = find_helm()
-    if helm is None:
-        pytest.skip(missing_helm())
-    return helm
+HELM = Tool("helm", HELM_ENV)
+cached_helm, find_helm, missing_helm, helm_or_skip = HELM.cached, HELM.find, HELM.missing, HELM.or_skip
 
 
 def run(args: Sequence[str], *, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:

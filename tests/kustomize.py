@@ -10,15 +10,13 @@ it, :func:`build` skips the test naming what it looked for; a kustomization kube
 from __future__ import annotations
 
 import functools
-import os
-import shutil
 import subprocess
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.tools import Tool
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -38,39 +36,9 @@ KUBECTL_ENV = "KUBECTL"
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 
 
-def cached_kubectl(environ: Mapping[str, str] = os.environ) -> Path:
-    """Where ``.ci/run`` installs kubectl when this machine has none."""
-    cache = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "volcano-job-webhook" / "bin" / "kubectl"
-
-
-def find_kubectl(environ: Mapping[str, str] = os.environ) -> Path | None:
-    if KUBECTL_ENV in environ:
-        explicit = environ[KUBECTL_ENV]
-        return Path(explicit) if explicit and os.access(explicit, os.X_OK) else None
-    assets = environ.get(ASSETS_ENV)
-    candidates = [Path(assets) / "kubectl"] if assets else []
-    on_path = shutil.which("kubectl", path=environ.get("PATH"))
-    candidates += [Path(on_path)] if on_path else []
-    candidates.append(cached_kubectl(environ))
-    return next((c for c in candidates if os.access(c, os.X_OK)), None)
-
-
-def missing_kubectl() -> str:
-    """The skip reason: what was looked for."""
-    if KUBECTL_ENV in os.environ:
-        if not os.environ[KUBECTL_ENV]:
-            return f"kubectl: {KUBECTL_ENV} is set empty, which turns the manifest rendering off"
-        return f"kubectl not found: {KUBECTL_ENV}={os.environ[KUBECTL_ENV]} is not an executable"
-    return (f"kubectl not found (${KUBECTL_ENV}, ${ASSETS_ENV}/kubectl, PATH, {cached_kubectl()}); "
-            ".ci/run installs it there, or set KUBECTL")
-
-
-def kubectl_or_skip() -> Path:
-    kubectl = find_kubectl()
-    if kubectl is None:
-        pytest.skip(missing_kubectl())
-    return kubectl
+KUBECTL = Tool("kubectl", KUBECTL_ENV, lambda environ: [Path(environ[ASSETS_ENV]) / "kubectl"] if environ.get(ASSETS_ENV) else [],
+               f"${ASSETS_ENV}/kubectl, ")
+cached_kubectl, find_kubectl, missing_kubectl, kubectl_or_skip = KUBECTL.cached, KUBECTL.find, KUBECTL.missing, KUBECTL.or_skip
 
 
 def _render(kubectl: Path, directory: Path) -> str:
