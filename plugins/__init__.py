@@ -14,6 +14,8 @@ from .chain import Chain, ChainConfig, Mutation, PreparedJob
 from .errors import FlagError, PluginError
 from .flags import Flag, port_flag
 from .helpers import (
+    domain_name,
+    host_names,
     peer_options,
     plugin_error,
     plugin_warning,
@@ -57,11 +59,13 @@ __all__ = [
     "Task",
     "containers",
     "default_registry",
+    "domain_name",
     "ensure_env",
     "ensure_envs",
     "ensure_mount",
     "ensure_port",
     "ensure_volume",
+    "host_names",
     "peer_options",
     "plugin_error",
     "plugin_warning",
