@@ -30,6 +30,25 @@ from volcano_job_webhook.server.run import server_options
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
+def mutate_over_https(url: str, review: bytes, context: ssl.SSLContext, timeout: float = 10) -> dict[str, Any]:
+    """POST ``review`` to ``url``/mutate; the AdmissionReview's ``response``."""
+    import urllib.request
+
+    request = urllib.request.Request(f"{url}/mutate", data=review, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, context=context, timeout=timeout) as answer:
+        response: dict[str, Any] = json.load(answer)["response"]
+    return response
+
+
+def assert_pytorch_worker_1_wired(response: dict[str, Any]) -> None:
+    """``response`` is the answer for examples/admission/pytorch-pod.json: allowed, with pytorch's variables."""
+    assert response["allowed"] is True
+    patch = json.loads(base64.b64decode(response["patch"]))
+    env = next(op["value"] for op in patch if op["path"] == "/spec/containers/0/env")
+    assert {"name": "MASTER_ADDR", "value": "pytorch-demo-master-0.pytorch-demo"} in env
+    assert {"name": "RANK", "value": "2"} in env
+
+
 @contextmanager
 def in_thread(server: HTTPSServer) -> Iterator[HTTPSServer]:
     """``server`` serving in a daemon thread, its ephemeral port as ``server.port``; when the block

@@ -19,7 +19,6 @@ storage. Needs root (buildah's storage, mount namespaces); skips, naming what is
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -39,6 +38,7 @@ import pytest
 
 from tests.conftest import EXAMPLES, ROOT
 from tests.envtest import free_port
+from tests.servers import assert_pytorch_worker_1_wired, mutate_over_https
 
 TAG = "localhost/volcano-job-webhook:test"
 BASES = ("python:3.11-slim", "localhost/python-standin:3.11")
@@ -221,15 +221,7 @@ def test_serve_answers_mutate_over_https_and_stops_on_sigterm(image: Image, root
                     pass
             time.sleep(0.2)
         review = (EXAMPLES / "admission" / "pytorch-pod.json").read_bytes()
-        request = urllib.request.Request(f"https://localhost:{port}/mutate", data=review,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
-            response = json.load(answer)["response"]
-        assert response["allowed"] is True
-        patch = json.loads(base64.b64decode(response["patch"]))
-        env = next(op["value"] for op in patch if op["path"] == "/spec/containers/0/env")
-        assert {"name": "MASTER_ADDR", "value": "pytorch-demo-master-0.pytorch-demo"} in env
-        assert {"name": "RANK", "value": "2"} in env
+        assert_pytorch_worker_1_wired(mutate_over_https(f"https://localhost:{port}", review, context))
         assert sorted(p.name for p in tmp_path.iterdir()) == ["certs"], "nothing but the certificates in /tmp"
         assert ca.stat().st_uid == UID
         # The kubelet stops a container with SIGTERM to its PID 1, which the kernel does not

@@ -8,7 +8,6 @@ on so dependencies are not downloaded again.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from cryptography import x509
 from tests.conftest import ROOT
 from tests.envtest import free_port
 from tests.manifests_util import dockerfile_instructions, dockerignore_excludes
+from tests.servers import assert_pytorch_worker_1_wired, mutate_over_https
 
 
 def build_stage_run() -> str:
@@ -150,14 +150,7 @@ def test_serve_on_its_defaults_wires_the_shipped_example_pod(served: tuple[str, 
     find = run(installed, elsewhere, "python", "-c",
                "from importlib.resources import files; print(files('volcano_job_webhook.examples') / 'admission' / 'pytorch-pod.json')")
     review = Path(find.stdout.strip()).read_bytes()
-    request = urllib.request.Request(f"{url}/mutate", data=review, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, context=context, timeout=10) as answer:
-        response = json.load(answer)["response"]
-    assert response["allowed"] is True
-    patch = json.loads(base64.b64decode(response["patch"]))
-    env = next(op["value"] for op in patch if op["path"] == "/spec/containers/0/env")
-    assert {"name": "MASTER_ADDR", "value": "pytorch-demo-master-0.pytorch-demo"} in env
-    assert {"name": "RANK", "value": "2"} in env
+    assert_pytorch_worker_1_wired(mutate_over_https(url, review, context))
 
 
 def test_serve_exports_the_served_certificates_time_left(served: tuple[str, ssl.SSLContext], elsewhere: Path) -> None:
