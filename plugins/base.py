@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from .errors import FlagError, PluginError
 from .flags import Flag, parse_flags, shown
@@ -53,6 +53,10 @@ class Settings:
     # we run write become <host>.<subdomain>.<namespace>.svc.<domain>; None keeps Volcano's short
     # <host>.<subdomain>. Never applied to what Volcano's controller runs (as_volcano).
     cluster_domain: str | None = None
+    # Where the variables the chain's own plugins inject go in each container's env, for jobs
+    # whose annotation does not say (keys.ENV_PLACEMENT_ANNOTATION): "last" (after the container's
+    # own, as Volcano appends) or "first" (before them, so that $(NAME) in them expands).
+    env_placement: Literal["last", "first"] = "last"
 
     def as_volcano(self) -> Settings:
         """These settings as they apply to a plugin Volcano's controller runs: its host names are

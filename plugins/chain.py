@@ -21,8 +21,8 @@ from .budget import STORE_LIMIT, STORE_LIMIT_TEXT
 from .errors import FlagError, PluginError, did_you_mean
 from .flags import go_prefix, shown, volcano_flags
 from .job import Job, Task
-from .keys import PLUGINS_ANNOTATION
-from .pod import Obj
+from .keys import ENV_PLACEMENT_ANNOTATION, ENV_PLACEMENTS, PLUGINS_ANNOTATION
+from .pod import Obj, env_names, move_env_first
 from .registry import BUILTIN_ORDER, Registry, default_registry
 
 
@@ -82,6 +82,16 @@ def _annotation_plugins(job: Job) -> dict[str, list[str]]:
     return value
 
 
+def _env_first(job: Job, settings: Settings) -> bool:
+    """Whether our plugins' variables go before each container's own: the job's annotation, else
+    the server's ``env_placement``."""
+    placement = job.annotations.get(ENV_PLACEMENT_ANNOTATION, settings.env_placement)
+    if placement not in ENV_PLACEMENTS:
+        raise PluginError(job.key, "", f"metadata.annotations[{ENV_PLACEMENT_ANNOTATION}]",
+                          f"must be first or last, got {shown(placement)}")
+    return placement == "first"
+
+
 @dataclass(frozen=True)
 class PreparedJob:
     """A job with its plugins built and checked: what wiring each of its Pods needs.
@@ -97,6 +107,7 @@ class PreparedJob:
     # See Lineup.
     volcano: frozenset[str] = frozenset()
     failed: frozenset[str] = frozenset()
+    env_first: bool = False
     names: tuple[str, ...] = field(init=False)
     ours: tuple[Plugin, ...] = field(init=False)
     applied: tuple[Plugin, ...] = field(init=False)
@@ -143,8 +154,19 @@ class PreparedJob:
             injected_init=injected,
             input_bytes=size,
         )
+        # Placed first: the variables of the plugins we run, never those of Volcano's controller, which
+        # writes its own after the container's (volcano_part, and a combined run, leave them there).
+        kept = env_names(ctx.pod) if self.env_first and any(p.name not in self.volcano for p in plugins) else None
         for plugin in plugins:
+            if kept is None or plugin.name not in self.volcano:
+                plugin.mutate(ctx)
+                continue
+            before = env_names(ctx.pod)
             plugin.mutate(ctx)
+            for key, names in env_names(ctx.pod).items():
+                kept.setdefault(key, set()).update(names - before.get(key, set()))
+        if kept is not None:
+            move_env_first(ctx.pod, kept)
         if ctx.hosts_named_by - self.volcano:
             _resolve_cluster_names(ctx)
         wired = json_size(ctx.pod)
@@ -248,6 +270,8 @@ class Lineup:
     # applied by us, whatever the caller asks.
     failed: frozenset[str]
     warnings: tuple[str, ...]
+    # Our plugins' variables before the container's own (the job's annotation, else the setting).
+    env_first: bool = False
 
 
 class Chain:
@@ -311,6 +335,7 @@ class Chain:
         a warning (docs/install.md#who-runs-what). Raises :class:`PluginError` for the plugins we run."""
         volcano = self.volcano_runs(job)
         merged, overridden = self._plugin_args(job, volcano)
+        env_first = _env_first(job, self.config.settings)
         warnings: list[str] = []
         for name in overridden:
             problem = PluginError(
@@ -365,7 +390,7 @@ class Chain:
                 failed.add(name)
             built.append(plugin)
         warnings.extend(_check_mounts(job, built, volcano if not strict else frozenset()))
-        return Lineup(tuple(built), volcano, frozenset(failed), tuple(dict.fromkeys(warnings)))
+        return Lineup(tuple(built), volcano, frozenset(failed), tuple(dict.fromkeys(warnings)), env_first)
 
     def check(self, job: Job) -> list[str]:
         """Validate the job's plugin configuration without a Pod (``/validate``), every plugin
@@ -379,7 +404,7 @@ class Chain:
         plugins = lineup.plugins
         injected = frozenset().union(*(p.injected_init_containers() for p in plugins))
         return PreparedJob(job, plugins, lineup.warnings, injected, self.config.settings,
-                           volcano=lineup.volcano, failed=lineup.failed)
+                           volcano=lineup.volcano, failed=lineup.failed, env_first=lineup.env_first)
 
     def mutate(self, job: Job, pod: Obj) -> Mutation:
         """Run every plugin on a copy of ``pod``. Raises :class:`PluginError` when the job or the Pod

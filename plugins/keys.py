@@ -32,6 +32,11 @@ DEFAULT_TASK = "default"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "volcano-job-webhook"
 PLUGINS_ANNOTATION = "volcano-job-webhook/plugins"
+# Where the variables our plugins inject go in a container's env: after its own (last, Volcano's way)
+# or before them (first), so that $(NAME) in the container's own variables expands (the job's
+# annotation over the server's env_placement setting).
+ENV_PLACEMENT_ANNOTATION = "volcano-job-webhook/env-placement"
+ENV_PLACEMENTS = ("last", "first")
 
 # Kubernetes Indexed Jobs and JobSets, wired when they opt in (docs/workloads.md): the opt-in label on
 # their Pod template (the webhook's objectSelector), and what their controllers put on each Pod.

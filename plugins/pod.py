@@ -85,6 +85,47 @@ def ensure_envs(container: Obj, entries: Sequence[tuple[str, str | None, Obj | N
             env[i] = entry
 
 
+# A container's identity within its Pod for env_names: which list it is in and its name (its
+# position when it has no name).
+ContainerKey = tuple[bool, Any]
+
+
+def _container_key(container: Obj, index: int, init: bool) -> ContainerKey:
+    name = container.get("name")
+    return (init, name if isinstance(name, str) else index)
+
+
+def env_names(pod: Obj) -> dict[ContainerKey, set[str]]:
+    """The names of every container's env entries (init containers too), by container."""
+    found: dict[ContainerKey, set[str]] = {}
+    for init in (False, True):
+        for i, container in enumerate(containers(pod, init=init)):
+            if not isinstance(container, dict):
+                continue
+            env = container.get("env")
+            entries = env if isinstance(env, list) else []
+            found[_container_key(container, i, init)] = {e["name"] for e in entries if type(e) is dict and isinstance(e.get("name"), str)}
+    return found
+
+
+def move_env_first(pod: Obj, kept: dict[ContainerKey, set[str]]) -> None:
+    """In each container ``kept`` knows, move the env entries whose names it does not list to the
+    front, keeping the order of those moved and of those left. Kubernetes expands ``$(NAME)`` in a
+    variable only from the entries before it, so entries moved first can be referred to by the
+    others. A container ``kept`` does not know was added whole, and stays as it is."""
+    for init in (False, True):
+        for i, container in enumerate(containers(pod, init=init)):
+            if not isinstance(container, dict):
+                continue
+            names = kept.get(_container_key(container, i, init))
+            env = container.get("env")
+            if names is None or not isinstance(env, list):
+                continue
+            new = [type(e) is dict and isinstance(e.get("name"), str) and e["name"] not in names for e in env]
+            if any(new) and not all(new):
+                container["env"] = [e for e, n in zip(env, new, strict=True) if n] + [e for e, n in zip(env, new, strict=True) if not n]
+
+
 def _covers(existing: Any, desired: Any) -> bool:
     """True when ``existing`` holds everything ``desired`` says; extra (defaulted) fields are fine."""
     if isinstance(desired, dict):

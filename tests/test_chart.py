@@ -31,7 +31,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes_validate.utils import latest_version, major_minor
 
 from tests import render_manifests
 from tests.envtest import ASSETS_ENV, EnvTest, controller_manager, create, find_assets, read, wait_until
@@ -39,6 +38,7 @@ from tests.helm import CHART, HELM_ENV, NAMESPACE, RELEASE, cached_helm, find_he
 from tests.kustomize import MANIFESTS, OVERLAYS, SETTINGS, SPLIT_VARIANTS, VARIANTS, kubectl_or_skip
 from tests.manifests_util import (
     CLUSTER_SCOPED,
+    K8S_VERSIONS,
     canonical,
     describe,
     find,
@@ -49,7 +49,6 @@ from tests.manifests_util import (
     webhook_configurations,
 )
 
-K8S_VERSIONS = ["1.30", major_minor(latest_version())]
 REPOSITORY = "ghcr.io/volcano-job-webhook/volcano-job-webhook"
 APP_VERSION = "0.1.0"
 DIGEST = "sha256:" + "0123456789abcdef" * 4
@@ -62,7 +61,7 @@ EVERY_VALUE: dict[str, Any] = {
     "layout": "split",
     "enforcement": "audit",
     "settings": {"default_plugins": {"env": []}, "volcano_controller_plugins": [], "allowed_plugins": ["env", "svc"],
-                 "namespaces": ["team-a"], "workloads": [], "log_level": "debug", "hosts_env_limit": None,
+                 "namespaces": ["team-a"], "workloads": [], "log_level": "debug", "hosts_env_limit": None, "env_placement": "first",
                  "max_connections": 2048},
     "webhook": {"resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
                 "namespaceSelector": {"matchLabels": {"volcano": "on"}}, "timeoutSeconds": 8, "validatingTimeoutSeconds": 2},

@@ -36,6 +36,33 @@ def test_changed_values_are_replaced_in_place():
     assert make_patch(POD, new) == [{"op": "replace", "path": "/spec/containers/0/env/0/value", "value": "9"}]
 
 
+def test_items_put_in_front_are_inserted_there():
+    """Variables placed before a container's own (env placement first): an insert per new item, and
+    the old items, moved back, changed in place only where they changed."""
+    old = copy.deepcopy(POD)
+    old["spec"]["containers"][0]["env"] += [{"name": "Y", "value": "$(RANK)"}, {"name": "Z", "value": "z"}]
+    new = copy.deepcopy(old)
+    env = new["spec"]["containers"][0]["env"]
+    env[0:0] = [{"name": "RANK", "value": "1"}, {"name": "WORLD", "value": "2"}]
+    assert make_patch(old, new) == [
+        {"op": "add", "path": "/spec/containers/0/env/0", "value": {"name": "RANK", "value": "1"}},
+        {"op": "add", "path": "/spec/containers/0/env/1", "value": {"name": "WORLD", "value": "2"}},
+    ]
+    env[3]["value"] = "9"
+    ops = make_patch(old, new)
+    assert ops[2:] == [{"op": "replace", "path": "/spec/containers/0/env/3/value", "value": "9"}]
+    assert jsonpatch.apply_patch(old, ops) == new
+
+
+def test_an_insert_is_used_only_when_it_takes_fewer_operations():
+    old = {"l": [1, 2, 3, 4]}
+    assert make_patch(old, {"l": [1, 2, 3, 4, 9]}) == [{"op": "add", "path": "/l/-", "value": 9}]
+    new = {"l": [5, 2, 3, 4, 1]}  # one replaced and one appended, or one inserted and three replaced
+    ops = make_patch(old, new)
+    assert ops == [{"op": "replace", "path": "/l/0", "value": 5}, {"op": "add", "path": "/l/-", "value": 1}]
+    assert jsonpatch.apply_patch(old, ops) == new
+
+
 def test_keys_are_escaped():
     new = copy.deepcopy(POD)
     new["metadata"]["labels"]["x~y/z"] = "2"

@@ -53,6 +53,11 @@ class WebhookSettings(BaseSettings):
     hosts_env_limit: int | None = Field(
         DEFAULT_HOSTS_ENV_LIMIT, ge=1, description="longest VC_<TASK>_HOSTS value injected; null for no limit"
     )
+    env_placement: Literal["last", "first"] = Field(
+        "last", description="where the variables the plugins we run inject go in a container's env: last (after its own, "
+        "as Volcano appends) or first (before them, so $(RANK) in its own expands); a job's annotation "
+        "volcano-job-webhook/env-placement says otherwise",
+    )
     cluster_domain: str | None = Field(
         None, description="the cluster's DNS domain (kubelet's --cluster-domain, e.g. cluster.local): host names the plugins "
         "we run write become <host>.<subdomain>.<namespace>.svc.<domain>, resolvable from any namespace; null: "
@@ -169,7 +174,8 @@ class WebhookSettings(BaseSettings):
             order=tuple(self.plugin_order),
             allowed=frozenset(self.allowed_plugins) if self.allowed_plugins is not None else None,
             defaults=dict(self.default_plugins),
-            settings=Settings(hosts_env_limit=self.hosts_env_limit, cluster_domain=self.cluster_domain),
+            settings=Settings(hosts_env_limit=self.hosts_env_limit, env_placement=self.env_placement,
+                              cluster_domain=self.cluster_domain),
             volcano_plugins=self.volcano_plugins(on_cluster),
         )
 

@@ -19,6 +19,7 @@ from volcano_job_webhook.plugins.keys import (
     BATCH_JOB_KIND,
     BATCH_JOB_NAME_KEY,
     BATCH_JOBS,
+    ENV_PLACEMENT_ANNOTATION,
     JOB_GROUP,
     JOB_KIND,
     JOB_NAME_KEY,
@@ -246,8 +247,9 @@ def _plugin_inputs(obj: Mapping[str, Any]) -> tuple[Any, ...]:
     spec = obj.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     annotations = meta.get("annotations")
+    annotations = annotations if isinstance(annotations, Mapping) else {}
     read = (spec.get("plugins"), spec.get("tasks")) if workload_kind(obj) == VOLCANO_JOBS else (spec,)
-    return (meta.get("name"), *read, annotations.get(PLUGINS_ANNOTATION) if isinstance(annotations, Mapping) else None)
+    return (meta.get("name"), *read, annotations.get(PLUGINS_ANNOTATION), annotations.get(ENV_PLACEMENT_ANNOTATION))
 
 
 # The kinds /validate judges, by (group, kind) of the request: resource.group and apiVersion.
@@ -273,7 +275,7 @@ class JobValidator:
     does not opt in (docs/workloads.md). Indexed Jobs and JobSets without the annotation pass.
 
     A CREATE is judged whole. An UPDATE is judged only when it changes what the plugins read (the
-    tasks, ``spec.plugins``, our annotation), and refused only for a problem the old Job did not
+    tasks, ``spec.plugins``, our annotations), and refused only for a problem the old Job did not
     have: a running job Volcano tolerates is never locked against ``kubectl label``. A Job being
     deleted passes. With ``audit`` on, a denial becomes a warning."""
 

@@ -1,9 +1,10 @@
 """RFC 6902 JSON patches that address only what changed.
 
 The chain returns a whole mutated Pod; the API server wants operations. Diffing structurally keeps
-each operation on the field it changes — lists are appended to with ``/-``, missing lists and maps
-are added whole, changed values are replaced in place — so changes other mutating webhooks made to
-the same Pod survive (docs/volcano-behaviour.md#admission-answer).
+each operation on the field it changes — lists are appended to with ``/-`` (or inserted into at the
+front, when that takes fewer operations), missing lists and maps are added whole, changed values are
+replaced in place — so changes other mutating webhooks made to the same Pod survive
+(docs/volcano-behaviour.md#admission-answer).
 """
 
 from __future__ import annotations
@@ -47,10 +48,27 @@ def _diff_unequal(old: Any, new: Any, path: str, ops: list[Operation]) -> None:
                 _diff_unequal(old[key], value, f"{path}/{escape(key)}", ops)
         return
     if isinstance(old, list) and isinstance(new, list) and len(new) >= len(old):
-        for i, item in enumerate(old):
-            if item != new[i]:
-                _diff_unequal(item, new[i], f"{path}/{i}", ops)
-        for item in new[len(old):]:
-            ops.append({"op": "add", "path": f"{path}/-", "value": item})
+        appended = _aligned(old, new, 0, path)
+        shift = len(new) - len(old)
+        if shift and len(appended) > shift:
+            # The old items moved back (variables placed before a container's own): inserting the
+            # new ones in front says so in fewer operations than rewriting every item in place.
+            inserted = [{"op": "add", "path": f"{path}/{i}", "value": new[i]} for i in range(shift)]
+            inserted += _aligned(old, new, shift, path)
+            if len(inserted) < len(appended):
+                appended = inserted
+        ops.extend(appended)
         return
     ops.append({"op": "replace", "path": path, "value": new})
+
+
+def _aligned(old: list[Any], new: list[Any], offset: int, path: str) -> list[Operation]:
+    """Operations that make ``old[i]`` into ``new[offset + i]`` where they differ (at its index in
+    ``new``), then, with no offset, append what ``new`` has beyond ``old``."""
+    ops: list[Operation] = []
+    for i, item in enumerate(old):
+        if item != new[offset + i]:
+            _diff_unequal(item, new[offset + i], f"{path}/{offset + i}", ops)
+    if not offset:
+        ops.extend({"op": "add", "path": f"{path}/-", "value": item} for item in new[len(old):])
+    return ops
