@@ -26,6 +26,7 @@ from typing import Any
 
 import kubernetes_validate
 import yaml
+from kubernetes_validate.utils import latest_version, major_minor
 
 from tests.kustomize import DEFAULT_VARIANT, ROOT, build_variant
 
@@ -42,6 +43,9 @@ CLUSTER_SCOPED = frozenset({
     "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     "CustomResourceDefinition", "PriorityClass", "StorageClass", "ClusterIssuer", "APIService",
 })
+
+# The Kubernetes versions whose schemas every rendering is checked against: the oldest supported, the newest known.
+K8S_VERSIONS = ["1.30", major_minor(latest_version())]
 
 
 # Reading ----------------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes_validate.utils import latest_version, major_minor
 
 from tests.jobs import volcano_job
 from tests.kustomize import (
@@ -43,6 +42,7 @@ from tests.kustomize import (
 from tests.manifests_util import (
     CLUSTER_SCOPED,
     CONFIG_ENV,
+    K8S_VERSIONS,
     NAMESPACE,
     RECONCILER_SERVICE_ACCOUNT,
     SERVICE_ACCOUNT,
@@ -68,7 +68,6 @@ from tests.manifests_util import (
     webhook_configurations,
 )
 
-K8S_VERSIONS = ["1.30", major_minor(latest_version())]
 IMAGE = "ghcr.io/volcano-job-webhook/volcano-job-webhook:0.1.0"
 CERTS_SECRET = "volcano-job-webhook-tls"
 CA_SECRET = "volcano-job-webhook-ca"
