@@ -17,6 +17,10 @@ Every regular container of the master and worker Pods gets:
   (``<master domain>:<port>``), ``PET_RDZV_ID`` (the job's uid, else ``<namespace>.<name>``) and
   ``PET_MAX_RESTARTS`` (``--max-restarts``, default 0); ``PET_MAX_RESTARTS`` also whenever
   ``--max-restarts`` is given;
+* when elastic, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` unless the container sets it itself: with
+  the rendezvous store shared with the trainers (torch's default since 2.4), the rank 0 agent
+  publishes the trainers' ``MASTER_ADDR`` only in the first round it is rank 0 of, so a node that
+  joins a later round (a replacement Pod) waits for it until it times out (torch 2.13);
 * the port ``torchrun-port`` (``--port``), unless the container already has a port of that number
   (``pytorch``'s ``pytorchjob-port`` when both plugins use the same port).
 
@@ -52,6 +56,7 @@ from .quantity import gpu_limit, parse_quantity, requested, whole
 PORT_NAME = "torchrun-port"
 DEFAULT_PORT = 29500
 RESERVED_PREFIX = "PET_"
+UNSHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 def auto_nproc(container: Mapping[str, Any], where: str) -> int:
     """``--nproc-per-node=auto`` for one container: GPU limit, else CPU limit, else CPU request,
@@ -245,4 +250,7 @@ class TorchrunPlugin(Plugin):
             problem = ensure_port(container, PORT_NAME, port)
             if problem:
                 raise plugin_error(self, f"spec.containers[{i}].ports", problem)
-            ensure_envs(container, [*common, ("PET_NPROC_PER_NODE", str(nproc), None), *extra])
+            entries = [*common, ("PET_NPROC_PER_NODE", str(nproc), None), *extra]
+            if self.elastic and not any(isinstance(e, dict) and e.get("name") == UNSHARED_STORE for e in container.get("env") or []):
+                entries.append((UNSHARED_STORE, "1", None))
+            ensure_envs(container, entries)
