@@ -482,7 +482,7 @@ def test_a_real_kubelet_starts_the_container_with_them_expanded(tmp_path: Path) 
                 return str(phase) if phase in ("Succeeded", "Failed") else ""
 
             assert wait_until(finished, 60, f"Pod {pod_name} to finish",
-                              log=lambda: f"{read(api, 'v1', 'Pod', pod_name, 'default')}\n{node.logs()}") == "Succeeded"
+                              log=lambda pod_name=pod_name: f"{read(api, 'v1', 'Pod', pod_name, 'default')}\n{node.logs()}") == "Succeeded"
             log = kube_client.CoreV1Api(api).read_namespaced_pod_log(pod_name, "default")
             printed[name] = dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
     assert not node.leftovers(), f"left on this machine: {node.leftovers()}"
