@@ -51,7 +51,12 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jobs" / "ray-jo
 BIN = Path(sys.executable).parent
 
 # Inside the new namespaces: the Pod's /etc/hosts and /tmp, its host name, then its command as given.
-ENTER_POD = 'mount --bind "$1" /etc/hosts && mount --bind "$2" /tmp && hostname "$3" && shift 3 && exec "$@"'
+# What this test runs from (the checkout, the virtualenv that holds `ray`) stays where it is when it
+# lives under /tmp (as a CI clone may): each path of $4 is bound into the Pod's /tmp first.
+ENTER_POD = ('mount --bind "$1" /etc/hosts && for keep in $4; do mkdir -p "$2$keep" && mount --bind "/tmp$keep" "$2$keep" || exit 1; done'
+             ' && mount --rbind "$2" /tmp && hostname "$3" && shift 4 && exec "$@"')
+KEPT = " ".join(sorted({"/" + p.relative_to("/tmp").as_posix() for p in (Path(__file__).resolve().parent.parent, BIN.parent)
+                        if p.is_relative_to("/tmp")}))
 UNSHARE = ["unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
 
 # Run in the head Pod, as a user's script there would: join the cluster this Pod's `ray start`
@@ -119,7 +124,7 @@ class Pods:
         hostname = pod["spec"]["hostname"]
         pod_tmp = self.root / hostname
         pod_tmp.mkdir()
-        argv = [*UNSHARE, "sh", "-c", ENTER_POD, "pod", str(self.hosts), str(pod_tmp), hostname, *container["command"]]
+        argv = [*UNSHARE, "sh", "-c", ENTER_POD, "pod", str(self.hosts), str(pod_tmp), hostname, KEPT, *container["command"]]
         return self._start(hostname, argv, self.env(container, extra_env))
 
     def exec(self, process: Process, name: str, argv: list[str], env: dict[str, str]) -> Process:
