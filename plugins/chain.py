@@ -170,7 +170,8 @@ class PreparedJob:
                 kept.setdefault(key, set()).update(names - before.get(key, set()))
         if kept is not None:
             move_env_first(ctx.pod, kept)
-        if ctx.hosts_named_by - self.volcano:
+        # Only with the setting: without it the Pods are as Volcano's plugins make them (short names).
+        if self.settings.cluster_domain and ctx.hosts_named_by - self.volcano:
             _resolve_cluster_names(ctx)
         wired = json_size(ctx.pod)
         if wired > STORE_LIMIT and wired > size:
