@@ -21,6 +21,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.jobs import task as job_task
 from tests.jobs import volcano_job
 from tests.schema import validate_object, validate_pod
 from volcano_job_webhook.plugins import (
@@ -100,15 +101,16 @@ names = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
 def small_jobs(draw: st.DrawFn) -> dict[str, Any]:
     tasks = []
     for i, task in enumerate(draw(st.lists(names, min_size=1, max_size=4, unique=True))):
-        spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x:1"}]}
+        container: dict[str, Any] = {"name": "c", "image": "x:1"}
+        pod: dict[str, Any] = {"containers": [container]}
         if draw(st.booleans()) and i:
-            spec["hostname"] = draw(names)
+            pod["hostname"] = draw(names)
         if draw(st.booleans()):
-            spec["subdomain"] = draw(names)
+            pod["subdomain"] = draw(names)
         if draw(st.booleans()):
-            spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": draw(st.integers(1, 16))}}
+            container["resources"] = {"limits": {"nvidia.com/gpu": draw(st.integers(1, 16))}}
         replicas = draw(st.sampled_from([0, 1, 2, 9, 10, 11, 99, 100, 101, 999, 1000, 1001]))
-        tasks.append({"name": task, "replicas": replicas, "template": {"spec": spec}})
+        tasks.append(job_task(task, replicas, pod=pod))
     return volcano_job(draw(names), uid="u", plugins={}, tasks=tasks)
 
 

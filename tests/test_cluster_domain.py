@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.jobs import task as job_task
+from tests.jobs import volcano_job
 from volcano_job_webhook.cli import main
 from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.plugins import Chain, ChainConfig, Job, PluginError, Settings
@@ -27,21 +29,13 @@ from volcano_job_webhook.plugins.workloads import read_workload
 
 DOMAIN = "cluster.local"
 FQDN = Chain(config=ChainConfig(settings=Settings(cluster_domain=DOMAIN)))
-ANNOTATION = "volcano-job-webhook/plugins"
 
 
 def _job(plugins: dict[str, list[str]] | None, annotated: dict[str, list[str]] | None = None, *,
          tasks: tuple[tuple[str, int], ...] = (("master", 1), ("worker", 3))) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "fq", "namespace": "ml", "uid": "e0000000-0000-4000-8000-000000002790"}
-    if annotated:
-        meta["annotations"] = {ANNOTATION: json.dumps(annotated)}
-    spec: dict[str, Any] = {"tasks": [
-        {"name": name, "replicas": replicas, "template": {"spec": {"restartPolicy": "OnFailure", "containers": [
-            {"name": name, "image": "busybox:1.36.1", "resources": {"limits": {"cpu": "1"}}}]}}}
-        for name, replicas in tasks]}
-    if plugins is not None:
-        spec["plugins"] = plugins
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta, "spec": spec}
+    return volcano_job("fq", namespace="ml", uid="e0000000-0000-4000-8000-000000002790", plugins=plugins, annotation=annotated or None,
+                       tasks=[job_task(name, replicas, pod={"restartPolicy": "OnFailure", "containers": [
+                           {"name": name, "image": "busybox:1.36.1", "resources": {"limits": {"cpu": "1"}}}]}) for name, replicas in tasks])
 
 
 def _strings(value: Any) -> list[str]:

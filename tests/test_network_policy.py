@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests import envtest
+from tests.jobs import task, volcano_job
 from tests.network_policy import Cluster, Pod, Source, selects
 from volcano_job_webhook.cli import main
 from volcano_job_webhook.config import WebhookSettings
@@ -119,24 +120,19 @@ def test_label_selectors() -> None:
 def _job(svc: list[str] | None, *, in_spec: bool = False, ray: bool = False) -> dict[str, Any]:
     """Job ``np`` in namespace ``ml``: a head, two workers and a TensorBoard task; svc (and ray) from
     the annotation, or svc from spec.plugins."""
-    def task(name: str, replicas: int, container: dict[str, Any]) -> dict[str, Any]:
-        return {"name": name, "replicas": replicas, "template": {"spec": {"restartPolicy": "OnFailure", "containers": [container]}}}
+    def pods(container: dict[str, Any]) -> dict[str, Any]:
+        return {"restartPolicy": "OnFailure", "containers": [container]}
 
     annotated: dict[str, list[str]] = {"ray": []} if ray else {}
     if svc is not None and not in_spec:
         annotated["svc"] = svc
-    meta: dict[str, Any] = {"name": "np", "namespace": "ml", "uid": "e0000000-0000-4000-8000-000000002850"}
-    if annotated:
-        meta["annotations"] = {ANNOTATION: json.dumps(annotated)}
-    spec: dict[str, Any] = {"tasks": [
-        task("head", 1, {"name": "head", "image": "rayproject/ray:2.52.0"}),
-        task("worker", 2, {"name": "worker", "image": "rayproject/ray:2.52.0"}),
-        task("board", 1, {"name": "tensorboard", "image": "tensorflow/tensorflow:2.16.1",
-                          "ports": [{"name": "tensorboard", "containerPort": 6006}]}),
-    ]}
-    if in_spec:
-        spec["plugins"] = {"svc": svc or []}
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta, "spec": spec}
+    return volcano_job("np", namespace="ml", uid="e0000000-0000-4000-8000-000000002850", annotation=annotated or None,
+                       plugins={"svc": svc or []} if in_spec else None, tasks=[
+                           task("head", 1, pod=pods({"name": "head", "image": "rayproject/ray:2.52.0"})),
+                           task("worker", 2, pod=pods({"name": "worker", "image": "rayproject/ray:2.52.0"})),
+                           task("board", 1, pod=pods({"name": "tensorboard", "image": "tensorflow/tensorflow:2.16.1",
+                                                       "ports": [{"name": "tensorboard", "containerPort": 6006}]})),
+                       ])
 
 
 def _policies(job: dict[str, Any], chain: Chain = CLUSTER_VIEW) -> list[dict[str, Any]]:
