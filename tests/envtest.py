@@ -52,6 +52,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+import anyio
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -121,6 +122,16 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: 
         if log is None:
             raise
         raise AssertionError(f"{exc}\n{log()}".rstrip()) from None
+
+
+async def eventually(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
+    """:func:`wait_until` for async tests: the event loop runs on between looks."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await anyio.sleep(interval)
+    return value
 
 
 # Certificates and keys -------------------------------------------------------------------------

@@ -7,7 +7,6 @@ import asyncio
 import base64
 import copy
 import json
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -16,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
+from tests.envtest import eventually
 from tests.jobs import example_job
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.podgen import make_pod
@@ -24,15 +24,6 @@ from volcano_job_webhook.server.jobs.kube import KubeJobSource
 from volcano_job_webhook.server.review import admission_review
 
 pytestmark = pytest.mark.anyio
-
-
-async def wait_for(predicate, timeout: float = 10.0) -> None:
-    import anyio
-
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await anyio.sleep(0.05)
 
 
 @pytest.fixture
@@ -54,7 +45,7 @@ def review_for(server: FakeApiServer, name: str, task: str, index: int) -> dict:
 
 async def test_cached_jobs_are_answered_and_readiness_follows_the_sync(setup):
     server, c, source = setup
-    await wait_for(lambda: source.ready)
+    await eventually(lambda: source.ready, 10, "the source ready")
     ready = (await c.get("/readyz")).json()
     assert ready == {"status": "ready", "jobs": 1, "source": "kube", "apiServer": "reachable"}
     answer = (await c.post("/mutate", json=review_for(server, "pytorch-demo", "worker", 0))).json()["response"]
@@ -63,7 +54,7 @@ async def test_cached_jobs_are_answered_and_readiness_follows_the_sync(setup):
 
 async def test_a_miss_costs_one_live_get(setup):
     server, c, source = setup
-    await wait_for(lambda: source.ready)
+    await eventually(lambda: source.ready, 10, "the source ready")
     source.informer.stop()  # no watch events from now on: only a live GET can find the new job
     client.CustomObjectsApi(server.api_client()).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", example_job("ray"))
     server.clear_requests()
@@ -78,10 +69,10 @@ async def test_a_miss_costs_one_live_get(setup):
 
 async def test_answers_from_cache_while_the_api_server_is_away(setup):
     server, c, source = setup
-    await wait_for(lambda: source.ready)
+    await eventually(lambda: source.ready, 10, "the source ready")
     review = review_for(server, "pytorch-demo", "master", 0)
     server.stop()
-    await wait_for(lambda: not source.informer.connected)
+    await eventually(lambda: not source.informer.connected, 10, "the informer disconnected")
     ready = await c.get("/readyz")
     assert ready.status_code == 200 and ready.json()["apiServer"] == "unreachable"
     answer = (await c.post("/mutate", json=review)).json()["response"]
@@ -95,7 +86,7 @@ async def test_answers_from_cache_while_the_api_server_is_away(setup):
     assert not missing["allowed"] and missing["status"]["code"] == 500
     assert missing["status"]["message"].startswith("volcano-job-webhook: could not look up job default/elsewhere (")
     server.restart()
-    await wait_for(lambda: source.informer.connected, timeout=30)
+    await eventually(lambda: source.informer.connected, 30, "the informer reconnected")
     assert (await c.get("/readyz")).json()["apiServer"] == "reachable"
     assert "patch" in (await c.post("/mutate", json=review)).json()["response"]
 
@@ -114,7 +105,7 @@ def job_gets(server: FakeApiServer) -> list:
 async def serving(source: KubeJobSource) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(source, Chain())
     async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
-        await wait_for(lambda: source.ready)
+        await eventually(lambda: source.ready, 10, "the source ready")
         yield c
 
 
