@@ -12,13 +12,13 @@ import json
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.envtest import wait_until
 from volcano_job_webhook.certs.issue import generate_ca, generate_serving_cert
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
@@ -55,10 +55,12 @@ def in_thread(server: HTTPSServer) -> Iterator[HTTPSServer]:
     ends it is told to exit and must have stopped within 10 s (and started within 10 s)."""
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
-        time.sleep(0.01)
+
+    def started() -> bool:
+        assert server.started or thread.is_alive(), "server did not start: its thread ended"
+        return bool(server.started)
+
+    wait_until(started, 10, "the server to start", interval=0.01)
     server.port = server.addresses[0][1]  # type: ignore[attr-defined]
     try:
         yield server

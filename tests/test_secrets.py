@@ -14,6 +14,7 @@ from prometheus_client import generate_latest
 
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
+from tests.envtest import wait_until
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair
 from volcano_job_webhook.reconciler import Reconciler
@@ -48,9 +49,7 @@ def test_reconciler_logs_and_metrics_hold_no_key(caplog):
         server.fail_next(2, status=500, method="POST", path_contains="/secrets")
         rec = Reconciler(server.api_client(), Chain(), resync_seconds=0.2)
         rec.start()
-        deadline = time.monotonic() + 10
-        while not server.objects("secrets") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: server.objects("secrets"), 10, "the Secret", interval=0.05)
         time.sleep(0.3)
         rec.stop()
         secret = server.objects("secrets")[0]

@@ -212,10 +212,12 @@ class Load:
 
     def __enter__(self) -> Load:
         self._thread.start()
-        deadline = time.monotonic() + 5
-        while self.ok < 5:  # under way before the swap
-            assert time.monotonic() < deadline and not self.failures, self.failures
-            time.sleep(0.01)
+
+        def under_way() -> bool:  # before the swap
+            assert not self.failures, self.failures
+            return self.ok >= 5
+
+        wait_until(under_way, 5, "five requests answered", interval=0.01)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -244,8 +246,7 @@ def test_reload_now_serves_the_new_cert_without_a_failed_request(certs):
             assert server.reloader.reload_now() is True  # from this thread: handed to the server's loop
             assert served_serial(server.port, certs / "ca.crt") == new
             before = load.ok
-            while load.ok < before + 5:
-                time.sleep(0.01)
+            wait_until(lambda: load.ok >= before + 5, 10, "five more requests answered", interval=0.01)
         assert load.failures == [] and load.ok > 10
         assert server.reloader.reload_now() is False, "nothing new on disk"
         assert server.reloader.reloads == 1
@@ -260,13 +261,9 @@ def test_the_poll_picks_up_a_renewal_by_ensure_certs_under_load(certs):
             assert ensure_certs(certs, renew_before=timedelta(days=400)).created
             new = serial_of(certs / "tls.crt")
             assert new != old
-            deadline = time.monotonic() + 5
-            while served_serial(server.port, certs / "ca.crt") != new:
-                assert time.monotonic() < deadline, "new certificate not served"
-                time.sleep(0.02)
+            wait_until(lambda: served_serial(server.port, certs / "ca.crt") == new, 5, "the new certificate served", interval=0.02)
             before = load.ok
-            while load.ok < before + 5:
-                time.sleep(0.01)
+            wait_until(lambda: load.ok >= before + 5, 10, "five more requests answered", interval=0.01)
         assert load.failures == [] and load.ok > 10
         assert server.reloader.reloads >= 1
 
@@ -292,10 +289,8 @@ def test_half_written_mismatched_or_missing_pairs_are_ignored_then_retried(certs
         assert server.reloader.reloads == 0
 
         (certs / "tls.key").write_bytes(new_key)  # the write completes: picked up on a later look
-        deadline = time.monotonic() + 5
-        while served_serial(server.port, certs / "ca.crt") != serial_of(certs / "tls.crt"):
-            assert time.monotonic() < deadline, "completed pair not picked up"
-            time.sleep(0.02)
+        wait_until(lambda: served_serial(server.port, certs / "ca.crt") == serial_of(certs / "tls.crt"), 5,
+                   "the completed pair picked up", interval=0.02)
         assert server.reloader.reloads == 1
     assert "PRIVATE KEY" not in caplog.text
     assert any("not loaded" in r.getMessage() for r in caplog.records)
