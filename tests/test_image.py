@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES, ROOT
-from tests.envtest import free_port
+from tests.envtest import free_port, wait_until
 from tests.servers import assert_pytorch_worker_1_wired, mutate_over_https
 
 TAG = "localhost/volcano-job-webhook:test"
@@ -189,13 +189,9 @@ def test_the_root_file_system_is_read_only_and_tmp_is_not(image: Image, rootfs: 
 
 def pid_one(runtime: subprocess.Popen[str]) -> int:
     """The process ``unshare --fork`` started: PID 1 of the new namespace, as an entrypoint is."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        children = Path(f"/proc/{runtime.pid}/task/{runtime.pid}/children").read_text().split()
-        if children:
-            return int(children[0])
-        time.sleep(0.05)
-    raise AssertionError("unshare started no process")
+    children = wait_until(lambda: Path(f"/proc/{runtime.pid}/task/{runtime.pid}/children").read_text().split(), 10,
+                          "unshare to start a process", interval=0.05)
+    return int(children[0])
 
 
 def test_serve_answers_mutate_over_https_and_stops_on_sigterm(image: Image, rootfs: Path, tmp_path: Path) -> None:
@@ -207,19 +203,20 @@ def test_serve_answers_mutate_over_https_and_stops_on_sigterm(image: Image, root
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         ca = tmp_path / "certs" / "ca.crt"
-        deadline = time.monotonic() + 60
-        while True:
+
+        def ready() -> ssl.SSLContext | None:
             assert runtime.poll() is None, runtime.communicate()[0]
-            assert time.monotonic() < deadline, "serve wrote no certificates in 60 s"
-            if ca.exists():
-                try:
-                    context = ssl.create_default_context(cafile=str(ca))
-                    with urllib.request.urlopen(f"https://localhost:{port}/readyz", context=context, timeout=2) as answer:
-                        assert json.load(answer)["status"] == "ready"
-                        break
-                except (ssl.SSLError, urllib.error.URLError, ConnectionError):
-                    pass
-            time.sleep(0.2)
+            if not ca.exists():
+                return None
+            try:
+                context = ssl.create_default_context(cafile=str(ca))
+                with urllib.request.urlopen(f"https://localhost:{port}/readyz", context=context, timeout=2) as answer:
+                    assert json.load(answer)["status"] == "ready"
+                    return context
+            except (ssl.SSLError, urllib.error.URLError, ConnectionError):
+                return None
+
+        context = wait_until(ready, 60, "serve to write its certificates and answer /readyz", interval=0.2)
         review = (EXAMPLES / "admission" / "pytorch-pod.json").read_bytes()
         assert_pytorch_worker_1_wired(mutate_over_https(f"https://localhost:{port}", review, context))
         assert sorted(p.name for p in tmp_path.iterdir()) == ["certs"], "nothing but the certificates in /tmp"

@@ -14,7 +14,6 @@ import shutil
 import ssl
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ import pytest
 from cryptography import x509
 
 from tests.conftest import ROOT
-from tests.envtest import free_port
+from tests.envtest import free_port, wait_until
 from tests.manifests_util import dockerfile_instructions, dockerignore_excludes
 from tests.servers import assert_pytorch_worker_1_wired, mutate_over_https
 
@@ -125,20 +124,21 @@ def served(installed: Path, elsewhere: Path) -> Iterator[tuple[str, ssl.SSLConte
                                cwd=elsewhere, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         ca = elsewhere / "certs" / "ca.crt"
-        deadline = time.monotonic() + 60
-        while not ca.exists():
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0]
-            time.sleep(0.1)
-        context = ssl.create_default_context(cafile=str(ca))
         url = f"https://localhost:{port}"
-        while True:
+
+        def ready() -> ssl.SSLContext | None:
+            assert process.poll() is None, process.communicate()[0]
+            if not ca.exists():
+                return None
+            context = ssl.create_default_context(cafile=str(ca))
             try:
                 with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=2) as answer:
                     assert json.load(answer)["status"] == "ready"
-                    break
+                    return context
             except (urllib.error.URLError, ConnectionError):
-                assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0]
-                time.sleep(0.2)
+                return None
+
+        context = wait_until(ready, 60, "serve to write its certificates and answer /readyz", interval=0.1)
         yield url, context
     finally:
         process.terminate()
