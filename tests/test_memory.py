@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 
 import pytest
 
+from tests.envtest import eventually, wait_until
 from volcano_job_webhook import memory
 from volcano_job_webhook.memory import CollectorPacer
 from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits
@@ -48,11 +48,7 @@ async def test_the_pacer_frees_reference_cycles():
         node.self = node  # type: ignore[attr-defined]
         ref = weakref.ref(node)
         del node
-        for _ in range(100):
-            if ref() is None:
-                break
-            await asyncio.sleep(0.01)
-        assert ref() is None
+        await eventually(lambda: ref() is None, 2, "the node collected", interval=0.01)
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -86,11 +82,7 @@ async def test_the_pacer_collects_nothing_while_the_cache_first_loads():
         await asyncio.sleep(0.1)
         assert pacer.collections == [0, 0, 0] and not gc.isenabled(), "no collection of any kind during the load"
         loaded = True
-        for _ in range(100):
-            if pacer.collections[0]:
-                break
-            await asyncio.sleep(0.01)
-        assert pacer.collections[0] > 0
+        await eventually(lambda: pacer.collections[0] > 0, 2, "a young collection", interval=0.01)
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -102,11 +94,7 @@ async def test_the_pacer_does_not_wait_for_a_load_for_ever():
     pacer = CollectorPacer(young=0.01, middle=0.02, full=0.04, loaded=lambda: False, load_limit=0.05)
     task = asyncio.create_task(pacer.run())
     try:
-        for _ in range(100):
-            if pacer.collections[0]:
-                break
-            await asyncio.sleep(0.01)
-        assert pacer.collections[0] > 0
+        await eventually(lambda: pacer.collections[0] > 0, 2, "a young collection", interval=0.01)
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -131,11 +119,7 @@ def test_the_collector_is_off_until_the_load_settles_then_what_it_made_is_frozen
 def test_the_load_limit_settles_a_load_that_never_ends():
     try:
         memory.configure(load_limit=0.05)
-        for _ in range(100):
-            if gc.isenabled():
-                break
-            time.sleep(0.01)
-        assert gc.isenabled()
+        wait_until(gc.isenabled, 2, "the collector enabled again", interval=0.01)
     finally:
         gc.unfreeze()
         gc.enable()
