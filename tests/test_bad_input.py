@@ -195,6 +195,7 @@ async def test_a_pod_just_under_the_depth_limit_is_wired(bad_client):
 
 async def test_a_job_nested_too_deep_is_refused_at_validate_and_its_pods_denied(bad_client, jobs_dir):
     deep = job("deep-job", {"env": []}, [("worker", 2)])
+    # The builder's job, broken: its first task's Pod template metadata nested 150 levels deep.
     deep["spec"]["tasks"][0]["template"]["metadata"] = {"annotations": {"x": "y"}, "x-deep": nested(150)}
     review = admission_review(deep, uid="deep-job")
     response = (await bad_client.post("/validate", content=orjson.dumps(review), headers={"content-type": "application/json"})).json()

@@ -113,8 +113,7 @@ def test_what_volcanos_controller_runs_keeps_short_names() -> None:
 def test_sizes_are_those_of_the_fully_qualified_names() -> None:
     """Every plugin weighs its lists before building them: the sizes must be the longer names'."""
     job = Job.from_object(_job({"svc": []}, tasks=(("master", 1), ("worker", 1234))))
-    fixed = Job.from_object({**_job({"svc": []}), "spec": {"tasks": [
-        {"name": "w", "replicas": 5, "template": {"spec": {"hostname": "fixed", "subdomain": "other", "containers": []}}}]}})
+    fixed = Job.from_object({**_job(None), "spec": {"tasks": [job_task("w", 5, pod={"hostname": "fixed", "subdomain": "other", "containers": []})]}})
     indexed = read_workload({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ij", "namespace": "ml"},
                              "spec": {"completionMode": "Indexed", "completions": 120, "parallelism": 120,
                                       "template": {"spec": {"containers": [], "restartPolicy": "Never"}}}})
