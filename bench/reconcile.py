@@ -43,7 +43,7 @@ from tests.envtest import WEBHOOK_USER, EnvTest, Process, find_assets, free_port
 from volcano_job_webhook.kube.informer import JOB, Informer  # noqa: E402
 from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
 from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair  # noqa: E402
-from volcano_job_webhook.reconciler.kinds import MANAGED_SELECTOR, OWNED  # noqa: E402
+from volcano_job_webhook.reconciler.kinds import MANAGED_SELECTOR, OWNED, OwnedRecord  # noqa: E402
 
 JOBS = JOB
 OBJECTS_PER_JOB = 4
@@ -105,16 +105,16 @@ class Objects:
         widen_pool(api, 12)
 
         def handler(kind: str) -> Any:
-            def on_event(event: str, obj: dict[str, Any]) -> None:
-                meta = obj["metadata"]
+            def on_event(event: str, record: OwnedRecord) -> None:
+                namespace, name = record.key
                 with self.lock:
                     if event == "DELETED":
-                        self.seen.pop((kind, meta["namespace"], meta["name"]), None)
+                        self.seen.pop((kind, namespace, name), None)
                     else:
-                        self.seen.setdefault((kind, meta["namespace"], meta["name"]), time.monotonic())
+                        self.seen.setdefault((kind, namespace, name), time.monotonic())
             return on_event
 
-        self.informers = [Informer(api, resource, label_selector=MANAGED_SELECTOR, on_event=handler(kind))
+        self.informers = [Informer(api, resource, transform=OwnedRecord, label_selector=MANAGED_SELECTOR, on_event=handler(kind))
                           for kind, resource in OWNED.items()]
         for informer in self.informers:
             informer.start()
@@ -125,7 +125,8 @@ class Objects:
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         informer = next(i for i in self.informers if i.resource.kind == kind)
-        return informer.get(namespace, name)
+        record = informer.get(namespace, name)
+        return record.object() if record is not None else None
 
     def stop(self) -> None:
         for informer in self.informers:
