@@ -322,13 +322,8 @@ class Informer(Generic[R]):
                     listed_before = namespace in self._synced
                     rv = str(self._relist(namespace, first=not listed_before))
                     self.relists += 1
-                    first = not self.synced
-                    self._synced.add(namespace)
-                    self.connected = True
-                    self.served = True
                     log.info("listed %s (%d cached)", what, len(self._items))
-                    if first and self.synced and self.on_synced is not None:
-                        self.on_synced()
+                    self._listed(namespace, served=True)
                 rv = self._watch(namespace, rv)
                 backoff.reset()
             except _Gone:
@@ -356,16 +351,21 @@ class Informer(Generic[R]):
         if self.served is not False:
             log.warning("%s: the API server does not serve %s (is its CRD installed?); none can exist, "
                         "looking again every %.0fs", what, self.resource.plural, NOT_SERVED_RETRY)
-        self.served = False
         with self._lock:
             gone = [self._items.pop(k) for k in [k for k in self._items if not namespace or k[0] == namespace]]
             for record in gone:
                 self._unindex(record.key, record)
         for record in gone:
             self._emit("DELETED", record)
+        self._listed(namespace, served=False)
+
+    def _listed(self, namespace: str, served: bool) -> None:
+        """A list of ``namespace`` answered (``served``: the kind's items, else a 404 for the kind): it is
+        synced, the server is there, and ``on_synced`` runs once every namespace is."""
         first = not self.synced
         self._synced.add(namespace)
         self.connected = True
+        self.served = served
         if first and self.synced and self.on_synced is not None:
             self.on_synced()
 

@@ -36,6 +36,7 @@ from volcano_job_webhook.config import ConfigError
 from volcano_job_webhook.kube.rest import Resource, Rest
 
 from .compare import covered
+from .kinds import OWNED
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,6 @@ CONFIGURATIONS = {
     "ValidatingWebhookConfiguration": Resource("ValidatingWebhookConfiguration", "admissionregistration.k8s.io/v1", "validatingwebhookconfigurations"),
 }
 CLUSTER_ROLE = Resource("ClusterRole", "rbac.authorization.k8s.io/v1", "clusterroles")
-SECRET = Resource("Secret", "v1", "secrets")
 ENDPOINT_SLICES = Resource("EndpointSlice", "discovery.k8s.io/v1", "endpointslices")
 
 
@@ -161,7 +161,7 @@ class Registrar:
         if self.certificates is not None and time.monotonic() >= self._certificates_due:
             self.certificates()
             self._certificates_due = time.monotonic() + self.certificates_interval
-        secret = self.rest.get(SECRET, self.secret_namespace, self.secret_name)
+        secret = self.rest.get(OWNED["Secret"], self.secret_namespace, self.secret_name)
         ca_bundle = base64.b64decode(((secret or {}).get("data") or {}).get("ca.crt") or "")
         if not ca_bundle:
             log.info("registration: waiting for ca.crt in Secret %s/%s", self.secret_namespace, self.secret_name)

@@ -11,6 +11,7 @@ from typing import Any
 
 from volcano_job_webhook import logs, memory
 from volcano_job_webhook.certs.files import CertPaths, ensure_certs
+from volcano_job_webhook.certs.issue import CA_CERT, TLS_CERT, TLS_KEY
 from volcano_job_webhook.certs.secret import SecretFiles
 from volcano_job_webhook.config import ConfigError, WebhookSettings
 
@@ -96,7 +97,7 @@ def certs_from_secret(settings: WebhookSettings) -> CertPaths:
     follower.wait()
     follower.start()
     certs = settings.certs_dir
-    return CertPaths(certs / "ca.crt", certs / "tls.crt", certs / "tls.key", created=False)
+    return CertPaths(certs / CA_CERT, certs / TLS_CERT, certs / TLS_KEY, created=False)
 
 
 def run(settings: WebhookSettings) -> None:
