@@ -252,8 +252,8 @@ def test_the_index_holds_one_key_or_several_and_follows_changes():
     assert owned("a") == ["a-hostfile", "a-svc"] and owned("b") == ["b-svc"]
     informer._put(record("a-svc", "b", 4))  # type: ignore[arg-type]  # its owner changed
     assert owned("a") == ["a-hostfile"] and owned("b") == ["a-svc", "b-svc"]
-    informer._drop(("ns", "a-hostfile"), 10)
-    informer._drop(("ns", "b-svc"), 10)
+    informer._drop(("ns", "a-hostfile"))
+    informer._drop(("ns", "b-svc"))
     assert owned("a") == [] and owned("b") == ["a-svc"] and sorted(informer.index_keys()) == ["b"]
 
 

@@ -12,9 +12,15 @@ Lists go page by page (``limit``/``continue``) straight into the cache: a page i
 applied before the next is asked for, so neither the first list nor a re-list after ``410 Gone``
 holds the kind twice.
 
-Writers that got an object back from the API server put it in the cache at once (:meth:`Informer.store`);
-a cached object is only ever replaced by a newer one, so the watch event of one's own write, when it
-arrives, is no change and reports nothing.
+A resourceVersion is opaque (the API's contract): the cache compares it for equality only, and takes
+the order of changes from the watch stream, as client-go's reflector does. Writers that got an
+object back from the API server put it in the cache at once (:meth:`Informer.store`, given the
+:meth:`Informer.position` read before the request): the stored version waits for its own event on
+the stream, and the events before it, which are older, are passed over; the event, when it
+arrives, is no change and reports nothing. An answer is refused when the stream changed or deleted
+that object after the request went out — the cache is then as new as the answer, or newer — and
+a list keeps what was stored after it began. A cache that is behind anyway meets a ``409
+Conflict`` or a create's ``AlreadyExists`` and its writer starts over.
 
 :class:`JobInformer` is the Volcano Job cache of the webhook and the reconciler.
 """
@@ -40,7 +46,7 @@ from volcano_job_webhook.plugins.keys import (
 )
 
 from .backoff import Backoff
-from .records import JobRecord, resource_version
+from .records import JobRecord, Version, resource_version
 from .rest import Resource, Rest, Stream
 
 log = logging.getLogger(__name__)
@@ -52,7 +58,7 @@ class Record(Protocol):
     """What a cache holds of an object: its ``(namespace, name)`` and its resourceVersion."""
 
     key: JobKey
-    version: int
+    version: Version
 
 
 R = TypeVar("R", bound=Record)
@@ -61,7 +67,9 @@ LISTED = "LISTED"
 EventHandler = Callable[[str, Any], None]
 JOB = Resource(JOB_KIND, JOB_API_VERSION, JOB_PLURAL)
 PAGE = 500
-TOMBSTONES = 10_000
+# How many of the latest changes (and deletions) the stream made are remembered by object, for
+# :meth:`Informer.store` to refuse an answer older than the cache.
+RECENT = 10_000
 # How often a kind the API server does not serve (a CRD not installed yet) is looked for again.
 NOT_SERVED_RETRY = 10.0
 
@@ -83,7 +91,8 @@ class _Gone(Exception):
 class Informer(Generic[R]):
     """List-then-watch of one kind in all namespaces or the ones given, one thread each.
 
-    ``on_event(type, record)`` is called from the informer's threads with ``ADDED``, ``MODIFIED`` or
+    Each handler (``on_event``, then those of :meth:`add_event_handler`) is called ``(type, record)``
+    from the informer's threads with ``ADDED``, ``MODIFIED`` or
     ``DELETED`` for every change, including those found by a re-list; not for an object the cache
     already holds at that version. What the first list finds is reported as :data:`LISTED`: it is
     what was there, not a change. A deletion the watch saw is reported with the object as it was
@@ -109,7 +118,8 @@ class Informer(Generic[R]):
         self.resource = resource
         self.namespaces = list(namespaces) or [""]
         self.label_selector = label_selector
-        self.on_event = on_event
+        # Who hears of each change: client-go's SharedInformer handlers, one cache for every controller.
+        self._handlers: list[EventHandler] = [on_event] if on_event is not None else []
         self.index_of = index
         self.transform = transform
         self.deleted_objects = deleted_objects
@@ -119,9 +129,13 @@ class Informer(Generic[R]):
         # Index value → the key of the one object with it, or a set of keys when there are more
         # (an owner has one object of a kind, mostly: a dict each would cost more than the records).
         self._index: dict[Hashable, JobKey | set[JobKey]] = {}
-        # The version at which the watch or a list last saw each recently deleted object go, so a
-        # write's answer that comes later cannot bring it back into the cache.
-        self._deleted: OrderedDict[JobKey, int] = OrderedDict()
+        # The cache's place in the stream of changes it applied: a count, bumped by each change and
+        # by each list's start (:meth:`position`).
+        self._seq = 0
+        # The position of the latest change (a deletion too) to each recently changed object.
+        self._recent: OrderedDict[JobKey, int] = OrderedDict()
+        # Stored answers waiting for their own event: the version stored, and the position then.
+        self._pending: dict[JobKey, tuple[Version, int]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._synced: set[str] = set()
@@ -162,27 +176,44 @@ class Informer(Generic[R]):
 
     # Cache writes --------------------------------------------------------------------------------
 
-    def store(self, obj: Obj) -> bool:
-        """Put an object fetched or written outside the watch in the cache, unless the cache holds
-        the same or a newer version, or saw it deleted since. True when it changed the cache."""
+    def position(self) -> int:
+        """Where the cache stands in the stream of changes: read it before a request whose answer
+        goes to :meth:`store`."""
+        return self._seq
+
+    def store(self, obj: Obj, since: int | None = None) -> bool:
+        """Put an object the API server answered outside the watch in the cache — unless the stream
+        changed or deleted it after ``since`` (the :meth:`position` before the request; without it,
+        unless it was deleted lately). True when it changed the cache."""
         record = self.transform(obj)
+        key = record.key
         with self._lock:
-            deleted = self._deleted.get(record.key)
-            if deleted is not None and deleted >= record.version:
-                return False  # a write's answer that arrives after the watch saw the object go
-            return self._put(record)
+            changed_at = self._recent.get(key)
+            if changed_at is not None and (key not in self._items if since is None else changed_at > since):
+                return False
+            if not self._put(record):
+                return False
+            self._pending[key] = (record.version, self._seq)
+            return True
 
     def forget(self, namespace: str, name: str) -> bool:
         """Drop an object this process just deleted, without waiting for the watch to say so: a
         reconcile meanwhile must not find it and delete it again. True when the cache held it."""
         with self._lock:
-            current = self._items.get((namespace, name))
-            return current is not None and self._drop(current.key, current.version) is not None
+            return self._drop((namespace, name)) is not None
+
+    def _changed(self, key: JobKey) -> None:
+        """Note a change the stream (or a list, or a delete of our own) made to ``key``."""
+        self._seq += 1
+        self._recent[key] = self._seq
+        self._recent.move_to_end(key)
+        if len(self._recent) > RECENT:
+            self._recent.popitem(last=False)
 
     def _put(self, record: R) -> bool:
         key = record.key
         current = self._items.get(key)
-        if current is not None and current.version >= record.version:
+        if current is not None and current.version == record.version:
             return False
         if current is not None:
             self._unindex(key, current)
@@ -199,16 +230,12 @@ class Informer(Generic[R]):
                     self._index[index] = {held, key}
         return True
 
-    def _drop(self, key: JobKey, rv: int) -> R | None:
-        current = self._items.get(key)
-        if current is None or current.version > rv:
-            return None
-        del self._items[key]
-        self._unindex(key, current)
-        self._deleted[key] = rv
-        self._deleted.move_to_end(key)
-        if len(self._deleted) > TOMBSTONES:
-            self._deleted.popitem(last=False)
+    def _drop(self, key: JobKey) -> R | None:
+        self._pending.pop(key, None)
+        self._changed(key)
+        current = self._items.pop(key, None)
+        if current is not None:
+            self._unindex(key, current)
         return current
 
     def _unindex(self, key: JobKey, record: R) -> None:
@@ -227,41 +254,74 @@ class Informer(Generic[R]):
         elif held == key:
             del self._index[index]
 
-    def _relist(self, namespace: str, first: bool = False) -> int:
+    def _relist(self, namespace: str, first: bool = False) -> str:
         """List one namespace (or all) page by page into the cache, reporting what changed; then
-        drop what the list no longer has. Objects newer than the list (stored from a write
-        meanwhile) stay: the watch will report them. Returns the list's resourceVersion."""
+        drop what the list no longer has. What a write stored after the list began stays (the list
+        may predate it; the watch from the list's version reports it). Returns the list's
+        resourceVersion."""
+        with self._lock:
+            self._seq += 1
+            began = self._seq
         seen: set[JobKey] = set()
-        listed_rv = 0
+        listed_rv = ""
         for page, rv in self._pages(namespace):
             listed_rv = listed_rv or rv
             events: list[tuple[str, R]] = []
             with self._lock:
                 for record in page:
-                    existed = record.key in self._items
-                    seen.add(record.key)
+                    key = record.key
+                    seen.add(key)
+                    if self._stored_since(key, began):
+                        continue
+                    existed = key in self._items
                     if self._put(record):
+                        if not first:
+                            self._changed(key)
                         events.append((LISTED if first else "MODIFIED" if existed else "ADDED", record))
             for kind, record in events:
                 self._emit(kind, record)
         gone: list[R] = []
         with self._lock:
             for key in [k for k in self._items if (not namespace or k[0] == namespace) and k not in seen]:
-                dropped = self._drop(key, listed_rv)
-                if dropped is not None:
-                    gone.append(dropped)
+                if not self._stored_since(key, began):
+                    dropped = self._drop(key)
+                    if dropped is not None:
+                        gone.append(dropped)
         for record in gone:
             self._emit("DELETED", record)
         return listed_rv
 
+    def _stored_since(self, key: JobKey, began: int) -> bool:
+        """Whether a write's answer stored at or after position ``began`` is waiting for its event;
+        one stored before is in the list (or something newer is), and waits no more."""
+        pending = self._pending.get(key)
+        if pending is None:
+            return False
+        if pending[1] >= began:
+            return True
+        del self._pending[key]
+        return False
+
+    def add_event_handler(self, handler: EventHandler) -> None:
+        """Have ``handler`` called with every event from now on, after the handlers added before it."""
+        self._handlers.append(handler)
+
+    @property
+    def on_event(self) -> EventHandler | None:
+        """The one handler, while there is one (assigning replaces every handler)."""
+        return self._handlers[0] if len(self._handlers) == 1 else None
+
+    @on_event.setter
+    def on_event(self, handler: EventHandler | None) -> None:
+        self._handlers = [handler] if handler is not None else []
+
     def _emit(self, kind: str, record: Any) -> None:
-        if self.on_event is None:
-            return
-        try:
-            self.on_event(kind, record)
-        except Exception:
-            key = record.key if hasattr(record, "key") else object_key(record)
-            log.exception("%s event handler failed for %s/%s", self.resource.kind, *key)
+        for handler in self._handlers:
+            try:
+                handler(kind, record)
+            except Exception:
+                key = record.key if hasattr(record, "key") else object_key(record)
+                log.exception("%s event handler failed for %s/%s", self.resource.kind, *key)
 
     # Lifecycle -----------------------------------------------------------------------------------
 
@@ -294,7 +354,7 @@ class Informer(Generic[R]):
     def _query(self) -> list[tuple[str, str]]:
         return [("labelSelector", self.label_selector)] if self.label_selector else []
 
-    def _pages(self, namespace: str) -> Iterator[tuple[list[R], int]]:
+    def _pages(self, namespace: str) -> Iterator[tuple[list[R], str]]:
         """The list, a page of records at a time, with the list's resourceVersion."""
         token = ""
         while True:
@@ -307,7 +367,7 @@ class Informer(Generic[R]):
             records = []
             while items:
                 records.append(self.transform(items.pop()))
-            yield records, int(rv) if rv.isdigit() else 0
+            yield records, rv
             token = meta.get("continue") or ""
             if not token:
                 return
@@ -320,7 +380,7 @@ class Informer(Generic[R]):
             try:
                 if not rv:
                     listed_before = namespace in self._synced
-                    rv = str(self._relist(namespace, first=not listed_before))
+                    rv = self._relist(namespace, first=not listed_before)
                     self.relists += 1
                     log.info("listed %s (%d cached)", what, len(self._items))
                     self._listed(namespace, served=True)
@@ -392,19 +452,30 @@ class Informer(Generic[R]):
                 if new_rv:
                     rv = new_rv
                 if kind in ("ADDED", "MODIFIED"):
-                    # The event of our own write finds the cache at that version already: skip it
-                    # before any work on the object.
-                    current = self._items.get(object_key(obj))
-                    if current is not None and current.version >= resource_version(obj):
+                    key, version = object_key(obj), resource_version(obj)
+                    current = self._items.get(key)
+                    if current is not None and current.version == version:
+                        # The event of our own write: the cache holds it already. Skipped before
+                        # any work on the object.
+                        if key in self._pending:
+                            with self._lock:
+                                self._pending.pop(key, None)
                         continue
+                    waiting = self._pending.get(key)
+                    if waiting is not None and waiting[0] != version:
+                        continue  # older than the write stored, whose event is still to come
                     record = self.transform(obj)
                     with self._lock:
-                        changed = self._put(record)
+                        waiting = self._pending.get(key)
+                        changed = (waiting is None or waiting[0] == version) and self._put(record)
+                        if changed:
+                            self._pending.pop(key, None)
+                            self._changed(key)
                     if changed:
                         self._emit(kind, record)
                 elif kind == "DELETED":
                     with self._lock:
-                        gone = self._drop(object_key(obj), resource_version(obj))
+                        gone = self._drop(object_key(obj))
                     if gone is not None:
                         self._emit(kind, without_managed_fields(obj) if self.deleted_objects else gone)
         finally:

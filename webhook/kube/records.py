@@ -62,9 +62,20 @@ def unpacked_uid(uid: bytes | str | None) -> str | None:
     return str(uuid.UUID(bytes=uid)) if isinstance(uid, bytes) else uid
 
 
-def resource_version(obj: Mapping[str, Any]) -> int:
-    text = (obj.get("metadata") or {}).get("resourceVersion") or "0"
-    return int(text) if isinstance(text, str) and text.isdigit() else 0
+# An object's resourceVersion as a cache keeps it: opaque, compared for equality only (the API's
+# contract), held as an int when it is the decimal number every kube-apiserver gives (28 bytes, not
+# a string's 57, in each of half a million records), else as the string it is.
+Version = int | str
+
+
+def resource_version(obj: Mapping[str, Any]) -> Version:
+    """``metadata.resourceVersion`` as a :data:`Version` (``""`` when absent); ``str()`` gives it back."""
+    text = (obj.get("metadata") or {}).get("resourceVersion")
+    if not isinstance(text, str):
+        return ""
+    if text.isascii() and text.isdigit() and str(int(text)) == text:
+        return int(text)
+    return text
 
 
 def intern_key(obj: Mapping[str, Any]) -> JobKey:

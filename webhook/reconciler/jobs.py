@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from volcano_job_webhook.kube.informer import Informer
-from volcano_job_webhook.kube.records import JobRecord, digested
+from volcano_job_webhook.kube.records import JobRecord, Version, digested
 from volcano_job_webhook.plugins import Chain, PluginError, read_workload
 from volcano_job_webhook.plugins.keys import VOLCANO_JOBS
 
@@ -138,7 +138,7 @@ class JobReconciler:
         if job is not None:
             self._settled(job, seen)
 
-    def _settled(self, job: JobRecord, versions: dict[Ident, int]) -> None:
+    def _settled(self, job: JobRecord, versions: dict[Ident, Version]) -> None:
         """Remember the job's objects as this reconcile left them (what it found, with what it wrote
         and without what it deleted) — unless a write was left out for want of leadership. A change
         made meanwhile by someone else is not in it, so it is looked at."""
@@ -146,7 +146,7 @@ class JobReconciler:
             job.reconciled = _fingerprint(versions)
 
     def _make(self, job: JobRecord, desired: list[dict[str, Any]], existing: dict[Ident, dict[str, Any]],
-              versions: dict[Ident, int]) -> set[Ident]:
+              versions: dict[Ident, Version]) -> set[Ident]:
         """Write what differs of ``desired``; return the (kind, name) of every object the job wants,
         and put the version of each object written in ``versions``. Compared as cached: long data
         values as digests on both sides."""
@@ -197,6 +197,6 @@ class JobReconciler:
         self.events.forget((key[0], key[1]))
 
 
-def _fingerprint(versions: dict[Ident, int]) -> int:
+def _fingerprint(versions: dict[Ident, Version]) -> int:
     """A job's objects in one number: which there are, at which version."""
     return hash(tuple(sorted(versions.items())))

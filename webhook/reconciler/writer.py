@@ -4,8 +4,8 @@ sent at once.
 A POST makes what is missing (it never takes over an object of the same name someone else made);
 server-side apply repairs what drifted, after a merge patch removes what our field manager set and
 no longer wants; a delete is conditional on the uid the cache held. What the API server answers goes
-into the cache at once (so the watch event of our own write changes nothing), and is reported as
-the version written. Every attempt, retries included, first asks whether this replica may still
+into the cache at once (so the watch event of our own write changes nothing) unless the watch
+changed the object while the request was out, and is reported as the version written. Every attempt, retries included, first asks whether this replica may still
 write (``may_write``: leading, not stopping): a replica that lost the Lease while backing off
 raises :class:`~.controller.NotLeading` instead of writing.
 """
@@ -21,7 +21,7 @@ from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.backoff import with_retries
 from volcano_job_webhook.kube.informer import Informer
-from volcano_job_webhook.kube.records import JobRecord, digest, digested, has_digests, resource_version
+from volcano_job_webhook.kube.records import JobRecord, Version, digest, digested, has_digests, resource_version
 from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins.base import Digest
 
@@ -81,7 +81,7 @@ class ObjectWriter:
         self.caches[kind].forget(namespace, name)  # gone either way (a 404 too)
         return deleted
 
-    def write_all(self, job: JobRecord, writes: list[Write]) -> dict[Ident, int]:
+    def write_all(self, job: JobRecord, writes: list[Write]) -> dict[Ident, Version]:
         """The job's writes, at once: they are independent, and a new job's objects then take one
         round trip to the API server rather than one each. Returns the versions written."""
         if len(writes) <= 1:
@@ -97,11 +97,12 @@ class ObjectWriter:
         return dict(w for f in futures if (w := f.result()))
 
     def ensure(self, job: JobRecord, desired: dict[str, Any], current: dict[str, Any] | None,
-               todo: Changes | None) -> tuple[Ident, int] | None:
+               todo: Changes | None) -> tuple[Ident, Version] | None:
         """Create or update one object; returns its (kind, name) and the version written, if any."""
         kind, meta = desired["kind"], desired["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         resource, cache = OWNED[kind], self.caches[kind]
+        since = cache.position()  # what the watch has said before any answer of ours comes back
         if current is None:
             # Not in our cache: absent, made a moment ago, or there without our label (the cache
             # holds only labelled objects). A POST makes it only if no object of that name exists.
@@ -123,9 +124,9 @@ class ObjectWriter:
                     self.events.warn(job, "ResourceNotManaged", name, f"{kind} {name} exists without the label {MANAGED_SELECTOR}; left as it is")
                     return None
                 # Ours, and the cache is behind: start over with it (an SSH Secret keeps its keys).
-                cache.store(live)
+                cache.store(live, since)
                 raise CacheBehind() from None
-            cache.store(stored)
+            cache.store(stored, since)
             self.metrics.writes.labels(kind, "create").inc()
             log.info("created %s %s/%s", kind, namespace, name)
             return (kind, name), resource_version(stored)
@@ -134,14 +135,14 @@ class ObjectWriter:
         if todo.remove:
             patch = todo.removal_patch()
             stored = self.api("patch", kind, lambda: self.rest.merge_patch(resource, namespace, name, patch, FIELD_MANAGER))
-            cache.store(stored)
+            cache.store(stored, since)
             log.info("removed %s from %s %s/%s", ", ".join(".".join(p) for p in todo.remove), kind, namespace, name)
             if not changes(OwnedRecord(stored).object(), digested(desired)).apply:
                 self.metrics.writes.labels(kind, "update").inc()
                 return (kind, name), resource_version(stored)
         body = self._hydrated(desired)
         stored = self.api("apply", kind, lambda: self.rest.apply(resource, body, FIELD_MANAGER))
-        cache.store(stored)
+        cache.store(stored, since)
         self.metrics.writes.labels(kind, "update").inc()
         log.info("updated %s %s/%s", kind, namespace, name)
         return (kind, name), resource_version(stored)
@@ -153,6 +154,7 @@ class ObjectWriter:
         if not has_digests(desired):
             return desired
         kind, meta = desired["kind"], desired["metadata"]
+        since = self.caches[kind].position()
         live = self.api("get", kind, lambda: self.rest.get(OWNED[kind], meta["namespace"], meta["name"]))
         out = dict(desired)
         for field in ("data", "binaryData"):
@@ -165,7 +167,7 @@ class ObjectWriter:
                 if isinstance(value, Digest):
                     if not isinstance(found.get(key), str) or digest(found[key]) != value:
                         if live is not None:
-                            self.caches[kind].store(live)
+                            self.caches[kind].store(live, since)
                         raise CacheBehind(stale=(kind, meta["name"]))
                     value = found[key]
                 filled[key] = value
