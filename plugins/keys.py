@@ -1,16 +1,13 @@
-"""Names shared across the package: Volcano's API, its labels and annotations, and our own.
+"""Names shared across the package: the labels and annotations of Volcano, of Kubernetes' Job and
+JobSet controllers, and our own.
 
 The one home for these strings; the webhook, the reconciler and the plugins import them from here.
+The kinds themselves (group, version, plural) are the table's, in :mod:`.kinds`.
 """
 
 from __future__ import annotations
 
-# Volcano's Job API.
-JOB_GROUP = "batch.volcano.sh"
-JOB_VERSION = "v1alpha1"
-JOB_PLURAL = "jobs"
-JOB_KIND = "Job"
-JOB_API_VERSION = f"{JOB_GROUP}/{JOB_VERSION}"
+from typing import Any
 
 # What Volcano's controller records in a Job's status: each plugin it ran as "plugin-<name>" in
 # status.controlledResources, and the phases a job never leaves (Aborted can be resumed).
@@ -42,30 +39,44 @@ ENV_PLACEMENTS = ("last", "first")
 # their Pod template (the webhook's objectSelector), and what their controllers put on each Pod.
 OPT_IN_LABEL = "volcano-job-webhook/enabled"
 TASK_ANNOTATION = "volcano-job-webhook/task"
-BATCH_JOB_API_VERSION = "batch/v1"
-BATCH_JOB_KIND = "Job"
 BATCH_JOB_NAME_KEY = "batch.kubernetes.io/job-name"
 COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
-JOBSET_GROUP = "jobset.x-k8s.io"
-JOBSET_VERSION = "v1alpha2"
-JOBSET_API_VERSION = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
-JOBSET_KIND = "JobSet"
-JOBSET_PLURAL = "jobsets"
 JOBSET_NAME_KEY = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_KEY = "jobset.sigs.k8s.io/jobset-uid"
 REPLICATED_JOB_KEY = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"
 
-# The workload kinds, named as resource.group: what a job source is asked for.
-VOLCANO_JOBS = f"{JOB_PLURAL}.{JOB_GROUP}"
-BATCH_JOBS = "jobs.batch"
-JOBSETS = f"{JOBSET_PLURAL}.{JOBSET_GROUP}"
-# Each kind's group, version and plural, for the API server's paths.
-WORKLOAD_RESOURCES = {
-    VOLCANO_JOBS: (JOB_GROUP, JOB_VERSION, JOB_PLURAL),
-    BATCH_JOBS: ("batch", "v1", "jobs"),
-    JOBSETS: (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL),
-}
-
 # A Job's identity in caches and work queues: (namespace, name).
 JobKey = tuple[str, str]
+
+# Temporary: the kinds' names that were constants here before the table (kinds.py), for the modules
+# that still import them (plugins/job.py, plugins/podgen.py, kube/informer.py, server/jobs/, and a
+# few test helpers). Looked up in the table when imported: kinds.py imports this module.
+_MOVED = {
+    "JOB_GROUP": ("VOLCANO_JOB", "group"),
+    "JOB_VERSION": ("VOLCANO_JOB", "version"),
+    "JOB_PLURAL": ("VOLCANO_JOB", "plural"),
+    "JOB_KIND": ("VOLCANO_JOB", "kind"),
+    "JOB_API_VERSION": ("VOLCANO_JOB", "api_version"),
+    "VOLCANO_JOBS": ("VOLCANO_JOB", "resource"),
+    "BATCH_JOB_API_VERSION": ("BATCH_JOB", "api_version"),
+    "BATCH_JOB_KIND": ("BATCH_JOB", "kind"),
+    "BATCH_JOBS": ("BATCH_JOB", "resource"),
+    "JOBSET_GROUP": ("JOBSET", "group"),
+    "JOBSET_VERSION": ("JOBSET", "version"),
+    "JOBSET_API_VERSION": ("JOBSET", "api_version"),
+    "JOBSET_KIND": ("JOBSET", "kind"),
+    "JOBSET_PLURAL": ("JOBSET", "plural"),
+    "JOBSETS": ("JOBSET", "resource"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    from . import kinds
+
+    if name == "WORKLOAD_RESOURCES":
+        return {kind.resource: (kind.group, kind.version, kind.plural) for kind in kinds.WORKLOADS}
+    if name in _MOVED:
+        row, column = _MOVED[name]
+        return getattr(getattr(kinds, row), column)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,23 +24,14 @@ from .budget import digits_below
 from .errors import PluginError
 from .job import Job, Task
 from .keys import (
-    BATCH_JOB_API_VERSION,
-    BATCH_JOB_KIND,
-    BATCH_JOB_NAME_KEY,
-    BATCH_JOBS,
     COMPLETION_INDEX_KEY,
     JOB_INDEX_KEY,
-    JOBSET_API_VERSION,
-    JOBSET_GROUP,
-    JOBSET_KIND,
-    JOBSET_NAME_KEY,
-    JOBSETS,
     OPT_IN_LABEL,
     PLUGINS_ANNOTATION,
     REPLICATED_JOB_KEY,
     TASK_ANNOTATION,
-    VOLCANO_JOBS,
 )
+from .kinds import BATCH_JOB, JOBSET, kind_of
 from .names import dns1123_label
 from .pod import Obj, metadata
 
@@ -54,24 +45,19 @@ _RAY = (
 
 
 def workload_kind(obj: Mapping[str, Any]) -> str | None:
-    """``jobs.batch.volcano.sh``, ``jobs.batch`` or ``jobsets.jobset.x-k8s.io`` for an object of
-    that kind (a ``kind: Job`` without ``apiVersion`` is Volcano's), else None."""
-    api_version, kind = str(obj.get("apiVersion") or ""), obj.get("kind")
-    if kind == BATCH_JOB_KIND:
-        return BATCH_JOBS if api_version == BATCH_JOB_API_VERSION else VOLCANO_JOBS
-    if kind == JOBSET_KIND and api_version.startswith(f"{JOBSET_GROUP}/"):
-        return JOBSETS
-    return None
+    """Temporary, for server/jobs/files.py: the resource (``jobs.batch``, ...) of a workload object."""
+    kind = kind_of(obj)
+    return kind.resource if kind is not None and kind.pod_label else None
 
 
 def read_workload(obj: Any) -> Job:
     """The job view of a Volcano Job, an Indexed Job or a JobSet, by its ``apiVersion`` and ``kind``.
 
     Raises :class:`PluginError` naming the field for anything that is not shaped like one."""
-    kind = workload_kind(obj) if isinstance(obj, Mapping) else None
-    if kind == BATCH_JOBS:
+    kind = kind_of(obj) if isinstance(obj, Mapping) else None
+    if kind is BATCH_JOB:
         return IndexedJob.from_object(obj)
-    if kind == JOBSETS:
+    if kind is JOBSET:
         return JobSet.from_object(obj)
     return Job.from_object(obj)
 
@@ -79,7 +65,7 @@ def read_workload(obj: Any) -> Job:
 def _templates(obj: Mapping[str, Any]) -> list[Any]:
     """The Pod templates of an Indexed Job or a JobSet, as they are in the object."""
     spec: Mapping[str, Any] = obj["spec"] if isinstance(obj.get("spec"), Mapping) else {}
-    if workload_kind(obj) == BATCH_JOBS:
+    if kind_of(obj) is BATCH_JOB:
         return [spec.get("template")]
     jobs = spec.get("replicatedJobs")
     return [((rj.get("template") or {}).get("spec") or {}).get("template") if isinstance(rj, Mapping) else None
@@ -89,7 +75,7 @@ def _templates(obj: Mapping[str, Any]) -> list[Any]:
 def jobset_child(obj: Mapping[str, Any]) -> bool:
     """Whether a batch Job is one JobSet made: its Pods are the JobSet's, wired as the JobSet's."""
     labels = (obj.get("metadata") or {}).get("labels")
-    return workload_kind(obj) == BATCH_JOBS and isinstance(labels, Mapping) and bool(labels.get(JOBSET_NAME_KEY))
+    return kind_of(obj) is BATCH_JOB and isinstance(labels, Mapping) and bool(labels.get(JOBSET.pod_label))
 
 
 def opted_in(obj: Mapping[str, Any]) -> bool:
@@ -113,7 +99,7 @@ def finished_phase(obj: Mapping[str, Any]) -> str:
     status = obj.get("status")
     if not isinstance(status, Mapping):
         return ""
-    if workload_kind(obj) == JOBSETS:
+    if kind_of(obj) is JOBSET:
         terminal = status.get("terminalState")
         return terminal if terminal in ("Completed", "Failed") else ""
     return _finished_conditions(status)
@@ -205,8 +191,8 @@ def _finished_conditions(status: Mapping[str, Any]) -> str:
 class IndexedJob(Job):
     """A ``batch/v1`` Job in ``Indexed`` completion mode: one task, a Pod per completion index."""
 
-    api_version = BATCH_JOB_API_VERSION
-    kind = BATCH_JOB_KIND
+    api_version = BATCH_JOB.api_version
+    kind = BATCH_JOB.kind
     task_field = COMPLETION_INDEX_KEY
     tasks_field = "spec"
 
@@ -238,7 +224,7 @@ class IndexedJob(Job):
         return _RAY.format(kind="Job") if plugin == "ray" else None
 
     def pod_selector(self) -> dict[str, str]:
-        return {BATCH_JOB_NAME_KEY: self.name}
+        return {BATCH_JOB.pod_label: self.name}
 
     def task_selector(self, task: Task) -> dict[str, str]:
         return self.pod_selector()  # its one task is the whole Job
@@ -258,8 +244,8 @@ class IndexedJob(Job):
 class JobSet(Job):
     """A JobSet: a task per replicated Job, a member per (job index, completion index)."""
 
-    api_version = JOBSET_API_VERSION
-    kind = JOBSET_KIND
+    api_version = JOBSET.api_version
+    kind = JOBSET.kind
     task_field = REPLICATED_JOB_KEY
     tasks_field = "spec.replicatedJobs"
     # Completions of each replicated Job's Jobs, by task name.
@@ -332,7 +318,7 @@ class JobSet(Job):
         return _RAY.format(kind="JobSet") if plugin == "ray" else None
 
     def pod_selector(self) -> dict[str, str]:
-        return {JOBSET_NAME_KEY: self.name}
+        return {JOBSET.pod_label: self.name}
 
     def task_selector(self, task: Task) -> dict[str, str]:
         return {**self.pod_selector(), REPLICATED_JOB_KEY: task.name}

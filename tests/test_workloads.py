@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from volcano_job_webhook.plugins import Chain, IndexedJob, Job, JobSet, PluginError, read_workload
+from volcano_job_webhook.plugins.kinds import BATCH_JOB, JOBSET
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.plugins.workloads import opted_in, require_opt_in
 from volcano_job_webhook.server.handlers import JobCache, JobValidator, PodMutator, workload_of
@@ -339,9 +340,11 @@ def test_an_opted_in_pod_of_a_missing_or_replaced_workload_is_said(source):
 
 def test_which_workload_a_pod_belongs_to():
     idx = read_workload(indexed_job())
-    assert workload_of(make_pod(idx, "idx", 0)) == ("jobs.batch", "idx", "uid-idx")
+    assert workload_of(make_pod(idx, "idx", 0)) == (BATCH_JOB, "idx", "uid-idx")
     js = read_workload(jobset())
-    assert workload_of(make_pod(js, "workers", 0)) == ("jobsets.jobset.x-k8s.io", "js", "uid-js")
+    pod = make_pod(js, "workers", 0)
+    assert pod["metadata"]["labels"]["batch.kubernetes.io/job-name"], "a JobSet's Pod carries its Job's labels too"
+    assert workload_of(pod) == (JOBSET, "js", "uid-js")
     not_opted = make_pod(idx, "idx", 0)
     del not_opted["metadata"]["labels"][OPT_IN]
     assert workload_of(not_opted) is None

@@ -24,7 +24,7 @@ from typing import Any
 from volcano_job_webhook.kube.informer import Informer
 from volcano_job_webhook.kube.records import JobRecord, Version, digested
 from volcano_job_webhook.plugins import Chain, PluginError, read_workload
-from volcano_job_webhook.plugins.keys import VOLCANO_JOBS
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB
 
 from .compare import changes
 from .events import EventRecorder
@@ -48,7 +48,7 @@ class JobReconciler:
 
     def __init__(self, jobs: Informer[Any], owned: Mapping[str, Informer[OwnedRecord]], chain: Chain, writer: ObjectWriter,
                  events: EventRecorder, metrics: ReconcilerMetrics, may_write: Callable[[], bool],
-                 kind: str = VOLCANO_JOBS) -> None:
+                 kind: str = VOLCANO_JOB.resource) -> None:
         self.kind = kind
         self.jobs = jobs
         self.owned = owned

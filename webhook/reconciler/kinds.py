@@ -18,18 +18,9 @@ from volcano_job_webhook.kube.records import (
     unpacked_uid,
 )
 from volcano_job_webhook.kube.rest import Resource
-from volcano_job_webhook.plugins.keys import (
-    BATCH_JOBS,
-    JOB_GROUP,
-    JOB_KIND,
-    JOBSET_GROUP,
-    JOBSET_KIND,
-    JOBSETS,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    VOLCANO_JOBS,
-    JobKey,
-)
+from volcano_job_webhook.plugins import kinds
+from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL, JobKey
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, Kind, controller_of
 
 from .compare import OWNED_FIELDS, owned_paths
 
@@ -37,24 +28,21 @@ from .compare import OWNED_FIELDS, owned_paths
 FIELD_MANAGER = MANAGED_BY
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
-OWNED: dict[str, Resource] = {
-    r.kind: r
-    for r in (
-        Resource("ConfigMap", "v1", "configmaps"),
-        Resource("Secret", "v1", "secrets"),
-        Resource("Service", "v1", "services"),
-        Resource("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies"),
-    )
-}
-EVENT = Resource("Event", "v1", "events")
+
+
+def resource(kind: Kind) -> Resource:
+    """The table's kind as the REST client names it (until :class:`Resource` is the table's class)."""
+    return Resource(kind.kind, kind.api_version, kind.plural)
+
+
+# The owned kinds by name (how the writer and its caches name them).
+OWNED: dict[str, Resource] = {kind.kind: resource(kind) for kind in kinds.OWNED}
+EVENT = resource(kinds.EVENT)
 
 
 def managed(obj: dict[str, Any]) -> bool:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
 
-
-# The owners our objects can have, by (group, kind) of the owner reference.
-_OWNER_KINDS = {(JOB_GROUP, JOB_KIND): VOLCANO_JOBS, ("batch", "Job"): BATCH_JOBS, (JOBSET_GROUP, JOBSET_KIND): JOBSETS}
 
 # Which job a reconcile is for: (namespace, name) for a Volcano Job, (namespace, name, kind) for an
 # Indexed Job or a JobSet (docs/workloads.md), so that a Volcano Job and a batch Job of one name in
@@ -63,36 +51,27 @@ OwnerKey = tuple[str, ...]
 
 
 def owner_key(kind: str, namespace: str, name: str) -> OwnerKey:
-    return (namespace, name) if kind == VOLCANO_JOBS else (namespace, name, kind)
+    return (namespace, name) if kind == VOLCANO_JOB.resource else (namespace, name, kind)
 
 
 def key_kind(key: OwnerKey) -> str:
-    return key[2] if len(key) > 2 else VOLCANO_JOBS
-
-
-def _job_reference(obj: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        kind = _OWNER_KINDS.get((str(ref.get("apiVersion", "")).rpartition("/")[0], ref.get("kind")))
-        if kind is not None:
-            return kind, dict(ref)
-    return None
+    return key[2] if len(key) > 2 else VOLCANO_JOB.resource
 
 
 def owner_job(obj: dict[str, Any]) -> JobKey | OwnerKey | None:
     """The job that controls ``obj`` (:func:`owner_key`): whose reconcile an event on it queues.
     Which job that is, of all that ever had the name, says its ``owner_uid``: a job deleted and
     made again under the same name is another job, whose objects these are not."""
-    found = _job_reference(obj)
-    if found is None:
+    ref = controller_of(obj)
+    if ref is None or ref.kind not in kinds.WORKLOADS:
         return None
-    kind, ref = found
-    return owner_key(kind, sys.intern((obj.get("metadata") or {}).get("namespace") or "default"), sys.intern(str(ref.get("name"))))
+    return owner_key(ref.kind.resource, sys.intern((obj.get("metadata") or {}).get("namespace") or "default"), sys.intern(ref.name))
 
 
 def owner_uid(obj: dict[str, Any]) -> str | None:
     """The uid of the job that controls ``obj``."""
-    found = _job_reference(obj)
-    return None if found is None else found[1].get("uid")
+    ref = controller_of(obj)
+    return None if ref is None or ref.kind not in kinds.WORKLOADS else ref.uid
 
 
 # What of an owned object the comparison reads: its identity, labels, annotations and owner

@@ -26,14 +26,14 @@ from kubernetes.client.rest import ApiException
 from volcano_job_webhook.kube.informer import Informer, JobInformer
 from volcano_job_webhook.kube.rest import Rest, widen_pool
 from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.plugins.keys import VOLCANO_JOBS, WORKLOAD_RESOURCES
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, by_resource
 
 from .controller import Controller
 from .events import EventRecorder
 from .jobs import JobReconciler
-from .kinds import MANAGED_SELECTOR, OWNED, OwnedRecord, OwnerKey, key_kind, owner_key
+from .kinds import MANAGED_SELECTOR, OWNED, OwnedRecord, OwnerKey, key_kind, owner_key, resource
 from .metrics import ReconcilerMetrics
-from .workloads import WorkloadRecord, resource
+from .workloads import WorkloadRecord
 from .workqueue import WorkQueue
 from .writer import ObjectWriter
 
@@ -45,26 +45,26 @@ def served_workloads(api: client.ApiClient, kinds: Iterable[str], attempts: int 
     its cache would never fill). A kind whose discovery keeps failing otherwise (the API server
     away at start) is kept: its cache lists once the server answers."""
     rest, served = Rest(api), []
-    for kind in kinds:
-        group, version, _ = WORKLOAD_RESOURCES[kind]
+    for name in kinds:
+        kind = by_resource(name)
         for attempt in range(attempts):
             try:
-                rest.call("GET", f"/apis/{group}/{version}")
+                rest.call("GET", f"/apis/{kind.api_version}")
             except ApiException as exc:
                 if exc.status == 404:
-                    log.warning("%s/%s is not served by the API server: %s are not reconciled (restart once it is "
-                                "installed)", group, version, kind)
+                    log.warning("%s is not served by the API server: %s are not reconciled (restart once it is "
+                                "installed)", kind.api_version, name)
                     break
                 problem: Exception = exc
             except Exception as exc:  # the API server unreachable
                 problem = exc
             else:
-                served.append(kind)
+                served.append(name)
                 break
             if attempt + 1 == attempts:
-                log.warning("could not ask whether %s/%s is served (%s): %s are reconciled as if it were",
-                            group, version, problem, kind)
-                served.append(kind)
+                log.warning("could not ask whether %s is served (%s): %s are reconciled as if it were",
+                            kind.api_version, problem, name)
+                served.append(name)
             else:
                 time.sleep(pause)
     return served
@@ -89,7 +89,7 @@ class Reconciler:
     ) -> None:
         self.metrics = metrics = metrics or ReconcilerMetrics()
         self.namespaces = list(namespaces)
-        workloads = [kind for kind in workloads if kind != VOLCANO_JOBS]
+        workloads = [kind for kind in workloads if kind != VOLCANO_JOB.resource]
         watches = len(self.namespaces or [""]) * (1 + len(OWNED) + len(workloads))
         widen_pool(api, watches + workers * 4 * (1 + len(workloads)) + 4)
         rest = Rest(api)
@@ -114,10 +114,10 @@ class Reconciler:
                                      owns=self.job_reconciler.owns)
         self.jobs.on_event = self.controller.on_primary
         # The other kinds: a cache, a reconciler and a controller each, the owned caches shared.
-        self.reconcilers: dict[str, JobReconciler] = {VOLCANO_JOBS: self.job_reconciler}
+        self.reconcilers: dict[str, JobReconciler] = {VOLCANO_JOB.resource: self.job_reconciler}
         self.controllers: list[Controller] = [self.controller]
         for kind in workloads:
-            informer: Informer[Any] = Informer(api, resource(kind), self.namespaces, transform=WorkloadRecord)
+            informer: Informer[Any] = Informer(api, resource(by_resource(kind)), self.namespaces, transform=WorkloadRecord)
             reconciler = JobReconciler(informer, self.owned, chain, self.writer, self.events, metrics, may_write, kind=kind)
             controller = Controller(informer, self.owned, reconciler.reconcile, resync_seconds=resync_seconds,
                                     workers=workers, is_leader=is_leader, metrics=metrics, owns=reconciler.owns,

@@ -14,8 +14,6 @@ from typing import Any
 import orjson
 
 from volcano_job_webhook.kube.records import Packer, intern_key, resource_version, shared_uid
-from volcano_job_webhook.kube.rest import Resource
-from volcano_job_webhook.plugins.keys import BATCH_JOBS, JOBSETS, WORKLOAD_RESOURCES
 from volcano_job_webhook.plugins.workloads import finished_phase, opted_in
 
 Obj = dict[str, Any]
@@ -31,12 +29,6 @@ WORKLOADS = Packer(orjson.dumps({
                                    "terminationGracePeriodSeconds": 30, "securityContext": {}}}},
     "replicatedJobs": [{"name": "", "replicas": 1, "template": {}}], "network": {"enableDNSHostnames": True},
 }))
-
-
-def resource(kind: str) -> Resource:
-    """The REST resource of a workload kind (``jobs.batch``, ``jobsets.jobset.x-k8s.io``)."""
-    group, version, plural = WORKLOAD_RESOURCES[kind]
-    return Resource({BATCH_JOBS: "Job", JOBSETS: "JobSet"}[kind], f"{group}/{version}", plural)
 
 
 class WorkloadRecord:

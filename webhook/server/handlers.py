@@ -14,25 +14,9 @@ from typing import Any, Protocol
 
 from volcano_job_webhook.limits import MAX_DEPTH, nested_deeper_than
 from volcano_job_webhook.plugins import Chain, PluginError, PreparedJob, read_workload
-from volcano_job_webhook.plugins.keys import (
-    BATCH_JOB_API_VERSION,
-    BATCH_JOB_KIND,
-    BATCH_JOB_NAME_KEY,
-    BATCH_JOBS,
-    ENV_PLACEMENT_ANNOTATION,
-    JOB_GROUP,
-    JOB_KIND,
-    JOB_NAME_KEY,
-    JOBSET_GROUP,
-    JOBSET_KIND,
-    JOBSET_NAME_KEY,
-    JOBSET_UID_KEY,
-    JOBSETS,
-    OPT_IN_LABEL,
-    PLUGINS_ANNOTATION,
-    VOLCANO_JOBS,
-)
-from volcano_job_webhook.plugins.workloads import jobset_child, require_opt_in, workload_kind
+from volcano_job_webhook.plugins.keys import ENV_PLACEMENT_ANNOTATION, OPT_IN_LABEL, PLUGINS_ANNOTATION
+from volcano_job_webhook.plugins.kinds import BATCH_JOB, JOBSET, POD, VOLCANO_JOB, WORKLOADS, Kind, by_group_kind, controller_of, kind_of
+from volcano_job_webhook.plugins.workloads import jobset_child, require_opt_in
 
 from .jobs import JobSource, NamespaceNotWatched
 from .metrics import WebhookMetrics
@@ -101,42 +85,30 @@ def _object_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
-def owner_uid(pod: Mapping[str, Any], api_version: str = f"{JOB_GROUP}/") -> str | None:
-    """The uid of the Job (Volcano's, or of ``api_version``) that controls ``pod``, or None for a
-    Pod without such a reference."""
-    refs = _object_meta(pod).get("ownerReferences")
-    for ref in refs if isinstance(refs, list) else ():
-        if (isinstance(ref, Mapping) and ref.get("kind") == JOB_KIND and ref.get("controller")
-                and str(ref.get("apiVersion", "")).startswith(api_version) and isinstance(ref.get("uid"), str)):
-            return str(ref["uid"])
-    return None
-
-
-_NOUNS = {VOLCANO_JOBS: "job", BATCH_JOBS: "Job", JOBSETS: "JobSet"}
-
-
-def workload_of(pod: Mapping[str, Any]) -> tuple[str, Any, str | None] | None:
-    """Which workload ``pod`` belongs to: (kind as resource.group, its name as labelled, the uid
-    the Pod says it has), or None for a Pod of none we wire. A Volcano Job's Pods are found by
-    Volcano's label; an Indexed Job's and a JobSet's only when their template opts in
-    (docs/workloads.md), by the labels their controllers set."""
+def workload_of(pod: Mapping[str, Any]) -> tuple[Kind, Any, str | None] | None:
+    """Which workload ``pod`` belongs to: its kind, its name as labelled, and the uid the Pod says
+    it has; or None for a Pod of none we wire. Found as the table says (:data:`~kinds.WORKLOADS`, in
+    order): a Volcano Job's Pods by Volcano's label; an Indexed Job's and a JobSet's only when their
+    template opts in (docs/workloads.md), by the labels their controllers set."""
     labels = _object_meta(pod).get("labels")
     if not isinstance(labels, Mapping):
         return None
-    if labels.get(JOB_NAME_KEY):
-        return VOLCANO_JOBS, labels[JOB_NAME_KEY], owner_uid(pod)
-    if labels.get(OPT_IN_LABEL) != "true":
-        return None
-    if labels.get(JOBSET_NAME_KEY):
-        uid = labels.get(JOBSET_UID_KEY)
-        return JOBSETS, labels[JOBSET_NAME_KEY], uid if isinstance(uid, str) and uid else None
-    if labels.get(BATCH_JOB_NAME_KEY):
-        return BATCH_JOBS, labels[BATCH_JOB_NAME_KEY], owner_uid(pod, BATCH_JOB_API_VERSION)
+    opted_in = labels.get(OPT_IN_LABEL) == "true"
+    for kind in WORKLOADS:
+        name = labels.get(kind.pod_label)
+        if not name or (kind.opt_in and not opted_in):
+            continue
+        if kind.pod_uid_label:
+            uid = labels.get(kind.pod_uid_label)
+            return kind, name, uid if isinstance(uid, str) and uid else None
+        owner = controller_of(pod)
+        return kind, name, owner.uid if owner is not None and owner.kind is kind else None
     return None
 
 
-def _uid(job: Mapping[str, Any]) -> str | None:
-    uid = _object_meta(job).get("uid")
+def uid_of(obj: Mapping[str, Any]) -> str | None:
+    """The object's own uid (``metadata.uid``)."""
+    uid = _object_meta(obj).get("uid")
     return uid if isinstance(uid, str) else None
 
 
@@ -156,7 +128,7 @@ class PodMutator:
         self.audit = audit
 
     async def __call__(self, req: AdmissionRequest) -> AdmissionResponse:
-        if req.kind.kind != "Pod" or req.kind.group or req.operation != "CREATE" or req.sub_resource:
+        if req.kind.kind != POD.kind or req.kind.group != POD.group or req.operation != "CREATE" or req.sub_resource:
             return AdmissionResponse.allow("ignored")
         pod = req.object
         if not isinstance(pod, Mapping) or (pod.get("kind") not in (None, "Pod")):
@@ -170,7 +142,7 @@ class PodMutator:
                 # Opted in, but made by no workload we wire: said, not silently passed.
                 return AdmissionResponse.allow("no-job", [
                     f"volcano-job-webhook: the Pod has {OPT_IN_LABEL}=true but no Indexed Job or JobSet labels "
-                    f"({BATCH_JOB_NAME_KEY}, {JOBSET_NAME_KEY}): not wired"])
+                    f"({BATCH_JOB.pod_label}, {JOBSET.pod_label}): not wired"])
             return AdmissionResponse.allow("ignored")
         kind, job_name, owner = workload
         if not isinstance(job_name, str):
@@ -182,10 +154,10 @@ class PodMutator:
         context = {"uid": req.uid, "namespace": namespace, "pod": meta.get("name") or req.name, "job": job_name}
 
         lookups = self.metrics.lookups
-        noun = _NOUNS[kind]
+        noun = kind.noun
         try:
-            raw_job = await (self.source.get(namespace, job_name, owner) if kind == VOLCANO_JOBS
-                             else self.source.get(namespace, job_name, owner, kind))
+            raw_job = await (self.source.get(namespace, job_name, owner) if kind is VOLCANO_JOB
+                             else self.source.get(namespace, job_name, owner, kind.resource))
         except NamespaceNotWatched:
             lookups.labels("not_watched").inc()
             log.warning("namespace not watched; Pod passes unchanged", extra=context)
@@ -201,7 +173,7 @@ class PodMutator:
             return AdmissionResponse.errored(
                 f"volcano-job-webhook: could not look up {noun} {namespace}/{job_name} ({_describe(exc)}); the Pod is not "
                 "admitted unwired: create it again")
-        if raw_job is None or (owner is not None and _uid(raw_job) not in (None, owner)):
+        if raw_job is None or (owner is not None and uid_of(raw_job) not in (None, owner)):
             gone = raw_job is not None
             lookups.labels("owner_gone" if gone else "not_found").inc()
             why = (f"{noun} {namespace}/{job_name} is not the Pod's owner (uid {owner}): it was deleted" if gone
@@ -248,16 +220,8 @@ def _plugin_inputs(obj: Mapping[str, Any]) -> tuple[Any, ...]:
     spec = spec if isinstance(spec, Mapping) else {}
     annotations = meta.get("annotations")
     annotations = annotations if isinstance(annotations, Mapping) else {}
-    read = (spec.get("plugins"), spec.get("tasks")) if workload_kind(obj) == VOLCANO_JOBS else (spec,)
+    read = (spec.get("plugins"), spec.get("tasks")) if kind_of(obj) is VOLCANO_JOB else (spec,)
     return (meta.get("name"), *read, annotations.get(PLUGINS_ANNOTATION), annotations.get(ENV_PLACEMENT_ANNOTATION))
-
-
-# The kinds /validate judges, by (group, kind) of the request: resource.group and apiVersion.
-_VALIDATED = {
-    (JOB_GROUP, JOB_KIND): VOLCANO_JOBS,
-    ("batch", BATCH_JOB_KIND): BATCH_JOBS,
-    (JOBSET_GROUP, JOBSET_KIND): JOBSETS,
-}
 
 
 def _typed(obj: Mapping[str, Any], req: AdmissionRequest) -> Mapping[str, Any]:
@@ -284,13 +248,13 @@ class JobValidator:
         self.audit = audit
 
     async def __call__(self, req: AdmissionRequest) -> AdmissionResponse:
-        kind = _VALIDATED.get((req.kind.group, req.kind.kind))
-        if kind is None or req.operation not in ("CREATE", "UPDATE"):
+        kind = by_group_kind(req.kind.group, req.kind.kind)
+        if kind not in WORKLOADS or req.operation not in ("CREATE", "UPDATE"):
             return AdmissionResponse.allow("ignored")
         if not isinstance(req.object, Mapping):
             return AdmissionResponse.deny("request.object: missing or not a Volcano Job", code=400, result="bad-request")
         obj = _typed(req.object, req)
-        if kind != VOLCANO_JOBS:
+        if kind is not VOLCANO_JOB:
             annotations = _object_meta(obj).get("annotations")
             if (not isinstance(annotations, Mapping) or PLUGINS_ANNOTATION not in annotations
                     or jobset_child(obj)):  # a JobSet's Job: judged as the JobSet
