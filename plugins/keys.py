@@ -46,7 +46,8 @@ JOBSET_UID_KEY = "jobset.sigs.k8s.io/jobset-uid"
 REPLICATED_JOB_KEY = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"
 
-# A Job's identity in caches and work queues: (namespace, name).
+# Temporary: a cache's key as kube/informer.py, kube/records.py and server/jobs/kube.py still type it;
+# the key is kinds.ObjectKey, the same two strings as a NamedTuple (equal to this, hashed alike).
 JobKey = tuple[str, str]
 
 # Temporary: the kinds' names that were constants here before the table (kinds.py), for the modules

@@ -5,11 +5,12 @@ A :class:`Kind` is a kind's group, version, plural (its REST path), the noun mes
 how its Pods are found (the workloads the webhook wires), and what the reconciler's caches keep of
 it (:class:`Cached`). The lookups: by resource (``jobs.batch``, what settings and job sources name),
 by the (group, kind) of an owner reference or an admission request, by the (apiVersion, kind) of an
-object.
+object. :class:`ObjectKey` is the key of one object in a cache or a work queue.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -32,6 +33,7 @@ __all__ = [
     "WORKLOADS",
     "Cached",
     "Kind",
+    "ObjectKey",
     "OwnerRef",
     "by_group_kind",
     "by_resource",
@@ -131,6 +133,24 @@ def kind_of(obj: Mapping[str, Any]) -> Kind | None:
     if not api_version:
         return VOLCANO_JOB if kind == VOLCANO_JOB.kind else None
     return _BY_GROUP_KIND.get((str(api_version).rpartition("/")[0], kind))
+
+
+class ObjectKey(NamedTuple):
+    """An object's namespace and name: its key in a cache and in a work queue, and what a reconcile
+    is asked for (controller-runtime's ``types.NamespacedName``, ``reconcile.Request``). Which kind
+    it names is its cache's or controller's to say."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, namespace: Any, name: Any) -> ObjectKey:
+        """The key with both strings interned: one copy of each name however many caches,
+        indexes and queues hold it (a missing namespace is ``default``)."""
+        return cls(sys.intern(str(namespace or "default")), sys.intern(str(name or "")))
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 class OwnerRef(NamedTuple):

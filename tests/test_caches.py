@@ -22,6 +22,7 @@ from tests.jobs import task, volcano_job
 from volcano_job_webhook.kube.records import JobRecord, digest
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.base import Digest
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, ObjectKey
 from volcano_job_webhook.reconciler import Reconciler
 from volcano_job_webhook.reconciler.kinds import OwnedRecord
 
@@ -96,7 +97,7 @@ def test_an_owned_record_holds_no_key_and_no_host_file():
     from volcano_job_webhook.reconciler.kinds import OBJECTS
 
     assert b"QUFBQUFB" not in orjson.dumps(OBJECTS.unpack(record._blob)), "the key itself is not kept"
-    assert record.owner == ("default", "j") and record.owner_uid == "ju"
+    assert record.owner == ObjectKey("default", "j") and record.owner_kind is VOLCANO_JOB and record.owner_uid == "ju"
     data = record.object()["data"]
     assert isinstance(data["id_rsa"], Digest) and data["id_rsa"] == digest(secret["data"]["id_rsa"])
     assert data["config"] == secret["data"]["config"] and not isinstance(data["config"], Digest), "short values stay"

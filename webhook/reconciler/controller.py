@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.informer import LISTED, Informer
+from volcano_job_webhook.plugins.kinds import ObjectKey
 
 from .metrics import ReconcilerMetrics
 from .workqueue import WorkQueue
@@ -51,18 +52,15 @@ class Controller:
         is_leader: Callable[[], bool] = lambda: True,
         metrics: ReconcilerMetrics | None = None,
         on_synced: Callable[[], None] | None = None,
-        owns: Callable[[Any], bool] = lambda key: True,
+        owners: Callable[[], Iterable[Key]] = set,
         start_owned: bool = True,
-        key_of: Callable[[Any], Key] = lambda record: record.key,
     ) -> None:
         self.primary = primary
         self.owned = dict(owned)
-        # Several controllers may share the owned caches (one per primary kind): each takes the
-        # keys that are its own, and one of them starts and stops the caches.
-        self.owns = owns
+        # Several controllers may share the owned caches (one per primary kind): each resyncs the
+        # owners that are its own, and one of them starts and stops the caches.
+        self.owners = owners
         self.start_owned = start_owned
-        # A primary record's key on the queue (its cache key, unless the kind needs telling apart).
-        self.key_of = key_of
         self.reconcile = reconcile
         self.resync_seconds = resync_seconds
         self.workers = workers
@@ -81,13 +79,13 @@ class Controller:
     def on_primary(self, event: str, record: Any) -> None:
         # What the first list finds is no news (as controller-runtime's priority queue treats its
         # initial list): low priority, so a change made meanwhile is not behind all of them.
-        self.queue.add(self.key_of(record), low=event == LISTED)
+        self.queue.add(ObjectKey._make(record.key), low=event == LISTED)
 
     def owned_handler(self, kind: str, handler: OwnedHandler) -> Callable[[str, Any], None]:
         """The ``on_event`` of ``kind``'s informer: ``handler`` names the key, which is queued."""
         def on_event(event: str, obj: Any) -> None:
             key = handler(kind, event, obj)
-            if key is not None and self.owns(key):
+            if key is not None:
                 self.queue.add(key, low=event == LISTED)
         return on_event
 
@@ -142,9 +140,8 @@ class Controller:
         """Queue, at low priority, every primary key and the owner of every cached owned object
         (primaries deleted while nobody watched leave such orphans). From the caches: no API call.
         Returns the count."""
-        keys: set[Key] = {self.key_of(record) for record in self.primary.items()}
-        for informer in self.owned.values():
-            keys.update(key for key in informer.index_keys() if self.owns(key))
+        keys: set[Key] = {ObjectKey._make(record.key) for record in self.primary.items()}
+        keys.update(self.owners())
         for key in keys:
             self.queue.add(key, low=True)
         return len(keys)

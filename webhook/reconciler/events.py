@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.kube.rest import Rest
-from volcano_job_webhook.plugins.keys import JobKey
+from volcano_job_webhook.plugins.kinds import ObjectKey
 
 from .controller import describe
 from .kinds import EVENT
@@ -29,13 +29,13 @@ class EventRecorder:
         self.rest = rest
         self.metrics = metrics
         self.may_record = may_record
-        self._said: dict[tuple[JobKey, str, str], str] = {}
+        # What was said, by (job's key, reason, subject): the job's kind and uid with the message.
+        self._said: dict[tuple[tuple[str, str], str, str], str] = {}
         self._lock = threading.Lock()
 
     def warn(self, job: JobRecord, reason: str, subject: str, message: str) -> None:
         namespace, name = job.key
-        said = f"{job.uid}\0{message}"
-        said = f"{job.kind}\0{said}"  # an Indexed Job and a Volcano Job may share a name
+        said = f"{job.kind}\0{job.uid}\0{message}"  # an Indexed Job and a Volcano Job may share a name
         with self._lock:
             if self._said.get((job.key, reason, subject)) == said:
                 return
@@ -58,7 +58,7 @@ class EventRecorder:
         except Exception as exc:
             log.info("could not record event %s on job %s/%s: %s", reason, namespace, name, describe(exc))
 
-    def forget(self, key: JobKey) -> None:
+    def forget(self, key: ObjectKey) -> None:
         """The Job is gone: what was said of it may be said again of a Job of that name."""
         with self._lock:
             for said in [s for s in self._said if s[0] == key]:

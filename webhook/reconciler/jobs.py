@@ -24,11 +24,11 @@ from typing import Any
 from volcano_job_webhook.kube.informer import Informer
 from volcano_job_webhook.kube.records import JobRecord, Version, digested
 from volcano_job_webhook.plugins import Chain, PluginError, read_workload
-from volcano_job_webhook.plugins.kinds import VOLCANO_JOB
+from volcano_job_webhook.plugins.kinds import Kind, ObjectKey
 
 from .compare import changes
 from .events import EventRecorder
-from .kinds import OwnedRecord, OwnerKey, key_kind, owner_job, owner_uid
+from .kinds import OwnedRecord, controlling
 from .limits import oversize
 from .metrics import ReconcilerMetrics
 from .writer import CacheBehind, Ident, ObjectWriter, Write
@@ -40,15 +40,12 @@ log = logging.getLogger(__name__)
 ATTEMPTS = 3
 
 
-JobKey = OwnerKey
-
-
 class JobReconciler:
-    """Reconciles the jobs of one kind (``kind``, resource.group), keyed as :func:`~.kinds.owner_key`."""
+    """Reconciles the jobs of one kind, each asked for by its :class:`ObjectKey`; of the owned
+    objects it reads only those a job of its kind controls."""
 
-    def __init__(self, jobs: Informer[Any], owned: Mapping[str, Informer[OwnedRecord]], chain: Chain, writer: ObjectWriter,
-                 events: EventRecorder, metrics: ReconcilerMetrics, may_write: Callable[[], bool],
-                 kind: str = VOLCANO_JOB.resource) -> None:
+    def __init__(self, kind: Kind, jobs: Informer[Any], owned: Mapping[str, Informer[OwnedRecord]], chain: Chain,
+                 writer: ObjectWriter, events: EventRecorder, metrics: ReconcilerMetrics, may_write: Callable[[], bool]) -> None:
         self.kind = kind
         self.jobs = jobs
         self.owned = owned
@@ -60,14 +57,15 @@ class JobReconciler:
         # The last state of Secrets deleted under a job that is still there, by job: what the
         # plugins see of them when they are made again, so that a deleted SSH Secret comes back
         # with the keys the job's running Pods hold. Dropped once made again or no longer wanted.
-        self._deleted: dict[JobKey, dict[Ident, dict[str, Any]]] = {}
+        self._deleted: dict[ObjectKey, dict[Ident, dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
-    def on_owned(self, kind: str, event: str, obj: OwnedRecord | dict[str, Any]) -> JobKey | None:
-        """An owned object's event: its owner's key, to be reconciled. A deletion the watch saw comes
-        as the object it was (Secrets, see the informer's ``deleted_objects``): kept for the plugins."""
-        owner = obj.owner if isinstance(obj, OwnedRecord) else owner_job(obj)
-        if owner is None or key_kind(owner) != self.kind:
+    def on_owned(self, kind: str, event: str, obj: OwnedRecord | dict[str, Any]) -> ObjectKey | None:
+        """An owned object's event: its owner's key, to be reconciled, when a job of this kind owns
+        it. A deletion the watch saw comes as the object it was (Secrets, see the informer's
+        ``deleted_objects``): kept for the plugins."""
+        owner_kind, owner = (obj.owner_kind, obj.owner) if isinstance(obj, OwnedRecord) else controlling(obj)[:2]
+        if owner is None or owner_kind is not self.kind:
             return None
         ident = (kind, obj.key[1] if isinstance(obj, OwnedRecord) else obj["metadata"]["name"])
         with self._lock:
@@ -77,7 +75,7 @@ class JobReconciler:
                 self._drop_deleted(owner, ident)
         return owner
 
-    def reconcile(self, key: JobKey) -> None:
+    def reconcile(self, key: ObjectKey) -> None:
         """Bring one job's side objects to the desired state. Raises on API failure (the key is retried)."""
         for _ in range(ATTEMPTS):
             try:
@@ -87,17 +85,22 @@ class JobReconciler:
                 if behind.stale is not None:
                     with self._lock:
                         self._drop_deleted(key, behind.stale)
-        raise RuntimeError(f"job {key[0]}/{key[1]}: the cache stayed behind the API server")
+        raise RuntimeError(f"{self.kind.noun} {key}: the cache stayed behind the API server")
 
-    def _records(self, key: JobKey) -> dict[Ident, OwnedRecord]:
-        return {(kind, record.key[1]): record for kind, informer in self.owned.items() for record in informer.by_index(key)}
+    def _records(self, key: ObjectKey) -> dict[Ident, OwnedRecord]:
+        """The job's objects: those its kind's job of that name controls (a Volcano Job and a batch
+        Job of one name are two jobs)."""
+        return {(kind, record.key[1]): record for kind, informer in self.owned.items() for record in informer.by_index(key)
+                if record.owner_kind is self.kind}
 
-    def owns(self, key: JobKey) -> bool:
-        """Whether ``key`` names a job of this reconciler's kind."""
-        return key_kind(key) == self.kind
+    def owners(self) -> set[ObjectKey]:
+        """Every job of this kind that controls a cached object (a resync's keys: a job deleted
+        while nobody watched leaves its objects)."""
+        return {record.owner for informer in self.owned.values() for record in informer.items()
+                if record.owner_kind is self.kind and record.owner is not None}
 
-    def _reconcile(self, key: JobKey) -> None:
-        namespace, name = key[0], key[1]
+    def _reconcile(self, key: ObjectKey) -> None:
+        namespace, name = key
         job = self.jobs.get(namespace, name)
         uid = job.uid if job is not None else None
         records = self._records(key)
@@ -172,29 +175,29 @@ class JobReconciler:
 
     # What the plugins see of a job's objects -----------------------------------------------------
 
-    def _existing(self, key: JobKey, uid: str | None, live: dict[Ident, dict[str, Any]]) -> dict[Ident, dict[str, Any]]:
+    def _existing(self, key: ObjectKey, uid: str | None, live: dict[Ident, dict[str, Any]]) -> dict[Ident, dict[str, Any]]:
         """The live objects, and the last state of those deleted under the job (a deleted SSH Secret
         comes back with the keys its running Pods hold)."""
         with self._lock:
-            deleted = {ident: obj for ident, obj in self._deleted.get(key, {}).items() if owner_uid(obj) == uid}
+            deleted = {ident: obj for ident, obj in self._deleted.get(key, {}).items() if controlling(obj)[2] == uid}
         return {**deleted, **live}
 
-    def _keep_deleted(self, key: JobKey, wanted: set[Ident]) -> None:
+    def _keep_deleted(self, key: ObjectKey, wanted: set[Ident]) -> None:
         with self._lock:
             for ident in [i for i in self._deleted.get(key, {}) if i not in wanted]:
                 self._drop_deleted(key, ident)
 
-    def _drop_deleted(self, key: JobKey, ident: Ident) -> None:
+    def _drop_deleted(self, key: ObjectKey, ident: Ident) -> None:
         held = self._deleted.get(key)
         if held is not None:
             held.pop(ident, None)
             if not held:
                 del self._deleted[key]
 
-    def _forget(self, key: JobKey) -> None:
+    def _forget(self, key: ObjectKey) -> None:
         with self._lock:
             self._deleted.pop(key, None)
-        self.events.forget((key[0], key[1]))
+        self.events.forget(key)
 
 
 def _fingerprint(versions: dict[Ident, Version]) -> int:

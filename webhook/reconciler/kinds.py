@@ -1,8 +1,8 @@
-"""The kinds the reconciler owns, how it recognises its own objects, and what of them it caches."""
+"""The kinds the reconciler owns (the table's, by name), how it recognises its own objects, and what
+of them it caches (:class:`OwnedRecord`)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import orjson
@@ -19,8 +19,8 @@ from volcano_job_webhook.kube.records import (
 )
 from volcano_job_webhook.kube.rest import Resource
 from volcano_job_webhook.plugins import kinds
-from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL, JobKey
-from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, Kind, controller_of
+from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
+from volcano_job_webhook.plugins.kinds import WORKLOADS, Kind, ObjectKey, controller_of
 
 from .compare import OWNED_FIELDS, owned_paths
 
@@ -42,36 +42,6 @@ EVENT = resource(kinds.EVENT)
 
 def managed(obj: dict[str, Any]) -> bool:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
-
-
-# Which job a reconcile is for: (namespace, name) for a Volcano Job, (namespace, name, kind) for an
-# Indexed Job or a JobSet (docs/workloads.md), so that a Volcano Job and a batch Job of one name in
-# one namespace are never taken for each other.
-OwnerKey = tuple[str, ...]
-
-
-def owner_key(kind: str, namespace: str, name: str) -> OwnerKey:
-    return (namespace, name) if kind == VOLCANO_JOB.resource else (namespace, name, kind)
-
-
-def key_kind(key: OwnerKey) -> str:
-    return key[2] if len(key) > 2 else VOLCANO_JOB.resource
-
-
-def owner_job(obj: dict[str, Any]) -> JobKey | OwnerKey | None:
-    """The job that controls ``obj`` (:func:`owner_key`): whose reconcile an event on it queues.
-    Which job that is, of all that ever had the name, says its ``owner_uid``: a job deleted and
-    made again under the same name is another job, whose objects these are not."""
-    ref = controller_of(obj)
-    if ref is None or ref.kind not in kinds.WORKLOADS:
-        return None
-    return owner_key(ref.kind.resource, sys.intern((obj.get("metadata") or {}).get("namespace") or "default"), sys.intern(ref.name))
-
-
-def owner_uid(obj: dict[str, Any]) -> str | None:
-    """The uid of the job that controls ``obj``."""
-    ref = controller_of(obj)
-    return None if ref is None or ref.kind not in kinds.WORKLOADS else ref.uid
 
 
 # What of an owned object the comparison reads: its identity, labels, annotations and owner
@@ -113,15 +83,17 @@ class OwnedRecord:
     """A cached object of ours: identity, owner, the paths our field manager owns, and the rest
     packed — long data values (host files, SSH keys) as digests, never the values."""
 
-    __slots__ = ("_blob", "_uid", "key", "owned", "owner", "owner_uid", "version")
+    __slots__ = ("_blob", "_packed_uid", "key", "owned", "owner", "owner_kind", "owner_uid", "version")
 
     def __init__(self, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         self.key = intern_key(obj)
         self.version = resource_version(obj)
-        self._uid = packed_uid(meta.get("uid"))
-        self.owner = owner_job(obj)
-        self.owner_uid = shared_uid(owner_uid(obj))
+        self._packed_uid = packed_uid(meta.get("uid"))
+        # The workload that controls it — whose reconcile an event on it queues — and which one of
+        # all that ever had that name: a job deleted and made again is another job, whose objects
+        # these are not.
+        self.owner_kind, self.owner, self.owner_uid = controlling(obj)
         self.owned = owned_paths(meta.get("managedFields") or [], FIELD_MANAGER)
         body = {k: obj[k] for k in ("apiVersion", "kind", *_CONTENT) if k in obj}
         body["metadata"] = {k: meta[k] for k in _METADATA if k in meta}
@@ -129,7 +101,7 @@ class OwnedRecord:
 
     @property
     def uid(self) -> str | None:
-        return unpacked_uid(self._uid)
+        return unpacked_uid(self._packed_uid)
 
     def object(self) -> dict[str, Any]:
         """The object as the comparison reads it (:data:`OWNED_FIELDS` set, long values digests)."""
@@ -138,4 +110,14 @@ class OwnedRecord:
         return obj
 
     def __repr__(self) -> str:
-        return f"OwnedRecord({self.key[0]}/{self.key[1]}, version={self.version}, owner={self.owner}, owner_uid={self.owner_uid})"
+        return (f"OwnedRecord({self.key[0]}/{self.key[1]}, version={self.version}, owner={self.owner_kind} {self.owner}, "
+                f"owner_uid={self.owner_uid})")
+
+
+def controlling(obj: dict[str, Any]) -> tuple[Kind | None, ObjectKey | None, str | None]:
+    """The workload kind, key and uid of ``obj``'s controller reference (Nones when it has none to a
+    workload), the strings interned: every record of a job's objects shares them."""
+    ref = controller_of(obj)
+    if ref is None or ref.kind not in WORKLOADS:
+        return None, None, None
+    return ref.kind, ObjectKey.of((obj.get("metadata") or {}).get("namespace"), ref.name), shared_uid(ref.uid)

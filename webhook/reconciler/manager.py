@@ -13,7 +13,6 @@ object's event goes to every controller, and the one whose kind owns it queues i
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -26,12 +25,12 @@ from kubernetes.client.rest import ApiException
 from volcano_job_webhook.kube.informer import Informer, JobInformer
 from volcano_job_webhook.kube.rest import Rest, widen_pool
 from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, by_resource
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, ObjectKey, by_resource
 
 from .controller import Controller
 from .events import EventRecorder
 from .jobs import JobReconciler
-from .kinds import MANAGED_SELECTOR, OWNED, OwnedRecord, OwnerKey, key_kind, owner_key, resource
+from .kinds import MANAGED_SELECTOR, OWNED, OwnedRecord, resource
 from .metrics import ReconcilerMetrics
 from .workloads import WorkloadRecord
 from .workqueue import WorkQueue
@@ -108,20 +107,20 @@ class Reconciler:
         self.events = EventRecorder(rest, metrics, is_leader)
         self.writer = ObjectWriter(rest, self.owned, metrics, self.events, may_write, threads=workers * 4)
         chain = chain or Chain()
-        self.job_reconciler = JobReconciler(self.jobs, self.owned, chain, self.writer, self.events, metrics, may_write)
+        self.job_reconciler = JobReconciler(VOLCANO_JOB, self.jobs, self.owned, chain, self.writer, self.events, metrics, may_write)
         self.controller = Controller(self.jobs, self.owned, self.job_reconciler.reconcile, resync_seconds=resync_seconds,
                                      workers=workers, is_leader=is_leader, metrics=metrics, on_synced=on_synced,
-                                     owns=self.job_reconciler.owns)
+                                     owners=self.job_reconciler.owners)
         self.jobs.on_event = self.controller.on_primary
         # The other kinds: a cache, a reconciler and a controller each, the owned caches shared.
         self.reconcilers: dict[str, JobReconciler] = {VOLCANO_JOB.resource: self.job_reconciler}
         self.controllers: list[Controller] = [self.controller]
         for kind in workloads:
             informer: Informer[Any] = Informer(api, resource(by_resource(kind)), self.namespaces, transform=WorkloadRecord)
-            reconciler = JobReconciler(informer, self.owned, chain, self.writer, self.events, metrics, may_write, kind=kind)
+            reconciler = JobReconciler(by_resource(kind), informer, self.owned, chain, self.writer, self.events, metrics, may_write)
             controller = Controller(informer, self.owned, reconciler.reconcile, resync_seconds=resync_seconds,
-                                    workers=workers, is_leader=is_leader, metrics=metrics, owns=reconciler.owns,
-                                    start_owned=False, key_of=functools.partial(_workload_key, kind))
+                                    workers=workers, is_leader=is_leader, metrics=metrics, owners=reconciler.owners,
+                                    start_owned=False)
             informer.on_event = controller.on_primary
             self.reconcilers[kind] = reconciler
             self.controllers.append(controller)
@@ -158,16 +157,10 @@ class Reconciler:
     def resync(self) -> int:
         return sum(controller.resync() for controller in self.controllers)
 
-    def reconcile(self, key: OwnerKey) -> None:
-        self.reconcilers[key_kind(key)].reconcile(key)
 
 
-def _owner(record: OwnedRecord) -> OwnerKey | None:
+def _owner(record: OwnedRecord) -> ObjectKey | None:
     return record.owner
-
-
-def _workload_key(kind: str, record: WorkloadRecord) -> OwnerKey:
-    return owner_key(kind, *record.key)
 
 
 def _fan_out(handlers: list[Callable[[str, Any], None]]) -> Callable[[str, Any], None]:
@@ -178,5 +171,3 @@ def _fan_out(handlers: list[Callable[[str, Any], None]]) -> Callable[[str, Any],
         for handler in handlers:
             handler(event, obj)
     return on_event
-
-
