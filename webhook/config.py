@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from volcano_job_webhook.plugins import BUILTIN_ORDER, Chain, ChainConfig, Settings, default_registry
 from volcano_job_webhook.plugins.base import DEFAULT_HOSTS_ENV_LIMIT
@@ -22,7 +22,8 @@ from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
 from volcano_job_webhook.plugins.names import dns1123_subdomain
 
 CONFIG_ENV = "VOLCANO_WEBHOOK_CONFIG"
-_config_file: ContextVar[str | None] = ContextVar("config_file", default=None)
+# The settings file's map, read once by load_settings (a file named only by CONFIG_ENV is read by the source).
+_config_data: ContextVar[dict[str, Any] | None] = ContextVar("config_data", default=None)
 
 
 class ConfigError(Exception):
@@ -150,9 +151,12 @@ class WebhookSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        config_file = _config_file.get() or os.environ.get(CONFIG_ENV)
-        if config_file:
-            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
+        data = _config_data.get()
+        if data is None and os.environ.get(CONFIG_ENV):
+            data = _yaml_map(os.environ[CONFIG_ENV])
+        if data:
+            # What pydantic-settings' YamlConfigSettingsSource does with the file's map, given the map.
+            sources.append(InitSettingsSource(settings_cls, init_kwargs=data))
         return tuple(sources)
 
     def volcano_plugins(self, on_cluster: bool) -> frozenset[str]:
@@ -186,18 +190,16 @@ def load_settings(config_file: str | None = None, **overrides: Any) -> WebhookSe
     if named and not Path(named).is_file():
         # pydantic-settings reads a missing file as empty: a typo would run on the defaults.
         raise ConfigError(f"config file {named} does not exist or is not a file")
-    if named:
-        _check_yaml_map(named)
-    token = _config_file.set(config_file)
+    token = _config_data.set(_yaml_map(named) if named else {})
     try:
         return WebhookSettings(**{k: v for k, v in overrides.items() if v is not None})
     finally:
-        _config_file.reset(token)
+        _config_data.reset(token)
 
 
-def _check_yaml_map(path: str) -> None:
-    """Raise :class:`ConfigError` unless ``path`` holds a YAML map (or nothing): pydantic-settings
-    would raise a parser's or ``dict()``'s own error, a traceback rather than one line."""
+def _yaml_map(path: str) -> dict[str, Any]:
+    """The map ``path`` holds (empty for nothing); :class:`ConfigError` for anything else, in one
+    line, where pydantic-settings would raise a parser's or ``dict()``'s own error."""
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -206,3 +208,4 @@ def _check_yaml_map(path: str) -> None:
     if data is not None and not isinstance(data, dict):
         kind = {list: "list", str: "string", bool: "boolean"}.get(type(data), "number")
         raise ConfigError(f"config file {path}: must be a map of settings (port: 8443, ...), got a YAML {kind}")
+    return data or {}
