@@ -4,12 +4,18 @@ connection cap and the body budget — and that normal requests keep being answe
 
 Each cut is asserted by what the client gets (a 408, the connection closed) and the guard's count of
 why; a reading socket gives up after 5 s, so a server that never cuts fails the test rather than
-hang it. How soon after its limit each cut comes is bench/timeouts.py's to measure."""
+hang it. How soon after its limit each cut comes is bench/timeouts.py's to measure.
+
+The last section checks, each by name, the parts of uvicorn below its public API that
+webhook/server/connections.py stands on, so that a uvicorn release which moves one fails there
+instead of leaving a server that starts and quietly stops applying a limit."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import gc
+import inspect
 import json
 import socket
 import ssl
@@ -20,13 +26,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import uvicorn
+import uvicorn.server
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tests.conftest import EXAMPLES
 from tests.envtest import wait_until
 from tests.servers import guarded_webhook, post, read_all, read_response, status_of, tls
 from volcano_job_webhook.certs import ensure_certs
-from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, GuardedHttpToolsProtocol
-from volcano_job_webhook.server.https import HTTPSServer
+from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, GuardedHttpToolsProtocol, GuardedListener
+from volcano_job_webhook.server.https import HTTPSServer, build_server
 from volcano_job_webhook.server.run import server_options
 
 LIMITS = ConnectionLimits(
@@ -234,8 +243,12 @@ def test_settings_reach_the_server(certs, monkeypatch):
     limits = connection_limits(load_settings())
     assert (limits.header_timeout, limits.max_connections) == (0.5, 7)
     guard, options = server_options(limits)
-    assert issubclass(options["http"], GuardedHttpToolsProtocol) and options["http"].guard is guard
-    assert options["ws"] == "none" and options["timeout_keep_alive"] == limits.idle_timeout
+    server = build_server(lambda scope, receive, send: None, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", **options)
+    assert server.guard is guard and guard.limits is limits
+    assert server.config.http is guard.protocol and issubclass(guard.protocol, GuardedHttpToolsProtocol) and guard.protocol.guard is guard
+    assert server.config.ws == "none" and server.config.timeout_keep_alive == limits.idle_timeout
+    with pytest.raises(TypeError, match="timeout_keep_alive"):
+        build_server(lambda scope, receive, send: None, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", timeout_keep_alive=5)
     with pytest.raises(ValueError, match="at least max_body_bytes"):
         load_settings(max_body_bytes=2_000_000, max_buffered_body_bytes=1_000_000)
     json.dumps(limits.__dict__)
@@ -254,25 +267,89 @@ def test_clients_that_never_say_hello_cannot_hold_the_door(certs):
             sock.close()
 
 
-def test_a_protocol_whose_handshake_never_ends_is_freed_at_once():
-    """uvicorn's parser and protocol refer to each other; made before the handshake, that cycle
-    kept every protocol of an unfinished handshake alive until a full garbage collection."""
-    import uvicorn
-    from uvicorn.server import ServerState
+def test_no_protocol_is_made_for_a_handshake_that_never_ends(certs):
+    """uvicorn's protocol and its parser refer to each other until the connection is lost; made
+    before a handshake that never ends, each stayed alive until a full garbage collection."""
+    limits = replace(LIMITS, handshake_timeout=30)
+    with serving(certs, limits) as (server, guard):
+        silent = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
+        wait_until(lambda: len(guard.handshakes) == 3, 5.0, "three handshakes under way", interval=0.01)
+        made = [o for o in gc.get_objects() if isinstance(o, GuardedHttpToolsProtocol) and o.guard is guard]
+        assert made == [], "a protocol was made before its TLS handshake ended"
+        for sock in silent:
+            sock.close()
+        assert mutate_ok(server.port)
 
-    from volcano_job_webhook.server.connections import guarded_protocol
 
-    config = uvicorn.Config(lambda scope, receive, send: None, lifespan="off")
-    config.load()
-    loop = asyncio.new_event_loop()  # its own: whatever loop an earlier test left set does not matter
-    try:
-        protocol = guarded_protocol(ConnectionGuard(LIMITS))(config=config, server_state=ServerState(), app_state={}, _loop=loop)
-        ref = weakref.ref(protocol)
-        gc.disable()
-        try:
-            del protocol
-            assert ref() is None
-        finally:
-            gc.enable()
-    finally:
-        loop.close()
+def test_the_listening_socket_keeps_a_small_receive_buffer(certs):
+    with serving(certs, replace(LIMITS, receive_buffer_bytes=32 * 1024)) as (server, _):
+        assert len(server.sockets) == 1 and server.addresses == [server.sockets[0].getsockname()]
+        assert server.sockets[0].getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) in (32 * 1024, 64 * 1024)  # Linux doubles it
+
+
+# uvicorn below its public API: what connections.py stands on ------------------------------------------
+
+
+def changed(what: str, where: str) -> str:
+    return f"uvicorn {uvicorn.__version__}: {what}. webhook/server/connections.py relies on it in {where}; adapt it there, then move the pin in pyproject.toml"
+
+
+def stored_on_self(cls: type) -> set[str]:
+    """``self.X`` that ``cls``'s own source assigns."""
+    tree = ast.parse(inspect.getsource(cls))
+    return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name) and node.value.id == "self"}
+
+
+EXTENDED = ("connection_made", "connection_lost", "data_received", "on_message_begin", "on_headers_complete", "on_body",
+            "on_message_complete", "on_response_complete")
+
+
+def test_the_protocol_methods_we_extend_keep_their_parameters():
+    ours = sorted(name for name, value in vars(GuardedHttpToolsProtocol).items()
+                  if callable(value) and not name.startswith("__") and hasattr(HttpToolsProtocol, name))
+    assert ours == sorted(EXTENDED), "the list of extended methods above is out of date"
+    for name in EXTENDED:
+        theirs = getattr(HttpToolsProtocol, name)
+        assert list(inspect.signature(theirs).parameters) == list(inspect.signature(getattr(GuardedHttpToolsProtocol, name)).parameters), \
+            changed(f"HttpToolsProtocol.{name}{inspect.signature(theirs)}", f"GuardedHttpToolsProtocol.{name}, which calls super().{name}")
+    clash = stored_on_self(GuardedHttpToolsProtocol) & stored_on_self(HttpToolsProtocol)
+    assert not clash, changed(f"HttpToolsProtocol now uses the attributes {sorted(clash)}", "GuardedHttpToolsProtocol, which keeps its own state there")
+
+
+def test_a_live_protocol_has_the_state_we_read_and_its_answer_calls_us_back(certs):
+    """On a served connection: the protocol's ``transport``, ``url``, ``headers``, ``pipeline`` and
+    ``cycle``; the request cycle's ``response_started``, ``response_complete``, ``disconnected``,
+    ``message_event``; and the answer calling ``on_response_complete``, which puts the connection
+    back among the waiting (evictable) ones."""
+    where = "GuardedHttpToolsProtocol.abort, on_headers_complete, on_body, on_message_complete, on_response_complete"
+    with serving(certs) as (server, guard), tls(server.port) as sock:
+        sock.sendall(post("/mutate", REVIEW))
+        assert status_of(read_response(sock)) == 200
+        protocol = wait_until(lambda: next(iter(guard.waiting), None), 5.0, changed(
+            "the answered connection is not waiting again: on_response_complete was not called", where), interval=0.01)
+        for name in ("transport", "url", "headers", "pipeline", "cycle"):
+            assert hasattr(protocol, name), changed(f"HttpToolsProtocol has no {name}", where)
+        cycle = protocol.cycle
+        for name, value in (("response_started", True), ("response_complete", True), ("disconnected", False)):
+            assert getattr(cycle, name, None) is value, changed(f"the request cycle's {name} is not {value} once answered", where)
+        assert isinstance(getattr(cycle, "message_event", None), asyncio.Event), changed("the request cycle has no message_event", where)
+
+
+def test_serve_opens_the_sockets_it_is_given_with_the_running_loops_create_server(certs):
+    """A TCP connection that says nothing is a handshake counted by our listener: uvicorn opened the
+    socket through ``connections.accepting``, not on its own (where nothing would bound it)."""
+    with serving(certs) as (server, guard), socket.create_connection(("127.0.0.1", server.port), timeout=5):
+        wait_until(lambda: len(guard.handshakes) == 1, 5.0, changed(
+            "Server.serve(sockets=...) no longer opens them with the running loop's create_server(factory, sock=...)", "accepting"),
+            interval=0.01)
+
+
+def test_uvicorn_asks_its_listeners_only_what_ours_has():
+    module = ast.parse(inspect.getsource(uvicorn.server))
+    used = {node.attr for node in ast.walk(module)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "server"}
+    assert {"close", "wait_closed"} <= used, changed(f"uvicorn/server.py no longer closes its listeners with close()/wait_closed() ({sorted(used)})",
+                                                     "GuardedListener")
+    missing = sorted(used - set(dir(GuardedListener)) - stored_on_self(GuardedListener))
+    assert not missing, changed(f"uvicorn now uses server.{', server.'.join(missing)} of a listener", "GuardedListener")

@@ -1,10 +1,11 @@
 """A real uvicorn HTTPS server on loopback: TLS versions and ciphers, no plaintext, certificate swap
 under load (files replaced, and a Secret volume updated as the kubelet does), half-written pairs
-ignored, client certificates, the expiry metric."""
+ignored, client certificates, the expiry metric, what runs while it serves, a port already taken."""
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import base64
 import json
 import logging
@@ -34,7 +35,7 @@ from tests.envtest import wait_until
 from tests.servers import in_thread
 from volcano_job_webhook.certs import ensure_certs, generate_ca, generate_serving_cert
 from volcano_job_webhook.certs.reload import CertReloader, make_server_context
-from volcano_job_webhook.server.https import HTTPSServer, build_server
+from volcano_job_webhook.server.https import HTTPSServer, ListenError, build_server
 from volcano_job_webhook.server.metrics import WebhookMetrics
 
 
@@ -313,6 +314,48 @@ def test_reloader_without_a_server(certs):
 def test_ssl_keywords_are_refused(certs):
     with pytest.raises(TypeError, match="ssl_certfile"):
         build_server(tiny_app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", ssl_certfile="x")
+
+
+class Lifetime:
+    """A background coroutine that says when it started and when it was cancelled."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def __call__(self) -> None:
+        self.seen.append("started")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.seen.append("cancelled")
+
+
+def test_the_reloaders_watch_and_the_background_tasks_run_while_it_serves(certs):
+    background = Lifetime()
+    server = build_server(tiny_app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", log_level="warning",
+                          lifespan="off", background=[background])
+    with in_thread(server):
+        task = server.reloader._task
+        assert task is not None and not task.done(), "the reloader's watch is not running"
+        wait_until(lambda: background.seen == ["started"], 5, "the background task started", interval=0.01)
+    assert server.reloader._task is None and task.done(), "the reloader's watch outlived the server"
+    assert background.seen == ["started", "cancelled"]
+    assert server.addresses == [], "the listening socket outlived the server"
+
+
+def test_a_port_already_taken_is_a_listen_error_before_anything_starts(certs):
+    background = Lifetime()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = build_server(tiny_app, "127.0.0.1", port, certs / "tls.crt", certs / "tls.key", log_level="warning",
+                              background=[background])
+        with pytest.raises(ListenError) as raised:
+            server.run()
+    assert str(raised.value) == (f"cannot listen on 127.0.0.1:{port}: the address is already in use (another process "
+                                 "listens there); choose another port with --port")
+    assert background.seen == [] and server.reloader._task is None and not server.started
 
 
 def test_client_certificates_are_required_when_configured(certs, tmp_path):

@@ -4,8 +4,7 @@ A request flows one way: :mod:`.review` parses it, a :mod:`.handlers` handler ch
 shape (:mod:`.shape`), looks the job up in a job source (:mod:`.jobs`), runs the plugin chain and
 diffs the Pod (:mod:`.patch`); :mod:`.app` serves it over HTTP with :mod:`.metrics`; :mod:`.run`
 starts the whole process: the HTTPS-only uvicorn server of :mod:`.https`, accepting connections
-under the limits of :mod:`.listener` and :mod:`.connections` and handing memory back with
-:mod:`.memory`.
+under the limits of :mod:`.connections` and handing memory back with :mod:`.memory`.
 """
 
 from importlib import import_module

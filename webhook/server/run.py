@@ -16,10 +16,9 @@ from volcano_job_webhook.certs.secret import SecretFiles
 from volcano_job_webhook.config import ConfigError, WebhookSettings
 
 from .app import create_app
-from .connections import ConnectionGuard, ConnectionLimits, GuardCollector, guarded_protocol
+from .connections import ConnectionGuard, ConnectionLimits, GuardCollector
 from .https import ListenError, build_server
 from .jobs import DirectoryJobSource, JobSource
-from .listener import guarded_create_server
 from .memory import MemoryTrimmer
 
 log = logging.getLogger(__name__)
@@ -69,23 +68,12 @@ def connection_limits(settings: WebhookSettings) -> ConnectionLimits:
 
 def server_options(limits: ConnectionLimits, loaded: Callable[[], bool] = lambda: True) -> tuple[ConnectionGuard, dict[str, Any]]:
     """The guard over one server's connections and the :func:`build_server` keywords that apply
-    ``limits``: the guarded listener and protocol, uvicorn's keep-alive timeout, the TLS handshake
-    and shutdown timeouts, the receive buffer, the memory trimmer and the garbage collector's pacer
-    (which waits for ``loaded``: the job source's first load); no WebSocket upgrades (nothing here speaks WebSocket, and an upgraded connection would leave the
-    guard)."""
+    ``limits``: the guard itself, the memory trimmer and the garbage collector's pacer (which waits
+    for ``loaded``: the job source's first load)."""
     guard = ConnectionGuard(limits)
     trimmer = MemoryTrimmer(guard)
     pacer = memory.CollectorPacer(loaded=loaded)
-    return guard, {
-        "http": guarded_protocol(guard),
-        "ws": "none",
-        "timeout_keep_alive": limits.idle_timeout,
-        "handshake_timeout": limits.handshake_timeout,
-        "shutdown_timeout": limits.shutdown_timeout,
-        "receive_buffer": limits.receive_buffer_bytes,
-        "background": [trimmer.run, pacer.run],
-        "create_server": guarded_create_server(guard),
-    }
+    return guard, {"guard": guard, "background": [trimmer.run, pacer.run]}
 
 
 def certs_from_secret(settings: WebhookSettings) -> CertPaths:
