@@ -53,7 +53,7 @@ class LeaseReads:
 
     def __init__(self, elector: LeaderElector) -> None:
         self.finished = self.refused = 0
-        read = elector.api.read_namespaced_lease
+        read = elector.rest.get
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             try:
@@ -64,7 +64,7 @@ class LeaseReads:
             finally:
                 self.finished += 1
 
-        elector.api.read_namespaced_lease = counted  # type: ignore[method-assign]
+        elector.rest.get = counted  # type: ignore[method-assign]
 
     def acted(self) -> None:
         """Return once a whole round of the election began after this call: the read after the next

@@ -35,16 +35,21 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from volcano_job_webhook.kube.rest import Resource, Rest
+
 log = logging.getLogger(__name__)
 
-
-def _now() -> datetime:
-    return datetime.now(UTC)
+LEASE = Resource("Lease", "coordination.k8s.io/v1", "leases")
 
 
-def _record(spec: client.V1LeaseSpec) -> tuple[Any, ...]:
-    return (spec.holder_identity or "", spec.lease_duration_seconds, spec.acquire_time, spec.renew_time,
-            spec.lease_transitions)
+def _now() -> str:
+    """The time as a Lease's ``MicroTime`` is written (RFC 3339, microseconds, UTC)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _record(spec: dict[str, Any]) -> tuple[Any, ...]:
+    return (spec.get("holderIdentity") or "", spec.get("leaseDurationSeconds"), spec.get("acquireTime"), spec.get("renewTime"),
+            spec.get("leaseTransitions"))
 
 
 class LeaderElector:
@@ -63,12 +68,12 @@ class LeaderElector:
     ) -> None:
         if not lease_duration > renew_deadline > retry_period > 0:
             raise ValueError("need lease_duration > renew_deadline > retry_period > 0")
-        self.api = client.CoordinationV1Api(api)
         self.name, self.namespace, self.identity = name, namespace, identity
         self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
         self.on_change = on_change
         self.clock = clock
         self.request_timeout = min(retry_period * 2, renew_deadline / 2)
+        self.rest = Rest(api, timeout=self.request_timeout)
         self._leader = False
         self._renewed_at = -math.inf
         self._observed: tuple[Any, ...] | None = None
@@ -122,66 +127,64 @@ class LeaderElector:
                 self._set(False)
             self._stop.wait(self.retry_period)
 
-    def _observe(self, spec: client.V1LeaseSpec, at: float) -> None:
+    def _observe(self, spec: dict[str, Any], at: float) -> None:
         record = _record(spec)
         if record != self._observed:
             self._observed, self._observed_at = record, at
 
-    def _spec(self, transitions: int, acquire_time: datetime | None) -> client.V1LeaseSpec:
+    def _spec(self, transitions: int, acquire_time: str | None) -> dict[str, Any]:
         now = _now()
-        return client.V1LeaseSpec(
-            holder_identity=self.identity,
-            lease_duration_seconds=math.ceil(self.lease_duration),
-            acquire_time=acquire_time or now,
-            renew_time=now,
-            lease_transitions=transitions,
-        )
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": math.ceil(self.lease_duration),
+            "acquireTime": acquire_time or now,
+            "renewTime": now,
+            "leaseTransitions": transitions,
+        }
 
     def try_acquire_or_renew(self) -> bool:
         """One round of the election: True when we hold the Lease afterwards, False when another
         candidate does; raises when the API server could not be asked."""
         now = self.clock()
-        timeout = self.request_timeout
-        try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=timeout)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        lease = self.rest.get(LEASE, self.namespace, self.name)
+        if lease is None:
             spec = self._spec(0, None)
-            body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace), spec=spec)
+            body = {"apiVersion": LEASE.api_version, "kind": LEASE.kind,
+                    "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}
             try:
-                self.api.create_namespaced_lease(self.namespace, body, _request_timeout=timeout)
-            except ApiException as create_exc:
-                if create_exc.status == 409:
+                self.rest.create(LEASE, self.namespace, body)
+            except ApiException as exc:
+                if exc.status == 409:
                     return False
                 raise
             self._observe(spec, now)
             return True
-        spec = lease.spec or client.V1LeaseSpec()
+        spec = lease.get("spec") or {}
         self._observe(spec, now)
-        holder = spec.holder_identity or ""
+        holder = spec.get("holderIdentity") or ""
         if holder and holder != self.identity:
-            duration = spec.lease_duration_seconds or math.ceil(self.lease_duration)
+            duration = spec.get("leaseDurationSeconds") or math.ceil(self.lease_duration)
             if now < self._observed_at + duration:
                 return False
-        transitions = (spec.lease_transitions or 0) + (0 if holder == self.identity else 1)
-        lease.spec = self._spec(transitions, spec.acquire_time if holder == self.identity else None)
+        transitions = (spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
+        # The Lease as read, resourceVersion included: of two writers of the same version one gets 409.
+        lease["spec"] = self._spec(transitions, spec.get("acquireTime") if holder == self.identity else None)
         try:
-            self.api.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=timeout)
+            self.rest.replace(LEASE, lease)
         except ApiException as exc:
             if exc.status == 409:  # someone else wrote first: they won this round
                 return False
             raise
-        self._observe(lease.spec, now)
+        self._observe(lease["spec"], now)
         return True
 
     def _release(self) -> None:
+        rest = Rest(self.rest.api, timeout=1)
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=1)
-            if lease.spec and lease.spec.holder_identity == self.identity:
-                lease.spec.holder_identity = ""
-                lease.spec.lease_duration_seconds = 1
-                lease.spec.renew_time = _now()
-                self.api.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=1)
+            lease = rest.get(LEASE, self.namespace, self.name)
+            spec = (lease or {}).get("spec") or {}
+            if lease is not None and spec.get("holderIdentity") == self.identity:
+                lease["spec"] = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": _now()}
+                rest.replace(LEASE, lease)
         except Exception as exc:
             log.warning("leader election: could not release the lease: %s", exc)
