@@ -32,6 +32,7 @@ from volcano_job_webhook.certs.issue import (
 )
 from volcano_job_webhook.certs.rotation import Authority, KeyPair, Policy, authority_from_serving, certificates_of, plan
 from volcano_job_webhook.cli import main
+from volcano_job_webhook.kube.rest import Rest
 
 DNS, IPS = default_sans()
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -303,9 +304,9 @@ def test_the_switch_waits_for_webhooks_that_missed_the_new_bundle(certs_cluster)
     run_sync(certs_cluster, 20)
     both = data(certs_cluster, TLS)["ca.crt"]
     # Someone re-applied an old caBundle to the validating webhook (or our patch never landed).
-    api = certs_cluster.api_client()
-    configs = read_webhooks(api, HOOK)
-    patch_webhooks(api, [c for c in configs if c.kind == "ValidatingWebhookConfiguration"], split_pems(both)[0])
+    rest = Rest(certs_cluster.api_client())
+    configs = read_webhooks(rest, HOOK)
+    patch_webhooks(rest, [c for c in configs if c.kind == "ValidatingWebhookConfiguration"], split_pems(both)[0])
     run_sync(certs_cluster, 21)
     assert "next-ca.crt" in data(certs_cluster, CA), "not switched: one client does not trust the next CA yet"
     assert ca_bundles(certs_cluster) == [both] * 3, "but the bundle was put back"
@@ -330,11 +331,11 @@ def test_losing_both_secrets_keeps_the_old_ca_trusted_until_the_new_certificate_
 
 def test_a_webhook_configuration_changed_since_it_was_read_is_not_overwritten(certs_cluster):
     api = certs_cluster.api_client()
-    configs = read_webhooks(api, HOOK)
+    configs = read_webhooks(Rest(api), HOOK)
     admission = client.AdmissionregistrationV1Api(api)
     admission.patch_mutating_webhook_configuration(HOOK, {"metadata": {"labels": {"touched": "yes"}}})
     with pytest.raises(ApiException) as raised:
-        patch_webhooks(api, configs, generate_ca()[0])
+        patch_webhooks(Rest(api), configs, generate_ca()[0])
     assert raised.value.status == 422
     assert all("caBundle" not in h["clientConfig"]
                for h in certs_cluster.get_object("mutatingwebhookconfigurations.admissionregistration.k8s.io", HOOK)["webhooks"])
@@ -354,7 +355,8 @@ def old_layout_secret(now: datetime) -> tuple[dict[str, Any], CertBundle]:
 def test_a_secret_of_the_old_layout_is_migrated_by_the_command(certs_cluster, tmp_path, capsys):
     body, old = old_layout_secret(datetime.now(UTC) - timedelta(days=10))
     client.CoreV1Api(certs_cluster.api_client()).create_namespaced_secret(NS, body)
-    patch_webhooks(certs_cluster.api_client(), read_webhooks(certs_cluster.api_client(), HOOK), old.ca_cert)  # as the old Job left it
+    rest = Rest(certs_cluster.api_client())
+    patch_webhooks(rest, read_webhooks(rest, HOOK), old.ca_cert)  # as the old Job left it
     argv = ["certs", "--secret", f"{NS}/{TLS}", "--ca-secret", CA, "--patch-webhook", HOOK,
             "--kubeconfig", certs_cluster.kubeconfig(str(tmp_path / "kubeconfig"))]
     certs_cluster.clear_requests()

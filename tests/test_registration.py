@@ -17,17 +17,11 @@ import yaml
 
 from tests.apiserver import FakeApiServer, ResourceType
 from tests.envtest import wait_until
-from volcano_job_webhook.certs.cluster import sync
+from volcano_job_webhook.certs.cluster import WEBHOOK_CONFIGURATIONS, sync
 from volcano_job_webhook.certs.secret import SecretFiles
 from volcano_job_webhook.config import ConfigError
 from volcano_job_webhook.kube.rest import Rest
-from volcano_job_webhook.reconciler.registration import (
-    CONFIGURATIONS,
-    Registrar,
-    desired,
-    has_ready_endpoint,
-    load_configurations,
-)
+from volcano_job_webhook.reconciler.registration import Registrar, desired, has_ready_endpoint, load_configurations
 
 NS, SERVICE, SECRET, OWNER = "volcano-job-webhook", "volcano-job-webhook", "volcano-job-webhook-tls", "volcano-job-webhook"
 HOOK = {"name": "pods.volcano-job-webhook.io", "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
@@ -104,7 +98,7 @@ def registrar(server: FakeApiServer, leader: bool = True) -> Registrar:
 
 def registered(server: FakeApiServer) -> dict[str, Any]:
     return {kind: server.get_object(f"{resource.plural}.admissionregistration.k8s.io", "volcano-job-webhook")
-            for kind, resource in CONFIGURATIONS.items()}
+            for kind, resource in WEBHOOK_CONFIGURATIONS.items()}
 
 
 def serve(server: FakeApiServer, ready: bool = True) -> None:
@@ -120,10 +114,10 @@ def secret(server: FakeApiServer, ca: bytes = CA) -> None:
 
 def test_nothing_is_registered_until_the_webhook_serves(cluster: FakeApiServer) -> None:
     registration = registrar(cluster)
-    assert registration.sync() == [] and registered(cluster) == dict.fromkeys(CONFIGURATIONS)  # no Secret yet
+    assert registration.sync() == [] and registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS)  # no Secret yet
     secret(cluster)
     serve(cluster, ready=False)
-    assert registration.sync() == [] and registered(cluster) == dict.fromkeys(CONFIGURATIONS)  # no ready endpoint
+    assert registration.sync() == [] and registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS)  # no ready endpoint
     serve(cluster)
     assert registration.sync() == ["volcano-job-webhook", "volcano-job-webhook"]
     for kind, obj in registered(cluster).items():
@@ -161,9 +155,9 @@ def test_nothing_is_registered_while_the_install_is_deleted_or_by_a_standby(clus
     standby = registrar(cluster, leader=False)
     standby.start()
     standby.stop(timeout=1.0)
-    assert registered(cluster) == dict.fromkeys(CONFIGURATIONS)
+    assert registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS)
     cluster.delete_object("clusterroles.rbac.authorization.k8s.io", OWNER)
-    assert registrar(cluster).sync() == [] and registered(cluster) == dict.fromkeys(CONFIGURATIONS)
+    assert registrar(cluster).sync() == [] and registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS)
 
 
 def test_self_managed_certificates_are_made_first_and_trusted_by_the_registration(cluster: FakeApiServer) -> None:

@@ -30,8 +30,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
+from volcano_job_webhook.kube.rest import Resource, Rest
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
 
 from .issue import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertBundle, default_sans, is_valid, split_pems
@@ -50,7 +50,12 @@ CA_SECRET_LABELS = {
     "app.kubernetes.io/component": "certgen",
     "app.kubernetes.io/part-of": "volcano-job-webhook",
 }
-WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+SECRET = Resource("Secret", "v1", "secrets")
+# The webhook configurations, by kind: what this module patches and the registration applies.
+WEBHOOK_CONFIGURATIONS = {
+    "MutatingWebhookConfiguration": Resource("MutatingWebhookConfiguration", "admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations"),
+    "ValidatingWebhookConfiguration": Resource("ValidatingWebhookConfiguration", "admissionregistration.k8s.io/v1", "validatingwebhookconfigurations"),
+}
 
 
 class CertsError(Exception):
@@ -61,9 +66,9 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _decoded(secret: Any) -> dict[str, bytes]:
+def _decoded(secret: dict[str, Any]) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
-    for key, value in (getattr(secret, "data", None) or {}).items():
+    for key, value in (secret.get("data") or {}).items():
         try:
             out[key] = base64.b64decode(value, validate=True)
         except (ValueError, TypeError):
@@ -71,7 +76,7 @@ def _decoded(secret: Any) -> dict[str, bytes]:
     return out
 
 
-def serving_bundle(secret: Any) -> CertBundle | None:
+def serving_bundle(secret: dict[str, Any]) -> CertBundle | None:
     """The bundle in a serving Secret (``ca_key`` set only for the old layout), or None when
     ``tls.crt``, ``tls.key`` or ``ca.crt`` is missing."""
     data = _decoded(secret)
@@ -80,7 +85,7 @@ def serving_bundle(secret: Any) -> CertBundle | None:
     return CertBundle(ca_cert=data[CA_CERT], cert=data[TLS_CERT], key=data[TLS_KEY], ca_key=data.get(CA_KEY))
 
 
-def authority_of(secret: Any) -> Authority:
+def authority_of(secret: dict[str, Any]) -> Authority:
     """What a CA Secret holds; a pair with a part missing counts as absent (plan() then decides)."""
     data = _decoded(secret)
 
@@ -110,15 +115,6 @@ def serving_data(bundle: CertBundle) -> dict[str, bytes | str]:
     return {TLS_CERT: _b64(bundle.cert), TLS_KEY: _b64(bundle.key), CA_CERT: _b64(bundle.ca_cert)}
 
 
-def _read_secret(core: client.CoreV1Api, namespace: str, name: str) -> Any | None:
-    try:
-        return core.read_namespaced_secret(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
 @dataclass(frozen=True)
 class WebhookConfig:
     kind: str
@@ -127,34 +123,26 @@ class WebhookConfig:
     bundles: tuple[str | None, ...]  # caBundle (base64) of each webhook, in order
 
 
-def read_webhooks(api: client.ApiClient, name: str) -> list[WebhookConfig]:
+def read_webhooks(rest: Rest, name: str) -> list[WebhookConfig]:
     """Both configurations named ``name`` as found; CertsError when neither exists (yet)."""
-    admission = client.AdmissionregistrationV1Api(api)
     found = []
-    readers: tuple[Any, ...] = (admission.read_mutating_webhook_configuration, admission.read_validating_webhook_configuration)
-    for kind, read in zip(WEBHOOK_KINDS, readers, strict=True):
-        try:
-            config = read(name)
-        except ApiException as exc:
-            if exc.status == 404:
-                continue
-            raise
-        bundles = tuple(api.sanitize_for_serialization(h.client_config).get("caBundle") for h in config.webhooks or [])
-        found.append(WebhookConfig(kind, name, config.metadata.resource_version, bundles))
+    for kind, resource in WEBHOOK_CONFIGURATIONS.items():
+        config = rest.get(resource, "", name)
+        if config is None:
+            continue
+        bundles = tuple((hook.get("clientConfig") or {}).get("caBundle") for hook in config.get("webhooks") or [])
+        found.append(WebhookConfig(kind, name, config["metadata"]["resourceVersion"], bundles))
     if not found:
         raise CertsError(f"no MutatingWebhookConfiguration or ValidatingWebhookConfiguration named {name!r} (yet)")
     return found
 
 
-def patch_webhooks(api: client.ApiClient, configs: list[WebhookConfig], ca_bundle: bytes) -> list[str]:
+def patch_webhooks(rest: Rest, configs: list[WebhookConfig], ca_bundle: bytes) -> list[str]:
     """Set ``caBundle`` on every webhook of ``configs`` where it differs; returns the kinds patched.
 
     The JSON patch first tests the ``resourceVersion`` that was read: a configuration changed since
     (another run, a re-apply) refuses the patch instead of being overwritten with a bundle decided
     on what is no longer there."""
-    admission = client.AdmissionregistrationV1Api(api)
-    patchers = {WEBHOOK_KINDS[0]: admission.patch_mutating_webhook_configuration,
-                WEBHOOK_KINDS[1]: admission.patch_validating_webhook_configuration}
     wanted = _b64(ca_bundle)
     patched = []
     for config in configs:
@@ -162,10 +150,15 @@ def patch_webhooks(api: client.ApiClient, configs: list[WebhookConfig], ca_bundl
             continue
         ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": config.resource_version}]
         ops += [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": wanted} for i in range(len(config.bundles))]
-        patchers[config.kind](config.name, ops)
+        rest.json_patch(WEBHOOK_CONFIGURATIONS[config.kind], "", config.name, ops)
         patched.append(config.kind)
         log.info("set caBundle on %s %s", config.kind, config.name)
     return patched
+
+
+def _secret(namespace: str, name: str, labels: dict[str, str], secret_type: str, data: dict[str, bytes | str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "type": secret_type, "data": data}
 
 
 @dataclass(frozen=True)
@@ -184,7 +177,7 @@ def _pems(bundle: str | None) -> list[bytes]:
         return []
 
 
-def _published(serving_secret: Any, configs: list[WebhookConfig]) -> set[bytes]:
+def _published(serving_secret: dict[str, Any] | None, configs: list[WebhookConfig]) -> set[bytes]:
     """The CA certificates every client already trusts: in the serving Secret's ``ca.crt`` and in
     every webhook's ``caBundle``."""
     trusted = certificates_of(_decoded(serving_secret).get(CA_CERT)) if serving_secret is not None else set()
@@ -214,12 +207,12 @@ def sync(
     if ca_name == name:
         raise CertsError("the CA Secret must not be the serving Secret: the webhook Pods mount the serving Secret")
     at = now if now is not None else datetime.now(UTC)
-    core = client.CoreV1Api(api)
-    secret = _read_secret(core, namespace, name)
-    ca_secret = _read_secret(core, namespace, ca_name)
-    configs = read_webhooks(api, webhook) if webhook else []
-    if secret is not None and secret.type != TLS_SECRET_TYPE:
-        raise CertsError(f"Secret {namespace}/{name} is of type {secret.type!r}, not {TLS_SECRET_TYPE} (the type cannot change; delete it)")
+    rest = Rest(api)
+    secret = rest.get(SECRET, namespace, name)
+    ca_secret = rest.get(SECRET, namespace, ca_name)
+    configs = read_webhooks(rest, webhook) if webhook else []
+    if secret is not None and secret.get("type") != TLS_SECRET_TYPE:
+        raise CertsError(f"Secret {namespace}/{name} is of type {secret.get('type')!r}, not {TLS_SECRET_TYPE} (the type cannot change; delete it)")
     serving = serving_bundle(secret) if secret is not None else None
     authority = authority_of(ca_secret) if ca_secret is not None else Authority()
     if authority.current is None:
@@ -238,30 +231,22 @@ def sync(
         log.info("%s", change)
 
     wanted_ca = authority_data(outcome.authority)
-    ca_written = ca_secret is None or (ca_secret.data or {}) != wanted_ca
+    ca_written = ca_secret is None or (ca_secret.get("data") or {}) != wanted_ca
     if ca_secret is None:
-        core.create_namespaced_secret(namespace, client.V1Secret(
-            metadata=client.V1ObjectMeta(name=ca_name, namespace=namespace, labels=dict(CA_SECRET_LABELS)),
-            type="Opaque", data=wanted_ca,
-        ))
+        rest.create(SECRET, namespace, _secret(namespace, ca_name, dict(CA_SECRET_LABELS), "Opaque", wanted_ca))
         log.info("created Secret %s/%s", namespace, ca_name)
     elif ca_written:
-        ca_secret.data = wanted_ca
-        core.replace_namespaced_secret(ca_name, namespace, ca_secret)  # carries resourceVersion: a race gets 409
+        rest.replace(SECRET, {**ca_secret, "data": wanted_ca})  # carries resourceVersion: a race gets 409
         log.info("updated Secret %s/%s", namespace, ca_name)
 
-    patched = patch_webhooks(api, configs, outcome.serving.ca_cert) if configs else []
+    patched = patch_webhooks(rest, configs, outcome.serving.ca_cert) if configs else []
 
     wanted = serving_data(outcome.serving)
-    serving_written = secret is None or (secret.data or {}) != wanted
+    serving_written = secret is None or (secret.get("data") or {}) != wanted
     if secret is None:
-        core.create_namespaced_secret(namespace, client.V1Secret(
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels={MANAGED_BY_LABEL: MANAGED_BY}),
-            type=TLS_SECRET_TYPE, data=wanted,
-        ))
+        rest.create(SECRET, namespace, _secret(namespace, name, {MANAGED_BY_LABEL: MANAGED_BY}, TLS_SECRET_TYPE, wanted))
         log.info("created Secret %s/%s", namespace, name)
     elif serving_written:
-        secret.data = wanted  # without ca.key: a Secret of the old layout loses it here
-        core.replace_namespaced_secret(name, namespace, secret)
+        rest.replace(SECRET, {**secret, "data": wanted})  # without ca.key: a Secret of the old layout loses it here
         log.info("updated Secret %s/%s", namespace, name)
     return SyncResult(outcome, ca_written, serving_written, patched)

@@ -18,6 +18,9 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from volcano_job_webhook.kube.rest import Rest
+
+from .cluster import SECRET
 from .files import write_atomic
 from .issue import CA_CERT, TLS_CERT, TLS_KEY
 
@@ -28,7 +31,7 @@ class SecretFiles:
     """Keeps ``certs_dir`` holding what Secret ``namespace/name`` holds, polling every ``interval`` seconds."""
 
     def __init__(self, api: client.ApiClient, namespace: str, name: str, certs_dir: Path, interval: float = 10.0) -> None:
-        self.core = client.CoreV1Api(api)
+        self.rest = Rest(api, timeout=10)
         self.namespace, self.name = namespace, name
         self.certs_dir = Path(certs_dir)
         self.interval = interval
@@ -42,13 +45,10 @@ class SecretFiles:
     def sync(self) -> bool:
         """Write what the Secret holds where it differs (key before certificate, as a watcher of
         ``tls.crt`` expects); whether the directory now holds a certificate and its key."""
-        try:
-            secret = self.core.read_namespaced_secret(self.name, self.namespace, _request_timeout=10)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        secret = self.rest.get(SECRET, self.namespace, self.name)
+        if secret is None:
             return False
-        data = {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
+        data = {key: base64.b64decode(value) for key, value in (secret.get("data") or {}).items()}
         if not data.get(TLS_CERT) or not data.get(TLS_KEY):
             return False
         self.certs_dir.mkdir(parents=True, exist_ok=True)

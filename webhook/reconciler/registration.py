@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import yaml
 from kubernetes.client.rest import ApiException
 
-from volcano_job_webhook.certs.cluster import CertsError
+from volcano_job_webhook.certs.cluster import WEBHOOK_CONFIGURATIONS, CertsError
 from volcano_job_webhook.config import ConfigError
 from volcano_job_webhook.kube.rest import Resource, Rest
 
@@ -41,10 +41,6 @@ from .kinds import OWNED
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "volcano-job-webhook-registration"
-CONFIGURATIONS = {
-    "MutatingWebhookConfiguration": Resource("MutatingWebhookConfiguration", "admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations"),
-    "ValidatingWebhookConfiguration": Resource("ValidatingWebhookConfiguration", "admissionregistration.k8s.io/v1", "validatingwebhookconfigurations"),
-}
 CLUSTER_ROLE = Resource("ClusterRole", "rbac.authorization.k8s.io/v1", "clusterroles")
 ENDPOINT_SLICES = Resource("EndpointSlice", "discovery.k8s.io/v1", "endpointslices")
 
@@ -57,9 +53,9 @@ def load_configurations(path: Path) -> list[dict[str, Any]]:
         raise ConfigError(f"webhook_configurations {path}: {exc}") from None
     items = [item for doc in documents for item in (doc if isinstance(doc, list) else [doc]) if item is not None]
     for item in items:
-        if not isinstance(item, dict) or item.get("kind") not in CONFIGURATIONS or not (item.get("metadata") or {}).get("name"):
+        if not isinstance(item, dict) or item.get("kind") not in WEBHOOK_CONFIGURATIONS or not (item.get("metadata") or {}).get("name"):
             raise ConfigError(f"webhook_configurations {path}: every item must be a named "
-                              f"{' or '.join(CONFIGURATIONS)}, got {str(item)[:80]!r}")
+                              f"{' or '.join(WEBHOOK_CONFIGURATIONS)}, got {str(item)[:80]!r}")
         for hook in item.get("webhooks") or []:
             client_config = hook.get("clientConfig") or {}
             if ("service" in client_config) == ("url" in client_config):
@@ -173,7 +169,7 @@ class Registrar:
                 # The install is being deleted: what is registered goes with its owner.
                 log.info("registration: ClusterRole %s is gone or going; registering nothing", self.owner)
                 return []
-        live = {(t["kind"], t["metadata"]["name"]): self.rest.get(CONFIGURATIONS[t["kind"]], "", t["metadata"]["name"])
+        live = {(t["kind"], t["metadata"]["name"]): self.rest.get(WEBHOOK_CONFIGURATIONS[t["kind"]], "", t["metadata"]["name"])
                 for t in self.templates}
         missing = [t for t in self.templates if live[t["kind"], t["metadata"]["name"]] is None]
         serving = not missing or self._serving(missing, ca_bundle)
@@ -186,7 +182,7 @@ class Registrar:
             if live[key] is not None and covered(live[key], want):
                 self.registered.add(key)
                 continue
-            self.rest.apply(CONFIGURATIONS[key[0]], want, FIELD_MANAGER)
+            self.rest.apply(WEBHOOK_CONFIGURATIONS[key[0]], want, FIELD_MANAGER)
             log.info("registration: %s %s %s", "applied" if live[key] is not None else "registered", *key)
             self.on_write(*key)
             self.registered.add(key)
