@@ -7,12 +7,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.informer import JobInformer
 from volcano_job_webhook.kube.records import JobRecord
+from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins.keys import VOLCANO_JOBS, WORKLOAD_RESOURCES, JobKey
 
 from . import NamespaceNotWatched
@@ -45,7 +47,7 @@ class KubeJobSource:
                  *, lookup_ttl: float = 5.0, not_found_ttl: float = 1.0, max_fetched: int = 10_000,
                  max_decoded: int = 256, on_synced: Callable[[], None] | None = None) -> None:
         self.informer = JobInformer(api, namespaces, on_synced=on_synced)
-        self.custom = client.CustomObjectsApi(api)
+        self.rest = Rest(api)
         self.get_timeout = get_timeout
         self.lookup_ttl = lookup_ttl
         self.not_found_ttl = not_found_ttl
@@ -91,7 +93,7 @@ class KubeJobSource:
             expires, job = fetched
             if time.monotonic() >= expires:
                 del self._fetched[key]
-            elif job is not None and (uid is None or _uid(job) == uid):
+            elif job is not None and (uid is None or _job_uid(job) == uid):
                 return job
             elif job is None and uid is None:
                 return None
@@ -126,12 +128,10 @@ class KubeJobSource:
         kind, namespace, name = key
         group, version, plural = WORKLOAD_RESOURCES[kind]
         try:
-            # The custom objects API builds /apis/<group>/<version>/... for built-in groups too.
-            found: Any = await asyncio.to_thread(
-                self.custom.get_namespaced_custom_object, group, version, namespace, plural, name,
-                _request_timeout=self.get_timeout,
-            )
-            job: dict[str, Any] | None = found
+            # No workload kind is of the core group: each lives under /apis/<group>/<version>. The name
+            # is a Pod's label, not yet validated when a mutating webhook sees it: quoted, a "/" stays in the name.
+            path = f"/apis/{group}/{version}/namespaces/{quote(namespace, safe='')}/{plural}/{quote(name, safe='')}"
+            job: dict[str, Any] | None = await asyncio.to_thread(self.rest.call, "GET", path, timeout=self.get_timeout)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -150,5 +150,5 @@ class KubeJobSource:
             self._fetched.popitem(last=False)
 
 
-def _uid(job: dict[str, Any]) -> str | None:
+def _job_uid(job: dict[str, Any]) -> str | None:
     return (job.get("metadata") or {}).get("uid")
