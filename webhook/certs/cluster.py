@@ -33,6 +33,7 @@ from kubernetes import client
 
 from volcano_job_webhook.kube.rest import Resource, Rest
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
+from volcano_job_webhook.plugins.kinds import SECRET
 
 from .issue import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertBundle, default_sans, is_valid, split_pems
 from .rotation import DEFAULT_POLICY, Authority, KeyPair, Outcome, Policy, authority_from_serving, certificates_of, plan
@@ -50,7 +51,6 @@ CA_SECRET_LABELS = {
     "app.kubernetes.io/component": "certgen",
     "app.kubernetes.io/part-of": "volcano-job-webhook",
 }
-SECRET = Resource("Secret", "v1", "secrets")
 # The webhook configurations, by kind: what this module patches and the registration applies.
 WEBHOOK_CONFIGURATIONS = {
     "MutatingWebhookConfiguration": Resource("MutatingWebhookConfiguration", "admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations"),

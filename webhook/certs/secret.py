@@ -19,8 +19,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.rest import Rest
+from volcano_job_webhook.plugins.kinds import SECRET
 
-from .cluster import SECRET
 from .files import write_atomic
 from .issue import CA_CERT, TLS_CERT, TLS_KEY
 

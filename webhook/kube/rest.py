@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlencode
+from typing import Any, Protocol
+from urllib.parse import quote, urlencode
 
 import orjson
 import urllib3
@@ -25,6 +25,18 @@ from kubernetes.client.rest import ApiException
 
 APPLY_PATCH = "application/apply-patch+yaml"
 Query = Sequence[tuple[str, str]]
+
+
+class Located(Protocol):
+    """What a call needs of a kind: its REST path (a :class:`Resource`, or a row of ``plugins.kinds``' table)."""
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str: ...
+
+
+def _path(resource: Located, namespace: str | None, name: str | None = None) -> str:
+    # Each name one path segment, as the generated methods quote theirs: a name that is not one yet
+    # (a Pod's label, before validation) cannot reach another path.
+    return resource.path(namespace and quote(namespace, safe=""), name and quote(name, safe=""))
 
 
 @dataclass(frozen=True)
@@ -113,63 +125,63 @@ class Rest:
         response = self._open(method, path, query, body, content_type, timeout or self.timeout)
         return orjson.loads(response.data)
 
-    def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(self, resource: Located, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            obj: dict[str, Any] = self.call("GET", resource.path(namespace, name))
+            obj: dict[str, Any] = self.call("GET", _path(resource, namespace, name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
         return obj
 
-    def apply(self, resource: Resource, obj: dict[str, Any], field_manager: str) -> dict[str, Any]:
+    def apply(self, resource: Located, obj: dict[str, Any], field_manager: str) -> dict[str, Any]:
         """Server-side apply of ``obj`` as ``field_manager``, taking over fields others changed
         (``force``): created when missing, and afterwards exactly what ``obj`` says of the fields
         this manager owns — fields it set before and leaves out now are removed."""
         meta = obj["metadata"]
         result: dict[str, Any] = self.call(
-            "PATCH", resource.path(meta.get("namespace"), meta["name"]), body=obj, content_type=APPLY_PATCH,
+            "PATCH", _path(resource, meta.get("namespace"), meta["name"]), body=obj, content_type=APPLY_PATCH,
             query=[("fieldManager", field_manager), ("force", "true")],
         )
         return result
 
-    def delete(self, resource: Resource, namespace: str, name: str, uid: str | None = None) -> bool:
+    def delete(self, resource: Located, namespace: str, name: str, uid: str | None = None) -> bool:
         """Delete; False when it was already gone. ``uid`` guards against deleting a re-created object."""
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            self.call("DELETE", resource.path(namespace, name), body=body)
+            self.call("DELETE", _path(resource, namespace, name), body=body)
         except ApiException as exc:
             if exc.status == 404:
                 return False
             raise
         return True
 
-    def create(self, resource: Resource, namespace: str, obj: dict[str, Any], field_manager: str | None = None) -> dict[str, Any]:
+    def create(self, resource: Located, namespace: str, obj: dict[str, Any], field_manager: str | None = None) -> dict[str, Any]:
         """POST: 409 AlreadyExists when an object of that name is there, whoever made it."""
         query = [("fieldManager", field_manager)] if field_manager else []
-        result: dict[str, Any] = self.call("POST", resource.path(namespace), body=obj, query=query)
+        result: dict[str, Any] = self.call("POST", _path(resource, namespace), body=obj, query=query)
         return result
 
-    def replace(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+    def replace(self, resource: Located, obj: dict[str, Any]) -> dict[str, Any]:
         """PUT ``obj`` whole: 409 Conflict when its ``metadata.resourceVersion`` is no longer the stored one."""
         meta = obj["metadata"]
-        result: dict[str, Any] = self.call("PUT", resource.path(meta.get("namespace"), meta["name"]), body=obj)
+        result: dict[str, Any] = self.call("PUT", _path(resource, meta.get("namespace"), meta["name"]), body=obj)
         return result
 
-    def json_patch(self, resource: Resource, namespace: str, name: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
+    def json_patch(self, resource: Located, namespace: str, name: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
         """RFC 6902 JSON patch: all ``operations`` or none (a failed ``test`` refuses the lot with 422)."""
         result: dict[str, Any] = self.call(
-            "PATCH", resource.path(namespace, name), body=operations, content_type="application/json-patch+json",
+            "PATCH", _path(resource, namespace, name), body=operations, content_type="application/json-patch+json",
         )
         return result
 
-    def merge_patch(self, resource: Resource, namespace: str, name: str, patch: dict[str, Any],
+    def merge_patch(self, resource: Located, namespace: str, name: str, patch: dict[str, Any],
                     field_manager: str) -> dict[str, Any]:
         """RFC 7386 JSON merge patch (``null`` removes a field)."""
         result: dict[str, Any] = self.call(
-            "PATCH", resource.path(namespace, name), body=patch, content_type="application/merge-patch+json",
+            "PATCH", _path(resource, namespace, name), body=patch, content_type="application/merge-patch+json",
             query=[("fieldManager", field_manager)],
         )
         return result

@@ -7,20 +7,19 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import quote
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.informer import JobInformer
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.kube.rest import Rest
-from volcano_job_webhook.plugins.keys import VOLCANO_JOBS, WORKLOAD_RESOURCES, JobKey
+from volcano_job_webhook.plugins.keys import JobKey
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, WORKLOADS, Kind, by_resource
 
 from . import NamespaceNotWatched
 
-# A live lookup's identity: (kind as resource.group, namespace, name).
-LookupKey = tuple[str, str, str]
+# A live lookup's identity: (workload kind, namespace, name).
+LookupKey = tuple[Kind, str, str]
 
 
 class KubeJobSource:
@@ -47,8 +46,7 @@ class KubeJobSource:
                  *, lookup_ttl: float = 5.0, not_found_ttl: float = 1.0, max_fetched: int = 10_000,
                  max_decoded: int = 256, on_synced: Callable[[], None] | None = None) -> None:
         self.informer = JobInformer(api, namespaces, on_synced=on_synced)
-        self.rest = Rest(api)
-        self.get_timeout = get_timeout
+        self.rest = Rest(api, timeout=get_timeout)
         self.lookup_ttl = lookup_ttl
         self.not_found_ttl = not_found_ttl
         self.max_fetched = max_fetched
@@ -76,18 +74,19 @@ class KubeJobSource:
         # Still ready while the API server is away (the cache keeps answering), but say so.
         return {"source": "kube", "apiServer": "reachable" if self.informer.connected else "unreachable"}
 
-    async def get(self, namespace: str, name: str, uid: str | None = None, kind: str = VOLCANO_JOBS) -> dict[str, Any] | None:
+    async def get(self, namespace: str, name: str, uid: str | None = None, kind: str = VOLCANO_JOB.resource) -> dict[str, Any] | None:
         if self.watched and namespace not in self.watched:
             raise NamespaceNotWatched(namespace)
-        if kind == VOLCANO_JOBS:
+        workload = _workload(kind)
+        if workload is None:
+            raise ValueError(f"unknown workload kind {kind!r}")
+        if workload is VOLCANO_JOB:
             record = self.informer.get(namespace, name)
             if record is not None and (uid is None or record.uid == uid) and not record.finished:
                 return self._decoded(record)
-        elif kind not in WORKLOAD_RESOURCES:
-            raise ValueError(f"unknown workload kind {kind!r}")
         # Not held, a finished Job (kept as its identity only: its Pods are all made), another
         # Job of the same name, or another kind: the API server is asked.
-        key = (kind, namespace, name)
+        key = (workload, namespace, name)
         fetched = self._fetched.get(key)
         if fetched is not None:
             expires, job = fetched
@@ -125,17 +124,7 @@ class KubeJobSource:
 
     async def _fetch(self, key: LookupKey) -> dict[str, Any] | None:
         self.live_gets += 1
-        kind, namespace, name = key
-        group, version, plural = WORKLOAD_RESOURCES[kind]
-        try:
-            # No workload kind is of the core group: each lives under /apis/<group>/<version>. The name
-            # is a Pod's label, not yet validated when a mutating webhook sees it: quoted, a "/" stays in the name.
-            path = f"/apis/{group}/{version}/namespaces/{quote(namespace, safe='')}/{plural}/{quote(name, safe='')}"
-            job: dict[str, Any] | None = await asyncio.to_thread(self.rest.call, "GET", path, timeout=self.get_timeout)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            job = None
+        job = await asyncio.to_thread(self.rest.get, *key)  # None: 404
         self._remember(key, job)
         return job
 
@@ -148,6 +137,15 @@ class KubeJobSource:
         self._fetched.move_to_end(key)
         while len(self._fetched) > self.max_fetched:
             self._fetched.popitem(last=False)
+
+
+def _workload(kind: str) -> Kind | None:
+    """The workload kind named ``plural.group`` (``jobs.batch``); None for any other name."""
+    try:
+        found = by_resource(kind)
+    except KeyError:
+        return None
+    return found if found in WORKLOADS else None
 
 
 def _job_uid(job: dict[str, Any]) -> str | None:
