@@ -1,5 +1,6 @@
-"""What kube/rest.py relies on in the official ``kubernetes`` client, checked against a local stub
-server: a client release that changes any of it fails here rather than in a cluster.
+"""What kube/rest.py relies on in the official ``kubernetes`` client, and what it promises on top,
+checked against a local stub server: a client release that changes any of it fails here rather
+than in a cluster.
 
 ``Rest`` calls ``ApiClient.call_api`` with its own URL and headers, and needs from the client: the
 request sent as given (headers untouched, a dict or list body encoded as JSON for the JSON and
@@ -155,6 +156,12 @@ def test_a_call_goes_out_as_built_with_its_body_as_json(stub: Stub, call: Any, m
     assert seen.headers["Authorization"] == "Bearer t0", "auth_settings() gives the prefixed token"
     assert seen.headers["User-Agent"] == api.user_agent and seen.headers["X-Extra"] == "1" and seen.headers["Cookie"] == "session=c"
     assert (json.loads(seen.body) if seen.body else None) == body
+
+
+def test_a_name_is_one_path_segment(stub: Stub) -> None:
+    """A name that is no valid name yet (a Pod's label, before validation) asks for that name, not another path."""
+    assert Rest(api_of(stub)).get(CONFIG_MAP, "ns", "x/../../secrets/y") == {"echo": "GET"}
+    assert stub.requests[-1].path == "/api/v1/namespaces/ns/configmaps/x%2F..%2F..%2Fsecrets%2Fy"
 
 
 def test_an_error_answer_is_an_api_exception_backoff_can_read(stub: Stub) -> None:
