@@ -1,4 +1,7 @@
-"""kube-apiserver's admission webhooks, for the API-server double (tests/apiserver.py).
+"""kube-apiserver's admission webhooks, for the API-server double (tests/apiserver.py): part (b) of
+the double, what the scenarios beside Volcano need on a machine without kube-apiserver (the
+manifests' webhook configurations registered, the product's answers taken as kube-apiserver takes
+them). tests/test_apiserver_admission.py runs each case on the double and on kube-apiserver.
 
 What the double calls and how, as kube-apiserver's ``MutatingAdmissionWebhook`` and
 ``ValidatingAdmissionWebhook`` plugins do (k8s.io/apiserver/pkg/admission/plugin/webhook):
@@ -17,17 +20,17 @@ What the double calls and how, as kube-apiserver's ``MutatingAdmissionWebhook`` 
 * what comes back: ``allowed: false`` becomes the API error the real server answers (the message
   ``admission webhook "NAME" denied the request: MESSAGE``, the webhook's status code, raised to 400
   when it is under 400, as ``webhook/errors.ToStatusErr`` does); a failed call (refused, timed out,
-  TLS, a non-200 answer, a body that is not an AdmissionReview for this request) is a 500
+  TLS, a non-200 answer, a body that is not an AdmissionReview for this request; client-go's words
+  for each) is a 500
   ``Internal error occurred: failed calling webhook "NAME": ...`` under ``failurePolicy: Fail`` (the
   v1 default) and is skipped under ``Ignore``; mutating webhooks' JSON patches are applied in turn,
-  each webhook seeing the previous ones' changes, and a webhook with ``reinvocationPolicy:
-  IfNeeded`` is called once more when a later webhook changed the object; ``response.warnings``
-  are returned for the API answer's ``Warning`` headers; a webhook whose ``sideEffects`` is not
-  ``None``/``NoneOnDryRun`` refuses dry-run requests (400).
+  each webhook seeing the previous ones' changes; ``response.warnings`` are returned for the API
+  answer's ``Warning`` headers.
 
-Not done: ``matchConditions`` (CEL) are not evaluated (the webhook is called), ``matchPolicy``
-(only the request's own group/version is matched), audit annotations, the API server's own
-(in-tree) admission plugins.
+Not done, kube-apiserver is the test for these: ``reinvocationPolicy`` (no scenario has a second
+mutating webhook), ``matchConditions`` (CEL: the webhook is called), ``matchPolicy`` (only the
+request's own group/version is matched), ``sideEffects`` (a dry run calls every webhook), the
+exemption of the webhook configurations themselves, audit annotations, the in-tree admission plugins.
 """
 
 from __future__ import annotations
@@ -53,9 +56,6 @@ DEFAULT_TIMEOUT = 10
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 # Who the double says made every request: it has no authentication, so everyone is an administrator.
 USER_INFO: Obj = {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]}
-# The kinds whose writes never go to webhooks (kube-apiserver exempts its own admission configuration).
-EXEMPT = frozenset({("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
-                    ("admissionregistration.k8s.io", "validatingwebhookconfigurations")})
 
 
 class Rejected(Exception):
@@ -88,10 +88,6 @@ class Attributes:
     dry_run: bool = False
     options: Obj | None = None
     namespace_labels: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def exempt(self) -> bool:
-        return (self.group, self.resource) in EXEMPT
 
 
 @dataclass
@@ -168,12 +164,8 @@ def hook_matches(hook: Mapping[str, Any], attrs: Attributes) -> bool:
     """Whether ``hook`` is called for this request: rules, then namespaceSelector, then objectSelector."""
     if not any(rule_matches(rule, attrs) for rule in hook.get("rules") or []):
         return False
-    if attrs.namespace or attrs.resource == "namespaces":
-        if attrs.resource == "namespaces" and not attrs.namespace:
-            ns_labels = dict(_labels(attrs.obj if attrs.obj is not None else attrs.old) or {})
-        else:
-            ns_labels = dict(attrs.namespace_labels)
-            ns_labels.setdefault(NAMESPACE_NAME_LABEL, attrs.namespace)
+    if attrs.namespace:
+        ns_labels = {**attrs.namespace_labels, NAMESPACE_NAME_LABEL: attrs.namespace}
         if not selector_matches(hook.get("namespaceSelector"), ns_labels):
             return False
     selector = hook.get("objectSelector")
@@ -226,12 +218,6 @@ def denial(webhook: str, result: Mapping[str, Any] | None) -> Rejected:
     else:
         status["message"] = f"{denied_by} without explanation"
     return Rejected({"kind": "Status", "apiVersion": "v1", "metadata": {}, **status})
-
-
-def _dry_run_unsupported(webhook: str) -> Rejected:
-    message = f"admission webhook {json.dumps(webhook)} does not support dry run"
-    return Rejected({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                     "message": message, "reason": "BadRequest", "code": 400})
 
 
 # --------------------------------------------------------------------------
@@ -288,8 +274,8 @@ def call_webhook(hook: Mapping[str, Any], attrs: Attributes, obj: Obj | None) ->
         service = config.get("service") or {}
         target = (f"https://{service.get('name')}.{service.get('namespace')}.svc:{service.get('port', 443)}"
                   f"{service.get('path') or ''}?timeout={timeout}s")
-        raise CallFailed(name, f'failed to call webhook: Post "{target}": this API-server double cannot route to a '
-                               "Service; register the webhook with clientConfig.url")
+        raise CallFailed(name, f'failed to call webhook: Post "{target}": the API-server double routes to no Service; '
+                               "register the webhook with clientConfig.url")
     parts = urlsplit(url)
     query = f"{parts.query}&timeout={timeout}s" if parts.query else f"timeout={timeout}s"
     shown = f"{parts.scheme}://{parts.netloc}{parts.path}?{query}"
@@ -314,13 +300,13 @@ def call_webhook(hook: Mapping[str, Any], attrs: Attributes, obj: Obj | None) ->
     finally:
         connection.close()
     if answer.status != 200:
-        text = data.decode(errors="replace")[:500]
-        raise CallFailed(name, f'failed to call webhook: an error on the server ("{text}") has prevented the request '
-                               f"from succeeding (HTTP {answer.status})")
+        # client-go shows the body of a text answer, and of any other (JSON that is no Status) nothing
+        text = data.decode(errors="replace")[:500] if answer.getheader("Content-Type", "").startswith("text/plain") else "unknown"
+        raise CallFailed(name, f'failed to call webhook: an error on the server ("{text}") has prevented the request from succeeding')
     try:
         decoded = json.loads(data)
     except ValueError as exc:
-        raise CallFailed(name, f"received invalid webhook response: {exc}") from None
+        raise CallFailed(name, f"failed to call webhook: couldn't get version/kind; json parse error: {exc}") from None
     expected = f"admission.k8s.io/{version}"
     if not isinstance(decoded, dict) or decoded.get("apiVersion") != expected or decoded.get("kind") != "AdmissionReview":
         got = f"{decoded.get('apiVersion')}, Kind={decoded.get('kind')}" if isinstance(decoded, dict) else type(decoded).__name__
@@ -355,9 +341,6 @@ class Admission:
         record = Call(name, attrs.operation, attrs.resource + (f"/{attrs.subresource}" if attrs.subresource else ""),
                       attrs.name)
         self.calls.append(record)
-        if attrs.dry_run and hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
-            record.error = "does not support dry run"
-            raise _dry_run_unsupported(name)
         try:
             response = call_webhook(hook, attrs, obj)
         except CallFailed as exc:
@@ -374,31 +357,22 @@ class Admission:
     def mutate(self, configurations: Sequence[Obj], attrs: Attributes) -> Obj | None:
         """Run the mutating webhooks; the object as they left it. Raises :class:`Rejected`."""
         obj = copy.deepcopy(attrs.obj)
-        if attrs.exempt:
-            return obj
-        hooks = [h for h in webhooks(configurations) if hook_matches(h, attrs)]
-        last_change = -1
-        for position, hook in enumerate(hooks):
-            changed, obj = self._mutate_once(hook, attrs, obj)
-            if changed:
-                last_change = position
-        # reinvocationPolicy IfNeeded: once more for a webhook that ran before a later one changed the object.
-        for hook in hooks[:max(last_change, 0)]:
-            if hook.get("reinvocationPolicy") == "IfNeeded":
-                _, obj = self._mutate_once(hook, attrs, obj)
+        for hook in webhooks(configurations):
+            current = Attributes(**{**attrs.__dict__, "obj": obj})
+            if hook_matches(hook, current):
+                obj = self._mutate_once(hook, current, obj)
         return obj
 
-    def _mutate_once(self, hook: Mapping[str, Any], attrs: Attributes, obj: Obj | None) -> tuple[bool, Obj | None]:
-        current = Attributes(**{**attrs.__dict__, "obj": obj})
-        response = self._ask(hook, current, obj)
+    def _mutate_once(self, hook: Mapping[str, Any], attrs: Attributes, obj: Obj | None) -> Obj | None:
+        response = self._ask(hook, attrs, obj)
         if response is None or not response.get("patch") or obj is None:
-            return False, obj
+            return obj
         name = str(hook.get("name") or "")
         if response.get("patchType") != "JSONPatch":
             exc = CallFailed(name, f"unsupported patch type {json.dumps(response.get('patchType'))}")
             self.calls[-1].error = str(exc)
             if (hook.get("failurePolicy") or "Fail") == "Ignore":
-                return False, obj
+                return obj
             raise internal_error(str(exc))
         try:
             operations = json.loads(base64.b64decode(response["patch"]))
@@ -408,13 +382,11 @@ class Admission:
         if not isinstance(patched, dict):
             raise internal_error(f"admission webhook {json.dumps(name)} patched the object into a {type(patched).__name__}")
         self.calls[-1].patched = patched != obj
-        return patched != obj, patched
+        return patched
 
     def validate(self, configurations: Sequence[Obj], attrs: Attributes) -> None:
         """Run the validating webhooks (in order; the real server runs them in parallel). Raises
         :class:`Rejected` for the first refusal."""
-        if attrs.exempt:
-            return
         for hook in webhooks(configurations):
             if not hook_matches(hook, attrs):
                 continue

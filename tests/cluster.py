@@ -26,6 +26,9 @@ and a :class:`VolcanoCluster`::
 Volcano's CRDs are read from ``VOLCANO_CRDS`` (a directory), else ``../shared/volcano-crds`` next to
 the repository (/work/shared/volcano-crds here), as data. Without them the double serves the four
 kinds anyway (no schema); the real backend needs them.
+
+Without Volcano, :func:`api_server` gives a test a namespace of either API server alone — the double,
+or the session's kube-apiserver — so a test of what the double serves holds it to the real one.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -295,6 +299,37 @@ class VolcanoCluster:
     def finish(self, job: str, phase: str = "Succeeded") -> list[Obj]:
         """Every Pod of the Job to ``phase``."""
         return [self.set_pod_phase(p["metadata"]["name"], phase) for p in self.pods(job)]
+
+
+# --------------------------------------------------------------------------
+# Either API server alone
+# --------------------------------------------------------------------------
+
+SERVERS = ("double", "real")
+
+
+@dataclass
+class ServerNamespace:
+    """A fresh namespace of an API server, as its administrator; ``double`` is the double, None on
+    the real kube-apiserver."""
+
+    backend: str  # "double" or "real"
+    admin: client.ApiClient
+    namespace: str
+    double: FakeApiServer | None = None
+
+
+@contextmanager
+def api_server(backend: str, request: pytest.FixtureRequest) -> Iterator[ServerNamespace]:
+    """A namespace of a fresh double ("double"), or of the session's kube-apiserver ("real": fixture
+    ``envtest``, which skips naming what is missing), made the same way on both."""
+    if backend == "real":
+        envtest: EnvTest = request.getfixturevalue("envtest")
+        admin = envtest.api_client()
+        yield ServerNamespace("real", admin, new_namespace(admin))
+        return
+    with FakeApiServer() as double, double.api_client() as admin:
+        yield ServerNamespace("double", admin, new_namespace(admin), double)
 
 
 # --------------------------------------------------------------------------
