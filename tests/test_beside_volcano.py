@@ -1,7 +1,10 @@
 """Beside a running Volcano (docs/install.md#who-runs-what): the plugins Volcano's own controller
 runs are its — their Pod wiring, their side objects, and whatever we would refuse of them — and
-ours are ours. The chain, the admission handlers and the reconciler (against the API double), each
-on the cases that decide who does what."""
+ours are ours. The chain, the admission handlers and the reconciler, each on the cases that decide
+who does what. Why the API double: a job made again runs on it and on kube-apiserver (coverage
+without the real parts), and a replica that stops leading is seen through injected 503s and the
+double's request log (fault injection). The reconciler beside Volcano's own controller is
+tests/test_beside_volcano_scenarios.py."""
 
 from __future__ import annotations
 
@@ -16,10 +19,11 @@ import pytest
 from kubernetes import client
 
 from tests.apiserver import FakeApiServer
-from tests.envtest import wait_until
-from tests.jobs import volcano_job
+from tests.cluster import SERVERS, ServerNamespace, api_server, kind_path
+from tests.envtest import create, delete, request, wait_until
+from tests.jobs import API_VERSION, volcano_job
 from volcano_job_webhook.plugins import Chain, ChainConfig, Job, PluginError
-from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
+from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL, VOLCANO_PLUGINS
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.reconciler import Reconciler
 from volcano_job_webhook.server.handlers import JobCache, JobValidator, PodMutator
@@ -213,84 +217,57 @@ def test_validate_judges_an_update_only_on_what_it_changes():
     assert validate(deleting, running).allowed, "a Job being deleted is never refused"
 
 
-# The reconciler against the API double ----------------------------------------------------------
+# The reconciler ------------------------------------------------------------------------------------
 
 
 wait_for = functools.partial(wait_until, timeout=10.0, interval=0.02)
 
-
-OBJECTS = {"configmaps": "ConfigMap", "services": "Service", "secrets": "Secret", "networkpolicies.networking.k8s.io": "NetworkPolicy"}
-
-
-def objects(server: FakeApiServer) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(kind, o["metadata"]["name"]): o for resource, kind in OBJECTS.items() for o in server.objects(resource)}
+SIDE_KINDS = ("ConfigMap", "Service", "Secret", "NetworkPolicy")
 
 
-@pytest.fixture
-def reconciler(api_double: FakeApiServer) -> Iterator[Reconciler]:
-    r = Reconciler(api_double.api_client(), BESIDE, resync_seconds=3600)
-    r.start()
-    yield r
-    r.stop()
+@pytest.fixture(params=SERVERS)
+def server(request: pytest.FixtureRequest) -> Iterator[ServerNamespace]:
+    with api_server(request.param, request) as found:
+        yield found
 
 
-def jobs(server: FakeApiServer) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(server.api_client())
+def ours(server: ServerNamespace) -> dict[tuple[str, str], dict[str, Any]]:
+    """The reconciler's objects in the namespace (its label), by kind and name."""
+    return {(kind, o["metadata"]["name"]): o for kind in SIDE_KINDS
+            for o in request(server.admin, "GET", kind_path(kind, server.namespace), query=[("labelSelector", f"{MANAGED_BY_LABEL}={MANAGED_BY}")])["items"]}
 
 
-def create(server: FakeApiServer, obj: dict[str, Any]) -> dict[str, Any]:
-    body = json.loads(json.dumps(obj))
-    body["metadata"].pop("uid", None)
-    return jobs(server).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", body)
-
-
-def patch_status(server: FakeApiServer, name: str, body: dict[str, Any]) -> None:
-    jobs(server).patch_namespaced_custom_object_status("batch.volcano.sh", "v1alpha1", "default", "jobs", name, body)
-
-
-def test_the_reconciler_makes_only_what_we_run(api_double: FakeApiServer, reconciler: Reconciler):
-    create(api_double, job(plugins={"svc": [], "ssh": []}, annotation={"hostfile": []}))
-    wait_for(lambda: ("ConfigMap", "demo-hostfile") in objects(api_double), what="the hostfile ConfigMap")
-    time.sleep(0.3)
-    assert set(objects(api_double)) == {("ConfigMap", "demo-hostfile")}, "svc's and ssh's objects are Volcano's"
-
-
-def test_a_job_made_again_under_the_same_name_gets_new_objects_and_a_new_key(api_double: FakeApiServer, reconciler: Reconciler):
-    first = create(api_double, job(plugins={}, annotation={"mpi": []}))
-    wait_for(lambda: ("Secret", "demo-ssh") in objects(api_double), what="the first Secret")
-    old_key = objects(api_double)[("Secret", "demo-ssh")]["data"]["id_rsa"]
-    # No garbage collector here (as with GC slow or off): the old Job's objects are still there
-    # when the new Job comes, and must not be adopted.
-    reconciler.stop()
-    jobs(api_double).delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", "demo")
-    second = create(api_double, job(plugins={}, annotation={"mpi": []}))
+def test_a_job_made_again_while_the_reconciler_was_away_gets_new_objects_and_a_new_key(server: ServerNamespace):
+    """The reconciler stopped, the Job deleted and made again under its name: when the reconciler is
+    back its predecessor's objects may still be there (no garbage collector, or a slow one), and
+    they are replaced, never adopted — a new Job never inherits a key."""
+    ns = server.namespace
+    made = functools.partial(job, namespace=ns, uid=None, plugins={}, annotation={"mpi": []})
+    first = create(server.admin, made())
+    reconciler = Reconciler(server.admin, BESIDE, namespaces=[ns], resync_seconds=3600)
+    reconciler.start()
+    try:
+        wait_for(lambda: ("Secret", "demo-ssh") in ours(server), what="the first Secret")
+    finally:
+        reconciler.stop()
+    old_key = ours(server)[("Secret", "demo-ssh")]["data"]["id_rsa"]
+    delete(server.admin, API_VERSION, "Job", "demo", ns)
+    second = create(server.admin, made())
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
-    again = Reconciler(api_double.api_client(), BESIDE, resync_seconds=3600)
+    again = Reconciler(server.admin, BESIDE, namespaces=[ns], resync_seconds=3600)
     again.start()
     try:
         def renewed() -> bool:
-            secret = objects(api_double).get(("Secret", "demo-ssh"))
+            secret = ours(server).get(("Secret", "demo-ssh"))
             return bool(secret) and secret["metadata"]["ownerReferences"][0]["uid"] == second["metadata"]["uid"]
         wait_for(renewed, what="the new Job's Secret")
-        live = objects(api_double)
+        live = ours(server)
         assert live[("Secret", "demo-ssh")]["data"]["id_rsa"] != old_key, "a new Job never inherits its predecessor's key"
         for (kind, name), obj in live.items():
             refs = obj["metadata"]["ownerReferences"]
             assert [r["uid"] for r in refs] == [second["metadata"]["uid"]], f"{kind} {name}: one controller, the new Job"
     finally:
         again.stop()
-
-
-def test_a_finished_job_keeps_nothing_and_gets_nothing_new(api_double: FakeApiServer, reconciler: Reconciler):
-    create(api_double, job(plugins={}, annotation={"mpi": []}))
-    wait_for(lambda: ("Secret", "demo-ssh") in objects(api_double), what="the job's objects")
-    patch_status(api_double, "demo", {"status": {"state": {"phase": "Completed"}}})
-    wait_for(lambda: not objects(api_double), what="the finished job's objects gone")
-    api_double.clear_requests()
-    patch_status(api_double, "demo", {"status": {"state": {"phase": "Completed"}, "succeeded": 3}})
-    reconciler.resync()
-    time.sleep(0.3)
-    assert not objects(api_double) and not [q for q in api_double.requests if q.verb == "create"], "no new objects, no new keys"
 
 
 def test_a_replica_that_stops_leading_sends_no_more_retries(api_double: FakeApiServer):
@@ -300,7 +277,8 @@ def test_a_replica_that_stops_leading_sends_no_more_retries(api_double: FakeApiS
     api_double.fail_next(100, status=503, method="POST", path_contains="/configmaps")
     r.start()
     try:
-        create(api_double, job(plugins={}, annotation={"hostfile": []}))
+        body = job(plugins={}, annotation={"hostfile": []}, uid=None)
+        client.CustomObjectsApi(api_double.api_client()).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", body)
         wait_for(lambda: [q for q in api_double.requests if q.resource == "configmaps" and q.verb == "create"], what="a first attempt")
         leading.clear()
         time.sleep(0.05)  # an attempt may be on the wire as leadership goes

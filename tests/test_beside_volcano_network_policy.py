@@ -7,7 +7,9 @@ product registered as an operator runs it:
   unread, its Pods are admitted and nothing is ours to make; a new Job naming them is refused at
   ``/validate``;
 * in the annotation, where svc is ours, the reconciler makes the opened policies and host files fully
-  qualified in the configured domain, and the webhook wires the Pods with those names."""
+  qualified in the configured domain, and the webhook wires the Pods with those names.
+
+Why the API double: the emulated backend runs on it, so a machine without the real parts still runs both."""
 
 from __future__ import annotations
 

@@ -8,7 +8,9 @@ Every object has exactly one maker; Volcano's objects get nothing from us (no wr
 no Warning Event) over several resyncs and status updates; every Pod is wired once; a restart and
 a completion leave Volcano's objects to Volcano; a running job with a flag Volcano ignores keeps
 getting Pods and can be labelled; a Job made again under the same name gets new objects and a new
-key; a webhook cut off from the API server refuses a Pod with an error and wires it once it is back."""
+key; a webhook cut off from the API server refuses a Pod with an error and wires it once it is back.
+Why the API double: the emulated backend runs on it, so a machine without the real parts still runs
+every scenario (its record of webhook calls adds the checks only it can make)."""
 
 from __future__ import annotations
 

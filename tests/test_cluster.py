@@ -1,5 +1,7 @@
 """The cluster fixtures themselves (tests/cluster.py): the product's webhook registered the same way on
-both backends is called for the Pods Volcano's controller creates, and no more once unregistered."""
+both backends is called for the Pods Volcano's controller creates, and no more once unregistered.
+Why the API double: the emulated backend runs on it (coverage without the real parts), and its
+record of webhook calls shows each call and none after."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ reference to one expands, for every example job; those of the plugins Volcano's 
 stay where it writes them. The patch inserts rather than rewrites, a wired Pod gives an empty patch,
 and the API server stores the Pods as the chain makes them: on an API server with the webhook
 (envtest), and beside Volcano's controller (the real one, or its emulation). A real kubelet prints
-what it started a container with (the one-node cluster of tests/node.py; skipped without it).
+what it started a container with (the one-node cluster of tests/node.py; skipped without it). Why the
+API double: the emulation of Volcano's controller runs on it (coverage without the real parts).
 """
 
 from __future__ import annotations

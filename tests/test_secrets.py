@@ -1,4 +1,5 @@
-"""Key material never reaches logs, metrics, admission answers, error messages or exceptions."""
+"""Key material never reaches logs, metrics, admission answers, error messages or exceptions. Why the
+API double: the reconciler's failed writes are injected 500s (fault injection)."""
 
 from __future__ import annotations
 
