@@ -198,7 +198,7 @@ class IndexedJob(Job):
 
     @classmethod
     def from_object(cls, obj: Any) -> IndexedJob:
-        name, namespace, annotations = _meta(obj, "Job")
+        name, namespace, annotations = _meta(obj, BATCH_JOB.noun)
         key = f"{namespace}/{name}"
         completions, template = _indexed_spec(key, obj.get("spec"), "spec")
         task_name = annotations.get(TASK_ANNOTATION) or name
@@ -221,7 +221,7 @@ class IndexedJob(Job):
         return f"no {COMPLETION_INDEX_KEY} annotation or label (the Job controller sets both)"
 
     def refuses(self, plugin: str) -> str | None:
-        return _RAY.format(kind="Job") if plugin == "ray" else None
+        return _RAY.format(kind=BATCH_JOB.noun) if plugin == "ray" else None
 
     def pod_selector(self) -> dict[str, str]:
         return {BATCH_JOB.pod_label: self.name}
@@ -259,7 +259,7 @@ class JobSet(Job):
 
     @classmethod
     def from_object(cls, obj: Any) -> JobSet:
-        name, namespace, annotations = _meta(obj, "JobSet")
+        name, namespace, annotations = _meta(obj, JOBSET.noun)
         key = f"{namespace}/{name}"
         spec = obj.get("spec")
         if not isinstance(spec, Mapping):
@@ -315,7 +315,7 @@ class JobSet(Job):
         return f"no {JOB_INDEX_KEY} and {COMPLETION_INDEX_KEY} labels or annotations (JobSet and the Job controller set them)"
 
     def refuses(self, plugin: str) -> str | None:
-        return _RAY.format(kind="JobSet") if plugin == "ray" else None
+        return _RAY.format(kind=JOBSET.noun) if plugin == "ray" else None
 
     def pod_selector(self) -> dict[str, str]:
         return {JOBSET.pod_label: self.name}

@@ -196,22 +196,6 @@ def test_a_write_answer_arriving_after_the_deletion_does_not_bring_the_object_ba
         informer.stop()
 
 
-def test_what_the_first_list_finds_waits_behind_a_change():
-    """The first list's objects are queued at low priority (a resync's), watch events at high: a job
-    created while a hundred thousand listed ones wait is reconciled next."""
-    from types import SimpleNamespace
-
-    from volcano_job_webhook.kube.informer import LISTED
-    from volcano_job_webhook.reconciler import Controller
-
-    controller = Controller(SimpleNamespace(), {}, lambda key: None)  # type: ignore[arg-type]
-    for i in range(1000):
-        controller.on_primary(LISTED, SimpleNamespace(key=("default", f"listed-{i}")))
-    controller.on_primary("ADDED", SimpleNamespace(key=("default", "new")))
-    assert controller.queue.get(timeout=0) == ("default", "new")
-    assert controller.queue.get(timeout=0) == ("default", "listed-0")
-
-
 def test_the_first_list_reports_listed_and_a_relist_reports_changes(api_double: FakeApiServer):
     server = api_double
     from volcano_job_webhook.kube.informer import LISTED, Informer

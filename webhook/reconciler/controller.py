@@ -1,13 +1,14 @@
 """A controller that knows nothing of jobs: controller-runtime's ``Controller`` in our terms.
 
-It watches a primary kind and the kinds it owns (informers, :mod:`volcano_job_webhook.kube.informer`),
-turns every event into a key on a rate-limited work queue (an event on a primary object queues its
-key; one on an owned object, the key its handler names — its owner's), and runs ``reconcile(key)``
-on ``workers`` threads, never one key on two at once. A resync queues every key the caches know at
-low priority — periodically, and at once when this replica gains leadership; watch events go first.
-Workers reconcile only while this replica leads (``is_leader``); keys wait in the queue meanwhile.
+One per kind it is *for*: a rate-limited work queue of :class:`~volcano_job_webhook.plugins.kinds.ObjectKey`
+fed by the manager's shared caches (:mod:`.manager`: an event on an object of its kind queues the
+object's key, one on an owned object the key of the object of its kind that controls it), and
+``workers`` threads running ``reconcile(request)``, never one key on two at once. A resync queues
+every key the caches know at low priority — periodically, and at once when this replica gains
+leadership; watch events go first. Workers reconcile only while this replica leads
+(``is_leader``); keys wait in the queue meanwhile.
 
-The user writes only ``reconcile(key)``, which raises to be retried with backoff, or
+The user writes only ``reconcile(request)``, which raises to be retried with backoff, or
 :class:`NotLeading` to be handed, without a retry, to whoever leads next.
 """
 
@@ -16,22 +17,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.informer import LISTED, Informer
-from volcano_job_webhook.plugins.kinds import ObjectKey
+from volcano_job_webhook.plugins.kinds import Kind, ObjectKey
 
 from .metrics import ReconcilerMetrics
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
-Key = Hashable
-# An owned object's event → the key to queue (its owner's), or None for an object no primary owns.
-OwnedHandler = Callable[[str, str, Any], Key | None]
+Reconcile = Callable[[ObjectKey], None]
+# Told of an owned object's event before its owner's key is queued: (owned kind, event, object, owner).
+OwnedObserver = Callable[[str, str, Any, ObjectKey], None]
 
 
 class NotLeading(RuntimeError):
@@ -39,73 +40,72 @@ class NotLeading(RuntimeError):
 
 
 class Controller:
-    """``For(primary).Owns(owned...)`` with ``reconcile`` run by ``workers`` threads."""
+    """``reconcile`` run by ``workers`` threads on the keys of ``kind``'s objects; ``primary`` and
+    ``owned`` are the caches it waits for, ``owners`` what a resync adds to the primary keys (the
+    keys of the objects of ``kind`` that control a cached owned object)."""
 
     def __init__(
         self,
+        kind: Kind,
         primary: Informer[Any],
-        owned: Mapping[str, Informer[Any]],
-        reconcile: Callable[[Any], None],
+        owned: Sequence[Informer[Any]],
+        reconcile: Reconcile,
         *,
+        owners: Callable[[], Iterable[ObjectKey]] = tuple,
+        observe: OwnedObserver | None = None,
         resync_seconds: float = 300.0,
         workers: int = 4,
         is_leader: Callable[[], bool] = lambda: True,
         metrics: ReconcilerMetrics | None = None,
         on_synced: Callable[[], None] | None = None,
-        owners: Callable[[], Iterable[Key]] = set,
-        start_owned: bool = True,
     ) -> None:
+        self.kind = kind
         self.primary = primary
-        self.owned = dict(owned)
-        # Several controllers may share the owned caches (one per primary kind): each resyncs the
-        # owners that are its own, and one of them starts and stops the caches.
-        self.owners = owners
-        self.start_owned = start_owned
+        self.owned = list(owned)
         self.reconcile = reconcile
+        self.owners = owners
+        self.observe = observe
         self.resync_seconds = resync_seconds
         self.workers = workers
         self.is_leader = is_leader
         self.metrics = metrics or ReconcilerMetrics()
-        # Called once, when every cache has listed (the process settles its memory then).
+        # Called once this controller's caches have listed.
         self.on_synced = on_synced
-        self.queue = WorkQueue()
+        self.queue: WorkQueue[ObjectKey] = WorkQueue()
+        self._ready = False
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.metrics.queue_depth.set_function(lambda: len(self.queue))
 
-    # Event handlers the informers call -----------------------------------------------------------
+    # Event handlers ------------------------------------------------------------------------------
 
     def on_primary(self, event: str, record: Any) -> None:
+        """An event on an object of its kind (the primary cache's handler)."""
         # What the first list finds is no news (as controller-runtime's priority queue treats its
         # initial list): low priority, so a change made meanwhile is not behind all of them.
         self.queue.add(ObjectKey._make(record.key), low=event == LISTED)
 
-    def owned_handler(self, kind: str, handler: OwnedHandler) -> Callable[[str, Any], None]:
-        """The ``on_event`` of ``kind``'s informer: ``handler`` names the key, which is queued."""
-        def on_event(event: str, obj: Any) -> None:
-            key = handler(kind, event, obj)
-            if key is not None:
-                self.queue.add(key, low=event == LISTED)
-        return on_event
+    def on_owned(self, kind: str, event: str, obj: Any, owner: ObjectKey) -> None:
+        """An event on an object that ``owner``, of this controller's kind, controls (routed by
+        the manager's owned cache)."""
+        if self.observe is not None:
+            self.observe(kind, event, obj, owner)
+        self.queue.add(owner, low=event == LISTED)
 
     # Lifecycle -----------------------------------------------------------------------------------
 
     @property
-    def informers(self) -> list[Informer[Any]]:
-        """The caches this controller starts and stops."""
-        return [self.primary, *self.owned.values()] if self.start_owned else [self.primary]
-
-    @property
     def ready(self) -> bool:
-        return self.primary.synced and all(informer.synced for informer in self.owned.values())
+        """Every cache it reads has listed (and stays so: a cache once synced is never unsynced)."""
+        if not self._ready:
+            self._ready = self.primary.synced and all(informer.synced for informer in self.owned)
+        return self._ready
 
     def start(self) -> None:
-        for informer in self.informers:
-            informer.start()
+        """Start the workers and the resync; the caches are the manager's to start."""
         for i in range(self.workers):
-            self._spawn(self._work, f"reconcile-worker-{i}")
-        self._spawn(self._resync_loop, "reconcile-resync")
+            self._spawn(self._work, f"reconcile-{self.kind.plural}-{i}")
+        self._spawn(self._resync_loop, f"resync-{self.kind.plural}")
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -116,18 +116,16 @@ class Controller:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def stop(self, timeout: float = 1.5) -> None:
-        """Stop taking work and watching at once; give in-flight reconciles ``timeout`` to finish."""
+    def cancel(self) -> None:
+        """Stop taking work at once, without waiting."""
         self._stop.set()
         self._wake.set()
         self.queue.shutdown()
-        for informer in self.informers:
-            informer.cancel()
-        deadline = time.monotonic() + timeout
+
+    def join(self, deadline: float) -> None:
+        """Wait for in-flight reconciles to end, until ``deadline`` (``time.monotonic()``)."""
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        for informer in self.informers:
-            informer.join(deadline)
 
     def leadership_changed(self, leading: bool) -> None:
         """Called by the leader elector: on gaining leadership every key is queued at once."""
@@ -137,10 +135,10 @@ class Controller:
     # Resync --------------------------------------------------------------------------------------
 
     def resync(self) -> int:
-        """Queue, at low priority, every primary key and the owner of every cached owned object
-        (primaries deleted while nobody watched leave such orphans). From the caches: no API call.
-        Returns the count."""
-        keys: set[Key] = {ObjectKey._make(record.key) for record in self.primary.items()}
+        """Queue, at low priority, every primary key and every owner of a cached owned object
+        (objects of its kind deleted while nobody watched leave such orphans). From the caches: no
+        API call. Returns the count."""
+        keys = {ObjectKey._make(record.key) for record in self.primary.items()}
         keys.update(self.owners())
         for key in keys:
             self.queue.add(key, low=True)
@@ -159,7 +157,7 @@ class Controller:
             if leading and (due or not was_leader):
                 count = self.resync()
                 last = time.monotonic()
-                log.info("resync: %d keys queued%s", count, "" if was_leader else " (leadership gained)")
+                log.info("resync: %d %s keys queued%s", count, self.kind.resource, "" if was_leader else " (leadership gained)")
             was_leader = leading
             # Woken at once by leadership_changed; polling is_leader too covers electors that do not call it.
             self._wake.wait(0.2)
@@ -188,13 +186,9 @@ class Controller:
             except Exception as exc:
                 delay = self.queue.add_rate_limited(key)
                 self.metrics.reconciles.labels("error").inc()
-                log.warning("reconcile of %s failed (%s); retrying in %.2fs", _show(key), describe(exc), delay)
+                log.warning("reconcile of %s %s failed (%s); retrying in %.2fs", self.kind.noun, key, describe(exc), delay)
             finally:
                 self.queue.done(key)
-
-
-def _show(key: Key) -> str:
-    return "/".join(key) if isinstance(key, tuple) and all(isinstance(k, str) for k in key) else repr(key)
 
 
 def describe(exc: BaseException) -> str:
@@ -202,5 +196,3 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, ApiException) and status:
         return f"HTTP {status}"
     return str(exc) or type(exc).__name__
-
-

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.kube.rest import Rest
-from volcano_job_webhook.plugins.kinds import ObjectKey
+from volcano_job_webhook.plugins.kinds import EVENT, ObjectKey
 
 from .controller import describe
-from .kinds import EVENT
+from .kinds import resource
 from .metrics import ReconcilerMetrics
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class EventRecorder:
             return
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": EVENT.api_version, "kind": EVENT.kind,
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
             "involvedObject": {"apiVersion": job.api_version, "kind": job.kind, "name": name, "namespace": namespace,
                                "uid": job.uid, "resourceVersion": str(job.version)},
@@ -53,8 +53,8 @@ class EventRecorder:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
         try:
-            self.metrics.api_requests.labels("create", "Event").inc()
-            self.rest.create(EVENT, namespace, body)
+            self.metrics.api_requests.labels("create", EVENT.kind).inc()
+            self.rest.create(resource(EVENT), namespace, body)
         except Exception as exc:
             log.info("could not record event %s on job %s/%s: %s", reason, namespace, name, describe(exc))
 

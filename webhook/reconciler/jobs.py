@@ -1,7 +1,7 @@
 """One job's reconcile: make the cluster hold the side objects the plugins we run want for it, exactly.
 
 For a Volcano Job (or an Indexed Job or JobSet that opted in, docs/workloads.md: one reconciler
-per kind, each with its own keys) the plugin chain says which objects the job needs (``Chain.resources``: the plugins
+per kind, each asked for the :class:`~volcano_job_webhook.plugins.kinds.ObjectKey` of one job of its kind) the plugin chain says which objects the job needs (``Chain.resources``: the plugins
 we run, not those Volcano's own controller runs, docs/install.md#who-runs-what); the reconcile creates
 the missing ones, repairs drifted ones, and deletes the ones this project made that the job no longer
 asks for — all of them when the job is gone (owner references are set too, but garbage collection
@@ -60,20 +60,19 @@ class JobReconciler:
         self._deleted: dict[ObjectKey, dict[Ident, dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
-    def on_owned(self, kind: str, event: str, obj: OwnedRecord | dict[str, Any]) -> ObjectKey | None:
-        """An owned object's event: its owner's key, to be reconciled, when a job of this kind owns
-        it. A deletion the watch saw comes as the object it was (Secrets, see the informer's
-        ``deleted_objects``): kept for the plugins."""
-        owner_kind, owner = (obj.owner_kind, obj.owner) if isinstance(obj, OwnedRecord) else controlling(obj)[:2]
-        if owner is None or owner_kind is not self.kind:
-            return None
+    def on_owned(self, kind: str, event: str, obj: OwnedRecord | dict[str, Any], owner: ObjectKey) -> None:
+        """An event on an object a job of this kind controls (the controller queues the job next).
+        A deletion the watch saw comes as the object it was (Secrets, see the informer's
+        ``deleted_objects``): kept for the plugins; the object made again, it is dropped."""
+        gone = obj if event == "DELETED" and isinstance(obj, dict) else None
+        if gone is None and not self._deleted:
+            return  # nothing kept, nothing to drop: the usual event takes no lock
         ident = (kind, obj.key[1] if isinstance(obj, OwnedRecord) else obj["metadata"]["name"])
         with self._lock:
-            if event == "DELETED" and isinstance(obj, dict):
-                self._deleted.setdefault(owner, {})[ident] = obj
+            if gone is not None:
+                self._deleted.setdefault(owner, {})[ident] = gone
             elif event != "DELETED" and ident in self._deleted.get(owner, {}):
                 self._drop_deleted(owner, ident)
-        return owner
 
     def reconcile(self, key: ObjectKey) -> None:
         """Bring one job's side objects to the desired state. Raises on API failure (the key is retried)."""
@@ -92,12 +91,6 @@ class JobReconciler:
         Job of one name are two jobs)."""
         return {(kind, record.key[1]): record for kind, informer in self.owned.items() for record in informer.by_index(key)
                 if record.owner_kind is self.kind}
-
-    def owners(self) -> set[ObjectKey]:
-        """Every job of this kind that controls a cached object (a resync's keys: a job deleted
-        while nobody watched leaves its objects)."""
-        return {record.owner for informer in self.owned.values() for record in informer.items()
-                if record.owner_kind is self.kind and record.owner is not None}
 
     def _reconcile(self, key: ObjectKey) -> None:
         namespace, name = key

@@ -18,7 +18,7 @@ from volcano_job_webhook.kube.records import (
     unpacked_uid,
 )
 from volcano_job_webhook.kube.rest import Resource
-from volcano_job_webhook.plugins import kinds
+from volcano_job_webhook.plugins import kinds as table
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
 from volcano_job_webhook.plugins.kinds import WORKLOADS, Kind, ObjectKey, controller_of
 
@@ -29,15 +29,13 @@ FIELD_MANAGER = MANAGED_BY
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 
-
 def resource(kind: Kind) -> Resource:
     """The table's kind as the REST client names it (until :class:`Resource` is the table's class)."""
     return Resource(kind.kind, kind.api_version, kind.plural)
 
 
 # The owned kinds by name (how the writer and its caches name them).
-OWNED: dict[str, Resource] = {kind.kind: resource(kind) for kind in kinds.OWNED}
-EVENT = resource(kinds.EVENT)
+OWNED: dict[str, Resource] = {kind.kind: resource(kind) for kind in table.OWNED}
 
 
 def managed(obj: dict[str, Any]) -> bool:

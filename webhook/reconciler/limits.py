@@ -18,6 +18,7 @@ import orjson
 
 # One source for both: the plugins size what they build against the same limits (plugins/budget.py).
 from volcano_job_webhook.plugins.budget import DATA_LIMIT, STORE_LIMIT
+from volcano_job_webhook.plugins.kinds import CONFIG_MAP, SECRET
 
 __all__ = ["DATA_LIMIT", "STORE_LIMIT", "Oversize", "data_size", "oversize"]
 
@@ -45,7 +46,7 @@ def _decoded_length(value: str) -> int:
 
 
 def data_size(obj: dict[str, Any]) -> int:
-    if obj.get("kind") == "Secret":
+    if obj.get("kind") == SECRET.kind:
         return sum(_decoded_length(v) for v in (obj.get("data") or {}).values()) + sum(
             len(v.encode()) for v in (obj.get("stringData") or {}).values())
     return sum(len(v.encode()) for v in (obj.get("data") or {}).values()) + sum(
@@ -55,7 +56,7 @@ def data_size(obj: dict[str, Any]) -> int:
 def oversize(obj: dict[str, Any]) -> Oversize | None:
     """Why ``obj`` cannot be stored, or None."""
     kind, name = obj.get("kind", ""), (obj.get("metadata") or {}).get("name", "")
-    if kind in ("ConfigMap", "Secret"):
+    if kind in (CONFIG_MAP.kind, SECRET.kind):
         size = data_size(obj)
         if size > DATA_LIMIT:
             return Oversize(kind, name, size, DATA_LIMIT, "data")

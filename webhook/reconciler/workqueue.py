@@ -15,28 +15,33 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
-class WorkQueue:
+class WorkQueue(Generic[K]):
+    """The queue of one controller's keys (:class:`~volcano_job_webhook.plugins.kinds.ObjectKey`)."""
+
     def __init__(self, base_delay: float = 0.05, max_delay: float = 60.0) -> None:
         self._cond = threading.Condition()
-        self._high: OrderedDict[Hashable, None] = OrderedDict()
-        self._low: OrderedDict[Hashable, None] = OrderedDict()
+        self._high: OrderedDict[K, None] = OrderedDict()
+        self._low: OrderedDict[K, None] = OrderedDict()
         # Keys waiting to be handled (in a queue, or in _processing and to be queued on done), by
         # whether they are waiting at low priority.
-        self._dirty: dict[Hashable, bool] = {}
-        self._processing: set[Hashable] = set()
-        self._delayed: list[tuple[float, int, Hashable]] = []
-        self._failures: dict[Hashable, int] = {}
+        self._dirty: dict[K, bool] = {}
+        self._processing: set[K] = set()
+        self._delayed: list[tuple[float, int, K]] = []
+        self._failures: dict[K, int] = {}
         self._counter = 0
         self._shutdown = False
         self.base_delay, self.max_delay = base_delay, max_delay
 
-    def add(self, key: Hashable, *, low: bool = False) -> None:
+    def add(self, key: K, *, low: bool = False) -> None:
         with self._cond:
             self._add(key, low)
 
-    def _add(self, key: Hashable, low: bool) -> None:
+    def _add(self, key: K, low: bool) -> None:
         if self._shutdown:
             return
         if key in self._dirty:
@@ -50,7 +55,7 @@ class WorkQueue:
             (self._low if low else self._high)[key] = None
             self._cond.notify()
 
-    def add_after(self, key: Hashable, delay: float) -> None:
+    def add_after(self, key: K, delay: float) -> None:
         if delay <= 0:
             self.add(key)
             return
@@ -59,7 +64,7 @@ class WorkQueue:
             heapq.heappush(self._delayed, (time.monotonic() + delay, self._counter, key))
             self._cond.notify()
 
-    def add_rate_limited(self, key: Hashable) -> float:
+    def add_rate_limited(self, key: K) -> float:
         """Re-add a failed key after ``base * 2**failures`` seconds (jittered, capped); returns the delay."""
         with self._cond:
             failures = self._failures.get(key, 0)
@@ -69,11 +74,11 @@ class WorkQueue:
         self.add_after(key, delay)
         return delay
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: K) -> None:
         with self._cond:
             self._failures.pop(key, None)
 
-    def get(self, timeout: float | None = None) -> Hashable | None:
+    def get(self, timeout: float | None = None) -> K | None:
         """The next key, or None on shutdown or timeout. Call :meth:`done` when finished with it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
@@ -102,7 +107,7 @@ class WorkQueue:
             _, _, key = heapq.heappop(self._delayed)
             self._add(key, False)
 
-    def done(self, key: Hashable) -> None:
+    def done(self, key: K) -> None:
         with self._cond:
             self._processing.discard(key)
             if key in self._dirty:
