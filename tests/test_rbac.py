@@ -10,8 +10,8 @@ their own: server-side apply that creates an object needs ``create`` as well as 
 log shows a ``patch`` answered 201; the reconciler creates with a POST, but counted all the same), and with OwnerReferencesPermissionEnforcement an object with a
 ``blockOwnerDeletion`` reference to a Job needs ``update`` on ``jobs/finalizers``.
 
-The split variant's two ServiceAccounts are checked the same way against the API double
-(tests/apiserver.py), which tells the two processes' requests apart by their User-Agent.
+The split variant's two ServiceAccounts are checked the same way, each a token user of its own on an
+API server of the test's own, the audit log telling the two processes' requests apart.
 """
 
 from __future__ import annotations
@@ -23,19 +23,24 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from kubernetes import client
 
-from tests.apiserver import FakeApiServer, ResourceType
 from tests.conftest import ApiServerFactory
 from tests.envtest import (
+    ASSETS_ENV,
     JOB_API_VERSION,
     NOBODY,
     OWNER_REFERENCES_ENFORCEMENT,
     WEBHOOK_USER,
+    EnvTest,
     create,
     delete,
+    find_assets,
     grant_role,
+    install_job_crd,
     install_jobset_crd,
+    install_rbac,
     new_namespace,
     rbac_objects,
     read,
@@ -43,7 +48,7 @@ from tests.envtest import (
     wait_until,
 )
 from tests.jobs import example_job
-from tests.kustomize import DEFAULT_VARIANT, build_variant
+from tests.kustomize import DEFAULT_VARIANT, build_variant, kubectl_or_skip
 from tests.manifests_util import rbac_permissions, settings, webhook_configurations
 from tests.test_reconciler import events, objects
 from volcano_job_webhook.certs.cluster import sync as certs_sync
@@ -59,11 +64,11 @@ LEASE = ("volcano-job-webhook-reconciler", "volcano-job-webhook")
 CONFIGURATIONS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
-def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, certs_dir: Path) -> None:
+def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, serve_api: client.ApiClient, certs_dir: Path) -> None:
     """The reconciler's registration and self-managed certificates through ``api``, with the default
     variant's settings: the certificates made (and renewed, a year on), a ready endpoint of the
     Service, both configurations registered and one repaired; and serve's read of its certificate
-    (certs_from_secret, into ``certs_dir``). Each configuration selects a namespace that does not
+    (certs_from_secret, into ``certs_dir``) through ``serve_api``. Each configuration selects a namespace that does not
     exist, so nothing on a shared server ever calls it; they are deleted at the end (by ``admin``:
     the reconciler never deletes one)."""
     install = build_variant(DEFAULT_VARIANT)
@@ -83,7 +88,7 @@ def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, cert
     try:
         registrar.sync()
         assert registrar.registered == {(t["kind"], t["metadata"]["name"]) for t in templates}
-        assert SecretFiles(api, ns, tls, certs_dir).sync(), "serve's certificate, read through the API"
+        assert SecretFiles(serve_api, ns, tls, certs_dir).sync(), "serve's certificate, read through the API"
         certificates(now=datetime.now(UTC) + timedelta(days=300))  # due for renewal: the Secret updated in place
         mutating = read(admin, "admissionregistration.k8s.io/v1", templates[0]["kind"], templates[0]["metadata"]["name"])
         assert mutating is not None
@@ -98,8 +103,12 @@ def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, cert
             delete(admin, "v1", "Secret", name, ns)
 
 
-def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiServerFactory, tmp_path: Path) -> None:
-    server = apiserver_factory((OWNER_REFERENCES_ENFORCEMENT,))
+def exercise(server: EnvTest, webhook_user: str, reconciler_user: str, workdir: Path) -> datetime:
+    """Every path of the product that talks to the API server: the webhook's as ``webhook_user``
+    (job cache and live GET, its certificate read), the reconciler's as ``reconciler_user`` (leader
+    election; reconciles creating, scaling, repairing and deleting objects of every kind, finding
+    objects it does not own, an invalid job; Indexed Jobs and JobSets; the registration and the
+    certificates it makes and renews). Returns when it began, for the audit log."""
     admin = server.api_client()
     namespace = new_namespace(admin)
     delete(admin, "coordination.k8s.io/v1", "Lease", *LEASE)
@@ -114,14 +123,14 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
         create(admin, {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}, **body})
     since = datetime.now(UTC)
 
-    elector = LeaderElector(server.api_client(WEBHOOK_USER), *LEASE, "me", lease_duration=3, renew_deadline=2, retry_period=0.3)
+    elector = LeaderElector(server.api_client(reconciler_user), *LEASE, "me", lease_duration=3, renew_deadline=2, retry_period=0.3)
     elector.start()
     wait_until(lambda: elector.is_leader, 10, "leadership")
     install_jobset_crd(admin)  # Indexed Jobs and JobSets too (docs/workloads.md)
-    reconciler = Reconciler(server.api_client(WEBHOOK_USER), Chain(), is_leader=lambda: elector.is_leader,  # all namespaces
+    reconciler = Reconciler(server.api_client(reconciler_user), Chain(), is_leader=lambda: elector.is_leader,  # all namespaces
                             workloads=["jobs.batch", "jobsets.jobset.x-k8s.io"])
     reconciler.start()
-    source = KubeJobSource(server.api_client(WEBHOOK_USER))
+    source = KubeJobSource(server.api_client(webhook_user))
     source.start()
     try:
         for name in ("mpi", "ray", "svc", "ssh"):
@@ -165,16 +174,21 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
         # An opted-in workload's Pods: the webhook GETs the workload.
         assert asyncio.run(source.get(namespace, "idx", None, "jobs.batch")) is not None
         assert asyncio.run(source.get(namespace, "js", None, "jobsets.jobset.x-k8s.io")) is not None
-        register_as_the_install(admin, server.api_client(WEBHOOK_USER), tmp_path)
+        register_as_the_install(admin, server.api_client(reconciler_user), server.api_client(webhook_user), workdir)
     finally:
         source.stop()
         reconciler.stop()
         elector.stop()
     time.sleep(0.5)  # the audit log is written as requests complete
+    return since
 
-    requests = server.audit_events(WEBHOOK_USER, since)
+
+def used_permissions(server: EnvTest, user: str, since: datetime) -> set[tuple[str, str, str]]:
+    """What ``user``'s requests since ``since`` needed, none of them refused: each request's
+    permission, plus the two without a request of their own (see the module docstring)."""
+    requests = server.audit_events(user, since)
     refused = [(e.verb, e.resource, e.name) for e in requests if e.code == 403]
-    assert refused == []
+    assert refused == [], f"{user}: refused"
     used = {e.permission for e in requests}
     used |= {(e.api_group, e.resource, "create") for e in requests if e.verb == "patch" and e.code == 201}
     if any(e.verb in ("create", "patch") and e.code == 201 and e.resource != "events" for e in requests):
@@ -182,9 +196,36 @@ def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiSe
         used.add(("batch.volcano.sh", "jobs/finalizers", "update"))
         # And the Indexed Job's and JobSet's objects to theirs.
         used |= {("batch", "jobs/finalizers", "update"), ("jobset.x-k8s.io", "jobsets/finalizers", "update")}
-    granted = rbac_permissions()
+    return used
+
+
+def test_granted_permissions_are_exactly_the_calls_made(apiserver_factory: ApiServerFactory, tmp_path: Path) -> None:
+    server = apiserver_factory((OWNER_REFERENCES_ENFORCEMENT,))
+    since = exercise(server, WEBHOOK_USER, WEBHOOK_USER, tmp_path)
+    used, granted = used_permissions(server, WEBHOOK_USER, since), rbac_permissions()
     assert used - granted == set(), "calls the ClusterRole/Role does not grant"
     assert granted - used == set(), "permissions granted that the code never uses"
+
+
+def test_split_identities_cover_exactly_what_each_process_calls(tmp_path: Path) -> None:
+    """manifests/overlays/split gives the webhook and the reconciler a ServiceAccount each: each is a
+    token user here, on an API server of this test's own (its users are fixed when it starts) with the
+    split variant's RBAC and OwnerReferencesPermissionEnforcement. What each asked for must be what
+    its ServiceAccount is granted, no more and no less, and nothing of it refused."""
+    assets = find_assets()
+    if assets is None:
+        pytest.skip(f"{ASSETS_ENV} is not set to a directory with kube-apiserver and etcd")
+    kubectl_or_skip()  # the split variant's RBAC is rendered by kubectl's kustomize
+    webhook_sa, reconciler_sa = "volcano-job-webhook", "volcano-job-webhook-reconciler"
+    with EnvTest(assets, tmp_path / "apiserver", (OWNER_REFERENCES_ENFORCEMENT,), users=(webhook_sa, reconciler_sa)) as server:
+        admin = server.api_client()
+        install_job_crd(admin)
+        install_rbac(admin, "split")
+        since = exercise(server, webhook_sa, reconciler_sa, tmp_path)
+        for user in (webhook_sa, reconciler_sa):
+            assert used_permissions(server, user, since) == rbac_permissions(user, "split"), user
+    # The webhook's Secret reads are its own certificate's, by name (tests/test_manifests.py).
+    assert {(g, r, v) for g, r, v in rbac_permissions(webhook_sa, "split") if r == "secrets"} == {("", "secrets", "get")}
 
 
 def indexed_workload(namespace: str) -> dict:
@@ -226,111 +267,3 @@ def test_without_update_on_job_finalizers_an_enforcing_server_refuses_the_side_o
     finally:
         reconciler.stop()
         delete(admin, "rbac.authorization.k8s.io/v1", "RoleBinding", "trimmed", namespace)
-
-
-# The split variant, against the API double ---------------------------------------------------------
-
-
-def test_split_identities_cover_exactly_what_each_process_calls(tmp_path: Path) -> None:
-    """manifests/overlays/split gives the webhook and the reconciler a ServiceAccount each. Both run
-    here against the API double, each through a client naming itself in its User-Agent, through the
-    paths that talk to the API server (job cache and live GET, the serving certificate read; leader
-    election; reconciles creating, repairing and deleting objects of every kind, finding objects it
-    does not own, an invalid job; the registration and the certificates it makes and renews):
-    what each asked for must be what its ServiceAccount is granted, no more and no less. (The double
-    authorizes nothing: the test above, on a real server, shows the combined grants are enforced.)"""
-    webhook_sa, reconciler_sa = "volcano-job-webhook", "volcano-job-webhook-reconciler"
-    with FakeApiServer() as server:
-        # Indexed Jobs and JobSets (docs/workloads.md): the reconciler caches both, the webhook GETs them.
-        server.register_resource(ResourceType("batch", "v1", "jobs", "Job", status=True))
-        server.register_resource(ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", custom=True, status=True))
-        # The registration's: the Service's EndpointSlices, its owner ClusterRole (installed).
-        server.register_resource(ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"))
-        server.register_resource(ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False))
-        server.put_object({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "volcano-job-webhook"},
-                           "rules": []})
-        admin = server.api_client()
-        custom = client.CustomObjectsApi(admin)
-        namespace = "team-a"
-        # Objects of every kind that a job's objects would be, made by someone else (no label).
-        for kind, api_version, name, body in (
-            ("Secret", "v1", "ssh-demo-ssh", {}),
-            ("ConfigMap", "v1", "ssh-demo-svc", {}),
-            ("Service", "v1", "ssh-demo", {"spec": {"ports": [{"port": 80}]}}),
-            ("NetworkPolicy", "networking.k8s.io/v1", "ssh-demo", {"spec": {"podSelector": {}}}),
-        ):
-            server.put_object({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}, **body})
-
-        def as_(agent: str) -> client.ApiClient:
-            api = server.api_client()
-            api.user_agent = agent
-            return api
-
-        elector = LeaderElector(as_(reconciler_sa), *LEASE, "me", lease_duration=3, renew_deadline=2, retry_period=0.3)
-        elector.start()
-        wait_until(lambda: elector.is_leader, 10, "leadership")
-        reconciler = Reconciler(as_(reconciler_sa), Chain(), is_leader=lambda: elector.is_leader, resync_seconds=3600,
-                                workloads=["jobs.batch", "jobsets.jobset.x-k8s.io"])
-        reconciler.start()
-        source = KubeJobSource(as_(webhook_sa))
-        source.start()
-        try:
-            for name in ("mpi", "ray", "svc", "ssh"):
-                custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", example_job(name, namespace))
-            invalid = example_job("env", namespace)
-            invalid["spec"]["plugins"]["nope"] = []
-            custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", invalid)
-            for resource, name in (("configmaps", "ray-demo-svc"), ("secrets", "mpi-demo-ssh"), ("services", "ray-demo"),
-                                   ("networkpolicies.networking.k8s.io", "ray-demo")):
-                wait_until(lambda r=resource, n=name: server.get_object(r, n, namespace), 15, f"{resource} {name}")
-            # Drift in an object of every kind, repaired by apply.
-            for resource, name, part, value in (
-                ("configmaps", "ray-demo-svc", "data", {"VC_HEAD_NUM": "7"}),
-                ("secrets", "mpi-demo-ssh", "data", {"config": "eA=="}),
-                ("services", "ray-demo", "spec", {"publishNotReadyAddresses": True}),
-                ("networkpolicies.networking.k8s.io", "ray-demo", "spec", {"policyTypes": ["Ingress", "Egress"]}),
-            ):
-                obj = server.get_object(resource, name, namespace)
-                good = obj[part]
-                server.put_object({**obj, part: {**good, **value}})
-                wait_until(lambda r=resource, n=name, p=part, g=good: server.get_object(r, n, namespace)[p] == g, 10, f"{resource} repaired")
-            server.delete_object("services", "svc-demo", namespace)
-            wait_until(lambda: server.get_object("services", "svc-demo", namespace), 10, "a deleted Service made again")
-            custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", "mpi-demo")
-            wait_until(lambda: not any(o["metadata"]["name"].startswith("mpi-demo") for r in ("configmaps", "secrets", "services")
-                                       for o in server.objects(r, namespace)), 10, "mpi's objects deleted")
-            wait_until(lambda: {e["reason"] for e in server.objects("events", namespace)} >= {"InvalidPlugins", "ResourceNotManaged"},
-                       10, "the events")
-            source.informer.stop()  # the webhook's live GET of a Job its cache has not seen
-            custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", example_job("tensorflow", namespace))
-            assert asyncio.run(source.get(namespace, "tf-demo")) is not None
-            # An opted-in Indexed Job's and JobSet's Pods: their workload is always a GET.
-            for kind in ("jobs.batch", "jobsets.jobset.x-k8s.io"):
-                assert asyncio.run(source.get(namespace, "absent", None, kind)) is None
-            register_as_the_install(admin, as_(reconciler_sa), tmp_path / "reconciler")
-            # serve's own read of its certificate, once the reconciler made it (certs_from_secret).
-            config = settings(build_variant("split"))
-            certificates = functools.partial(certs_sync, as_(reconciler_sa), config["service_namespace"], config["tls_secret"],
-                                             config["ca_secret"], config["service_name"], config["service_namespace"])
-            certificates()
-            assert SecretFiles(as_(webhook_sa), config["service_namespace"], config["tls_secret"], tmp_path / "serve").sync()
-        finally:
-            source.stop()
-            reconciler.stop()
-            elector.stop()
-        calls = {agent: {(r.group, r.resource, r.verb) for r in server.requests if r.user_agent == agent and r.status != 0}
-                 for agent in (webhook_sa, reconciler_sa)}
-        refused_kinds = {(r.group, r.resource, r.verb) for r in server.requests if r.user_agent == reconciler_sa and r.status == 409}
-        creates = {(r.group, r.resource, "create") for r in server.requests
-                   if r.user_agent == reconciler_sa and r.verb == "patch" and r.status == 201}
-    assert refused_kinds, "the reconciler met an object it does not own"
-    # Not requests of their own (as in the test above): an owner reference with blockOwnerDeletion
-    # needs update on jobs/finalizers under OwnerReferencesPermissionEnforcement.
-    calls[reconciler_sa].add(("batch.volcano.sh", "jobs/finalizers", "update"))
-    calls[reconciler_sa] |= {("batch", "jobs/finalizers", "update"), ("jobset.x-k8s.io", "jobsets/finalizers", "update")}
-    # A server-side apply that creates needs create too (the double answers it 201, as the real one).
-    calls[reconciler_sa] |= creates
-    assert calls[webhook_sa] == rbac_permissions(webhook_sa, "split")
-    assert calls[reconciler_sa] == rbac_permissions(reconciler_sa, "split")
-    # The webhook's Secret reads are its own certificate's, by name (tests/test_manifests.py).
-    assert {(g, r, v) for g, r, v in rbac_permissions(webhook_sa, "split") if r == "secrets"} == {("", "secrets", "get")}
