@@ -1,5 +1,6 @@
 """The webhook on ``--job-source kube``: the watch-backed cache, a live GET on a miss, and answering
-from the cache while the API server is away."""
+from the cache while the API server is away. Why the API double: the API server away and back on
+cue, and its request log counting the live GETs (fault injection)."""
 
 from __future__ import annotations
 
