@@ -13,7 +13,6 @@ from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins.kinds import EVENT, ObjectKey
 
 from .controller import describe
-from .kinds import resource
 from .metrics import ReconcilerMetrics
 
 log = logging.getLogger(__name__)
@@ -54,7 +53,7 @@ class EventRecorder:
         }
         try:
             self.metrics.api_requests.labels("create", EVENT.kind).inc()
-            self.rest.create(resource(EVENT), namespace, body)
+            self.rest.create(EVENT, namespace, body)
         except Exception as exc:
             log.info("could not record event %s on job %s/%s: %s", reason, namespace, name, describe(exc))
 

@@ -30,12 +30,12 @@ MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 
 def resource(kind: Kind) -> Resource:
-    """The table's kind as the REST client names it (until :class:`Resource` is the table's class)."""
+    """The table's kind as an informer takes it (until :class:`Resource` is the table's class)."""
     return Resource(kind.kind, kind.api_version, kind.plural)
 
 
 # The owned kinds by name (how the writer and its caches name them).
-OWNED: dict[str, Resource] = {kind.kind: resource(kind) for kind in table.OWNED}
+OWNED: dict[str, Kind] = {kind.kind: kind for kind in table.OWNED}
 
 
 def managed(obj: dict[str, Any]) -> bool:
