@@ -129,3 +129,35 @@ def test_a_relist_keeps_what_was_stored_after_it_began_and_replaces_what_was_sto
     rest.events = [event("MODIFIED", config_map("late", "l0")), event("ADDED", config_map("late", "l1"))]
     cache._watch("", "list")
     assert cached(cache, "late") == "l1"
+
+
+def test_a_write_the_list_already_holds_waits_no_more():
+    """Stored while a list was under way and listed at that very version: the watch from the list's
+    version will not repeat its event, so the stream is believed again at once."""
+    cache, rest, seen = informer()
+    rest.items = [config_map("cm", "w1")]
+    pages = cache._pages("")
+
+    def store_during_the_list(namespace: str) -> Any:
+        cache.store(config_map("cm", "w1"), cache.position())
+        return pages
+
+    cache._pages = store_during_the_list  # type: ignore[method-assign]
+    cache._relist("")
+    rest.events = [event("MODIFIED", config_map("cm", "w2"))]
+    cache._watch("", "list")
+    assert cached(cache) == "w2" and seen == [("MODIFIED", "w2")]
+
+
+def test_a_write_whose_event_never_comes_is_given_up_on(monkeypatch):
+    from volcano_job_webhook.kube import informer as informers
+
+    cache, rest, seen = informer()
+    cache.store(config_map("cm", "lost"), cache.position())
+    rest.events = [event("MODIFIED", config_map("cm", "next"))]
+    cache._watch("", "list")
+    assert cached(cache) == "lost"
+    monkeypatch.setattr(informers, "PENDING_FOR", 0.0)
+    rest.events = [event("MODIFIED", config_map("cm", "after"))]
+    cache._watch("", "list")
+    assert cached(cache) == "after" and seen == [("MODIFIED", "after")]

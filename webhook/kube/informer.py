@@ -70,6 +70,10 @@ PAGE = 500
 # How many of the latest changes (and deletions) the stream made are remembered by object, for
 # :meth:`Informer.store` to refuse an answer older than the cache.
 RECENT = 10_000
+# How long a stored write waits for its own event before the stream is believed again: far longer
+# than a watch takes to deliver one, so only an event that can never come (missed by a lost watch
+# the list after it did not see) is given up on.
+PENDING_FOR = 30.0
 # How often a kind the API server does not serve (a CRD not installed yet) is looked for again.
 NOT_SERVED_RETRY = 10.0
 
@@ -134,8 +138,8 @@ class Informer(Generic[R]):
         self._seq = 0
         # The position of the latest change (a deletion too) to each recently changed object.
         self._recent: OrderedDict[JobKey, int] = OrderedDict()
-        # Stored answers waiting for their own event: the version stored, and the position then.
-        self._pending: dict[JobKey, tuple[Version, int]] = {}
+        # Stored answers waiting for their own event: the version stored, the position then, and when.
+        self._pending: dict[JobKey, tuple[Version, int, float]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._synced: set[str] = set()
@@ -193,7 +197,7 @@ class Informer(Generic[R]):
                 return False
             if not self._put(record):
                 return False
-            self._pending[key] = (record.version, self._seq)
+            self._pending[key] = (record.version, self._seq, time.monotonic())
             return True
 
     def forget(self, namespace: str, name: str) -> bool:
@@ -271,7 +275,7 @@ class Informer(Generic[R]):
                 for record in page:
                     key = record.key
                     seen.add(key)
-                    if self._stored_since(key, began):
+                    if self._stored_since(key, began, record.version):
                         continue
                     existed = key in self._items
                     if self._put(record):
@@ -283,7 +287,7 @@ class Informer(Generic[R]):
         gone: list[R] = []
         with self._lock:
             for key in [k for k in self._items if (not namespace or k[0] == namespace) and k not in seen]:
-                if not self._stored_since(key, began):
+                if not self._stored_since(key, began, None):
                     dropped = self._drop(key)
                     if dropped is not None:
                         gone.append(dropped)
@@ -291,13 +295,26 @@ class Informer(Generic[R]):
             self._emit("DELETED", record)
         return listed_rv
 
-    def _stored_since(self, key: JobKey, began: int) -> bool:
-        """Whether a write's answer stored at or after position ``began`` is waiting for its event;
-        one stored before is in the list (or something newer is), and waits no more."""
+    def _stored_since(self, key: JobKey, began: int, listed: Version | None) -> bool:
+        """Whether a write's answer stored at or after position ``began`` is waiting for its event
+        and the list (which has ``listed`` of it) may predate it. One stored before the list began,
+        or the very version listed, is in the list — whose watch will not repeat its event — and
+        waits no more."""
         pending = self._pending.get(key)
         if pending is None:
             return False
-        if pending[1] >= began:
+        if pending[1] >= began and pending[0] != listed:
+            return True
+        del self._pending[key]
+        return False
+
+    def _passed_over(self, key: JobKey, version: Version) -> bool:
+        """Whether a watch event at ``version`` is older than a write stored for ``key`` (called
+        under the lock): the write's own event clears the wait, and so does waiting too long."""
+        pending = self._pending.get(key)
+        if pending is None:
+            return False
+        if pending[0] != version and time.monotonic() - pending[2] < PENDING_FOR:
             return True
         del self._pending[key]
         return False
@@ -453,23 +470,18 @@ class Informer(Generic[R]):
                     rv = new_rv
                 if kind in ("ADDED", "MODIFIED"):
                     key, version = object_key(obj), resource_version(obj)
-                    current = self._items.get(key)
-                    if current is not None and current.version == version:
-                        # The event of our own write: the cache holds it already. Skipped before
-                        # any work on the object.
-                        if key in self._pending:
-                            with self._lock:
-                                self._pending.pop(key, None)
-                        continue
-                    waiting = self._pending.get(key)
-                    if waiting is not None and waiting[0] != version:
-                        continue  # older than the write stored, whose event is still to come
+                    with self._lock:
+                        # Older than a write stored, whose own event is still to come; or that
+                        # event, the cache at its version already: skipped before any work on it.
+                        if self._passed_over(key, version):
+                            continue
+                        current = self._items.get(key)
+                        if current is not None and current.version == version:
+                            continue
                     record = self.transform(obj)
                     with self._lock:
-                        waiting = self._pending.get(key)
-                        changed = (waiting is None or waiting[0] == version) and self._put(record)
+                        changed = not self._passed_over(key, version) and self._put(record)
                         if changed:
-                            self._pending.pop(key, None)
                             self._changed(key)
                     if changed:
                         self._emit(kind, record)
