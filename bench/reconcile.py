@@ -40,12 +40,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.envtest import WEBHOOK_USER, EnvTest, Process, find_assets, free_port, new_namespace, start_product, wait_until  # noqa: E402
-from volcano_job_webhook.kube.informer import JOB, Informer  # noqa: E402
+from volcano_job_webhook.kube.informer import Informer  # noqa: E402
 from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
 from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair  # noqa: E402
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB  # noqa: E402
 from volcano_job_webhook.reconciler.kinds import MANAGED_SELECTOR, OWNED, OwnedRecord  # noqa: E402
 
-JOBS = JOB
+JOBS = VOLCANO_JOB
 OBJECTS_PER_JOB = 4
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 

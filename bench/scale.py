@@ -69,9 +69,9 @@ from tests.envtest import (  # noqa: E402
     wait_until,
 )
 from volcano_job_webhook.certs import ensure_certs  # noqa: E402
-from volcano_job_webhook.kube.informer import JOB  # noqa: E402
 from volcano_job_webhook.kube.rest import Resource, Rest, widen_pool  # noqa: E402
 from volcano_job_webhook.plugins import Job  # noqa: E402
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB as JOB  # noqa: E402
 from volcano_job_webhook.plugins.podgen import make_pod  # noqa: E402
 from volcano_job_webhook.reconciler.kinds import FIELD_MANAGER, OWNED  # noqa: E402
 from volcano_job_webhook.server.review import admission_review  # noqa: E402

@@ -247,10 +247,10 @@ def test_a_kind_not_served_yet_is_synced_as_empty_and_listed_once_served(api_dou
     readiness, and list the kind once its CRD is there."""
     from tests.apiserver import ResourceType
     from volcano_job_webhook.kube import informer as informers
-    from volcano_job_webhook.kube.rest import Resource
+    from volcano_job_webhook.plugins.kinds import Kind
 
     monkeypatch.setattr(informers, "NOT_SERVED_RETRY", 0.05)
-    widgets = Resource("Widget", "example.com/v1", "widgets")
+    widgets = Kind("example.com", "v1", "Widget", "widgets", "widget")
     synced: list[bool] = []
     informer = informers.Informer(api_double.api_client(), widgets, transform=OwnedRecord, on_synced=lambda: synced.append(True))
     informer.start()

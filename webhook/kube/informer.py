@@ -38,16 +38,11 @@ from typing import Any, Generic, Protocol, TypeVar
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from volcano_job_webhook.plugins.keys import (
-    JOB_API_VERSION,
-    JOB_KIND,
-    JOB_PLURAL,
-    JobKey,
-)
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, Kind, ObjectKey
 
 from .backoff import Backoff
 from .records import JobRecord, Version, resource_version
-from .rest import Resource, Rest, Stream
+from .rest import Rest, Stream
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +50,18 @@ Obj = dict[str, Any]
 
 
 class Record(Protocol):
-    """What a cache holds of an object: its ``(namespace, name)`` and its resourceVersion."""
+    """What a cache holds of an object: its key and its resourceVersion."""
 
-    key: JobKey
-    version: Version
+    @property
+    def key(self) -> ObjectKey: ...
+    @property
+    def version(self) -> Version: ...
 
 
 R = TypeVar("R", bound=Record)
 # The event of an object the first list of a namespace found.
 LISTED = "LISTED"
 EventHandler = Callable[[str, Any], None]
-JOB = Resource(JOB_KIND, JOB_API_VERSION, JOB_PLURAL)
 PAGE = 500
 # How many of the latest changes (and deletions) the stream made are remembered by object, for
 # :meth:`Informer.store` to refuse an answer older than the cache.
@@ -78,9 +74,9 @@ PENDING_FOR = 30.0
 NOT_SERVED_RETRY = 10.0
 
 
-def object_key(obj: Obj) -> JobKey:
+def object_key(obj: Obj) -> ObjectKey:
     meta = obj.get("metadata") or {}
-    return (meta.get("namespace") or "default", meta.get("name") or "")
+    return ObjectKey(meta.get("namespace") or "default", meta.get("name") or "")
 
 
 def without_managed_fields(obj: Obj) -> Obj:
@@ -107,7 +103,7 @@ class Informer(Generic[R]):
     def __init__(
         self,
         api: client.ApiClient,
-        resource: Resource,
+        resource: Kind,
         namespaces: Iterable[str] = (),
         *,
         transform: Callable[[Obj], R],
@@ -129,17 +125,18 @@ class Informer(Generic[R]):
         self.deleted_objects = deleted_objects
         self.on_synced = on_synced
         self.watch_timeout = watch_timeout
-        self._items: dict[JobKey, R] = {}
+        # Keyed by ObjectKey; a plain (namespace, name) finds the same entry, without making one.
+        self._items: dict[tuple[str, str], R] = {}
         # Index value → the key of the one object with it, or a set of keys when there are more
         # (an owner has one object of a kind, mostly: a dict each would cost more than the records).
-        self._index: dict[Hashable, JobKey | set[JobKey]] = {}
+        self._index: dict[Hashable, tuple[str, str] | set[tuple[str, str]]] = {}
         # The cache's place in the stream of changes it applied: a count, bumped by each change and
         # by each list's start (:meth:`position`).
         self._seq = 0
         # The position of the latest change (a deletion too) to each recently changed object.
-        self._recent: OrderedDict[JobKey, int] = OrderedDict()
+        self._recent: OrderedDict[tuple[str, str], int] = OrderedDict()
         # Stored answers waiting for their own event: the version stored, the position then, and when.
-        self._pending: dict[JobKey, tuple[Version, int, float]] = {}
+        self._pending: dict[tuple[str, str], tuple[Version, int, float]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._synced: set[str] = set()
@@ -206,7 +203,7 @@ class Informer(Generic[R]):
         with self._lock:
             return self._drop((namespace, name)) is not None
 
-    def _changed(self, key: JobKey) -> None:
+    def _changed(self, key: tuple[str, str]) -> None:
         """Note a change the stream (or a list, or a delete of our own) made to ``key``."""
         self._seq += 1
         self._recent[key] = self._seq
@@ -234,7 +231,7 @@ class Informer(Generic[R]):
                     self._index[index] = {held, key}
         return True
 
-    def _drop(self, key: JobKey) -> R | None:
+    def _drop(self, key: tuple[str, str]) -> R | None:
         self._pending.pop(key, None)
         self._changed(key)
         current = self._items.pop(key, None)
@@ -242,7 +239,7 @@ class Informer(Generic[R]):
             self._unindex(key, current)
         return current
 
-    def _unindex(self, key: JobKey, record: R) -> None:
+    def _unindex(self, key: tuple[str, str], record: R) -> None:
         if self.index_of is None:
             return
         index = self.index_of(record)
@@ -266,14 +263,14 @@ class Informer(Generic[R]):
         with self._lock:
             self._seq += 1
             began = self._seq
-        seen: set[JobKey] = set()
+        seen: set[tuple[str, str]] = set()
         listed_rv = ""
         for page, rv in self._pages(namespace):
             listed_rv = listed_rv or rv
             events: list[tuple[str, R]] = []
             with self._lock:
                 for record in page:
-                    key = record.key
+                    key: tuple[str, str] = record.key
                     seen.add(key)
                     if self._stored_since(key, began, record.version):
                         continue
@@ -295,7 +292,7 @@ class Informer(Generic[R]):
             self._emit("DELETED", record)
         return listed_rv
 
-    def _stored_since(self, key: JobKey, began: int, listed: Version | None) -> bool:
+    def _stored_since(self, key: tuple[str, str], began: int, listed: Version | None) -> bool:
         """Whether a write's answer stored at or after position ``began`` is waiting for its event
         and the list (which has ``listed`` of it) may predate it. One stored before the list began,
         or the very version listed, is in the list — whose watch will not repeat its event — and
@@ -308,7 +305,7 @@ class Informer(Generic[R]):
         del self._pending[key]
         return False
 
-    def _passed_over(self, key: JobKey, version: Version) -> bool:
+    def _passed_over(self, key: tuple[str, str], version: Version) -> bool:
         """Whether a watch event at ``version`` is older than a write stored for ``key`` (called
         under the lock): the write's own event clears the wait, and so does waiting too long."""
         pending = self._pending.get(key)
@@ -501,5 +498,5 @@ class JobInformer(Informer[JobRecord]):
 
     def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), on_event: EventHandler | None = None,
                  on_synced: Callable[[], None] | None = None, watch_timeout: int = 300) -> None:
-        super().__init__(api, JOB, namespaces, transform=JobRecord, on_event=on_event, on_synced=on_synced,
+        super().__init__(api, VOLCANO_JOB, namespaces, transform=JobRecord, on_event=on_event, on_synced=on_synced,
                          watch_timeout=watch_timeout)

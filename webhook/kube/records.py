@@ -26,7 +26,8 @@ import orjson
 import zstandard
 
 from volcano_job_webhook.plugins.base import Digest
-from volcano_job_webhook.plugins.keys import FINISHED_PHASES, JobKey
+from volcano_job_webhook.plugins.keys import FINISHED_PHASES
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, ObjectKey
 
 Obj = dict[str, Any]
 
@@ -78,11 +79,10 @@ def resource_version(obj: Mapping[str, Any]) -> Version:
     return text
 
 
-def intern_key(obj: Mapping[str, Any]) -> JobKey:
-    """``(namespace, name)``, the strings interned: one copy of each name however many caches and
-    indexes hold it."""
+def intern_key(obj: Mapping[str, Any]) -> ObjectKey:
+    """The object's key, its strings interned (:meth:`ObjectKey.of`)."""
     meta = obj.get("metadata") or {}
-    return (sys.intern(str(meta.get("namespace") or "default")), sys.intern(str(meta.get("name") or "")))
+    return ObjectKey.of(meta.get("namespace"), meta.get("name"))
 
 
 class Packer:
@@ -224,8 +224,8 @@ class JobRecord:
     """A cached Volcano Job: identity, phase, and (unless finished) the fields plugins read, packed."""
 
     __slots__ = ("_blob", "deleting", "key", "phase", "reconciled", "uid", "version")
-    api_version = "batch.volcano.sh/v1alpha1"
-    kind = "Job"
+    api_version = VOLCANO_JOB.api_version
+    kind = VOLCANO_JOB.kind
 
     def __init__(self, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -256,7 +256,7 @@ class JobRecord:
         if self._blob is not None:
             return JOBS.unpack(self._blob)
         meta: Obj = {"name": self.key[1], "namespace": self.key[0], "uid": self.uid, "resourceVersion": str(self.version)}
-        return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta,
+        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta,
                 "status": {"state": {"phase": self.phase}}}
 
     def __repr__(self) -> str:

@@ -17,7 +17,6 @@ from volcano_job_webhook.kube.records import (
     undigested,
     unpacked_uid,
 )
-from volcano_job_webhook.kube.rest import Resource
 from volcano_job_webhook.plugins import kinds as table
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
 from volcano_job_webhook.plugins.kinds import WORKLOADS, Kind, ObjectKey, controller_of
@@ -27,11 +26,6 @@ from .compare import OWNED_FIELDS, owned_paths
 # The field manager of every write (creates, applies, merge patches): what it set is ours to remove.
 FIELD_MANAGER = MANAGED_BY
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-
-
-def resource(kind: Kind) -> Resource:
-    """The table's kind as an informer takes it (until :class:`Resource` is the table's class)."""
-    return Resource(kind.kind, kind.api_version, kind.plural)
 
 
 # The owned kinds by name (how the writer and its caches name them).

@@ -35,7 +35,7 @@ from volcano_job_webhook.plugins.kinds import OWNED, SECRET, VOLCANO_JOB, Cached
 from .controller import Controller, OwnedObserver, Reconcile
 from .events import EventRecorder
 from .jobs import JobReconciler
-from .kinds import MANAGED_SELECTOR, OwnedRecord, controlling, resource
+from .kinds import MANAGED_SELECTOR, OwnedRecord, controlling
 from .metrics import ReconcilerMetrics
 from .workloads import WorkloadRecord
 from .workqueue import WorkQueue
@@ -79,11 +79,11 @@ class Manager:
             # Only our labelled objects, indexed by the workload that controls them. A deleted
             # Secret's last state is reported too: an SSH Secret comes back with the keys the
             # job's running Pods hold (jobs.py).
-            found = Informer(self.api, resource(kind), self.namespaces, transform=OwnedRecord, label_selector=MANAGED_SELECTOR,
+            found = Informer(self.api, kind, self.namespaces, transform=OwnedRecord, label_selector=MANAGED_SELECTOR,
                              index=_owner, deleted_objects=kind is SECRET)
             found.add_event_handler(self._enqueue_for_owner(kind))
         else:
-            found = Informer(self.api, resource(kind), self.namespaces, transform=TRANSFORMS[kind.cached])
+            found = Informer(self.api, kind, self.namespaces, transform=TRANSFORMS[kind.cached])
         self.caches[kind] = found
         return found
 
