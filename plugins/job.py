@@ -20,14 +20,13 @@ from .errors import PluginError
 from .keys import (
     CONTROLLED_PREFIX,
     FINISHED_PHASES,
-    JOB_API_VERSION,
-    JOB_KIND,
     JOB_NAME_KEY,
     JOB_NAMESPACE_KEY,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     TASK_SPEC_KEY,
 )
+from .kinds import VOLCANO_JOB
 from .names import dns1123_label
 from .pod import Obj, task_index, task_name
 
@@ -74,8 +73,8 @@ class Job:
     way: which task and index a Pod has, what its host name is, what selects the job's Pods."""
 
     # The workload's API, for owner references and messages.
-    api_version: ClassVar[str] = JOB_API_VERSION
-    kind: ClassVar[str] = JOB_KIND
+    api_version: ClassVar[str] = VOLCANO_JOB.api_version
+    kind: ClassVar[str] = VOLCANO_JOB.kind
     # Where a Pod names its task, for errors.
     task_field: ClassVar[str] = TASK_SPEC_KEY
     # Where the job lists its tasks, for errors.
@@ -111,8 +110,8 @@ class Job:
         if not isinstance(namespace, str):
             raise PluginError(key, "", "metadata.namespace", "must be a string")
         kind = obj.get("kind")
-        if kind is not None and kind != JOB_KIND:
-            raise PluginError(key, "", "kind", f"expected {JOB_KIND!r}, got {kind!r}")
+        if kind is not None and kind != VOLCANO_JOB.kind:
+            raise PluginError(key, "", "kind", f"expected {VOLCANO_JOB.kind!r}, got {kind!r}")
         spec = obj.get("spec")
         if not isinstance(spec, Mapping):
             raise PluginError(key, "", "spec", "the Job has no spec")

@@ -11,7 +11,6 @@ from typing import Any
 from .errors import PluginError, did_you_mean
 from .job import Job
 from .keys import (
-    BATCH_JOB_API_VERSION,
     BATCH_JOB_NAME_KEY,
     COMPLETION_INDEX_KEY,
     GROUP_NAME_KEY,
@@ -25,6 +24,7 @@ from .keys import (
     TASK_INDEX_KEY,
     TASK_SPEC_KEY,
 )
+from .kinds import BATCH_JOB
 from .workloads import IndexedJob, JobSet
 
 DEFAULT_SCHEDULER = "volcano"
@@ -115,7 +115,7 @@ def _member_pod(job: IndexedJob | JobSet, task_name: str, index: int) -> dict[st
             "labels": labels,
             "annotations": annotations,
             "finalizers": ["batch.kubernetes.io/job-tracking"],
-            "ownerReferences": [{"apiVersion": BATCH_JOB_API_VERSION, "kind": "Job", "name": child, "uid": child_uid,
+            "ownerReferences": [{"apiVersion": BATCH_JOB.api_version, "kind": BATCH_JOB.kind, "name": child, "uid": child_uid,
                                  "controller": True, "blockOwnerDeletion": True}],
         },
         "spec": pod_spec,
