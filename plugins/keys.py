@@ -7,8 +7,6 @@ The kinds themselves (group, version, plural) are the table's, in :mod:`.kinds`.
 
 from __future__ import annotations
 
-from typing import Any
-
 # What Volcano's controller records in a Job's status: each plugin it ran as "plugin-<name>" in
 # status.controlledResources, and the phases a job never leaves (Aborted can be resumed).
 CONTROLLED_PREFIX = "plugin-"
@@ -45,39 +43,3 @@ JOBSET_NAME_KEY = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_KEY = "jobset.sigs.k8s.io/jobset-uid"
 REPLICATED_JOB_KEY = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"
-
-# Temporary: a cache's key as kube/informer.py, kube/records.py and server/jobs/kube.py still type it;
-# the key is kinds.ObjectKey, the same two strings as a NamedTuple (equal to this, hashed alike).
-JobKey = tuple[str, str]
-
-# Temporary: the kinds' names that were constants here before the table (kinds.py), for the modules
-# that still import them (plugins/job.py, plugins/podgen.py, kube/informer.py, server/jobs/, and a
-# few test helpers). Looked up in the table when imported: kinds.py imports this module.
-_MOVED = {
-    "JOB_GROUP": ("VOLCANO_JOB", "group"),
-    "JOB_VERSION": ("VOLCANO_JOB", "version"),
-    "JOB_PLURAL": ("VOLCANO_JOB", "plural"),
-    "JOB_KIND": ("VOLCANO_JOB", "kind"),
-    "JOB_API_VERSION": ("VOLCANO_JOB", "api_version"),
-    "VOLCANO_JOBS": ("VOLCANO_JOB", "resource"),
-    "BATCH_JOB_API_VERSION": ("BATCH_JOB", "api_version"),
-    "BATCH_JOB_KIND": ("BATCH_JOB", "kind"),
-    "BATCH_JOBS": ("BATCH_JOB", "resource"),
-    "JOBSET_GROUP": ("JOBSET", "group"),
-    "JOBSET_VERSION": ("JOBSET", "version"),
-    "JOBSET_API_VERSION": ("JOBSET", "api_version"),
-    "JOBSET_KIND": ("JOBSET", "kind"),
-    "JOBSET_PLURAL": ("JOBSET", "plural"),
-    "JOBSETS": ("JOBSET", "resource"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    from . import kinds
-
-    if name == "WORKLOAD_RESOURCES":
-        return {kind.resource: (kind.group, kind.version, kind.plural) for kind in kinds.WORKLOADS}
-    if name in _MOVED:
-        row, column = _MOVED[name]
-        return getattr(getattr(kinds, row), column)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,15 +20,21 @@ from .keys import BATCH_JOB_NAME_KEY, JOB_NAME_KEY, JOBSET_NAME_KEY, JOBSET_UID_
 
 __all__ = [
     "BATCH_JOB",
+    "CLUSTER_ROLE",
     "CONFIG_MAP",
+    "ENDPOINT_SLICE",
     "EVENT",
     "JOBSET",
     "KINDS",
+    "LEASE",
+    "MUTATING_WEBHOOK_CONFIGURATION",
+    "NAMESPACE",
     "NETWORK_POLICY",
     "OWNED",
     "POD",
     "SECRET",
     "SERVICE",
+    "VALIDATING_WEBHOOK_CONFIGURATION",
     "VOLCANO_JOB",
     "WORKLOADS",
     "Cached",
@@ -72,6 +78,8 @@ class Kind:
     pod_uid_label: str = ""
     # ... and whether a Pod is wired only when it carries the opt-in label (docs/workloads.md).
     opt_in: bool = False
+    # What a list of workloads of several kinds calls it ("Volcano Job default/a"); the kind otherwise.
+    title: str = ""
 
     @property
     def api_version(self) -> str:
@@ -95,10 +103,12 @@ class Kind:
 
 
 # The workloads, in the order a Pod is matched to one: a JobSet's Pods carry its Jobs' labels too.
-VOLCANO_JOB = Kind("batch.volcano.sh", "v1alpha1", "Job", "jobs", "job", Cached.JOB, pod_label=JOB_NAME_KEY)
+VOLCANO_JOB = Kind("batch.volcano.sh", "v1alpha1", "Job", "jobs", "job", Cached.JOB, pod_label=JOB_NAME_KEY,
+                   title="Volcano Job")
 JOBSET = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", "JobSet", Cached.WORKLOAD, pod_label=JOBSET_NAME_KEY,
               pod_uid_label=JOBSET_UID_KEY, opt_in=True)
-BATCH_JOB = Kind("batch", "v1", "Job", "jobs", "Job", Cached.WORKLOAD, pod_label=BATCH_JOB_NAME_KEY, opt_in=True)
+BATCH_JOB = Kind("batch", "v1", "Job", "jobs", "Job", Cached.WORKLOAD, pod_label=BATCH_JOB_NAME_KEY, opt_in=True,
+                 title="Indexed Job")
 # The objects the plugins make for a workload, which the reconciler keeps.
 CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps", "ConfigMap", Cached.OWNED)
 SECRET = Kind("", "v1", "Secret", "secrets", "Secret", Cached.OWNED)
@@ -107,8 +117,20 @@ NETWORK_POLICY = Kind("networking.k8s.io", "v1", "NetworkPolicy", "networkpolici
 # What the webhook wires, and the reconciler's warnings on a workload.
 POD = Kind("", "v1", "Pod", "pods", "Pod")
 EVENT = Kind("", "v1", "Event", "events", "Event")
+# What the processes read and write for themselves: the leader's Lease, the webhook configurations
+# the reconciler registers (owned by the install's ClusterRole), the webhook Service's endpoints;
+# a Namespace is what the benchmarks make.
+LEASE = Kind("coordination.k8s.io", "v1", "Lease", "leases", "Lease")
+MUTATING_WEBHOOK_CONFIGURATION = Kind("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration",
+                                      "mutatingwebhookconfigurations", "MutatingWebhookConfiguration")
+VALIDATING_WEBHOOK_CONFIGURATION = Kind("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration",
+                                        "validatingwebhookconfigurations", "ValidatingWebhookConfiguration")
+CLUSTER_ROLE = Kind("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "ClusterRole")
+ENDPOINT_SLICE = Kind("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "EndpointSlice")
+NAMESPACE = Kind("", "v1", "Namespace", "namespaces", "Namespace")
 
-KINDS = (VOLCANO_JOB, JOBSET, BATCH_JOB, CONFIG_MAP, SECRET, SERVICE, NETWORK_POLICY, POD, EVENT)
+KINDS = (VOLCANO_JOB, JOBSET, BATCH_JOB, CONFIG_MAP, SECRET, SERVICE, NETWORK_POLICY, POD, EVENT, LEASE,
+         MUTATING_WEBHOOK_CONFIGURATION, VALIDATING_WEBHOOK_CONFIGURATION, CLUSTER_ROLE, ENDPOINT_SLICE, NAMESPACE)
 WORKLOADS = tuple(kind for kind in KINDS if kind.pod_label)
 OWNED = tuple(kind for kind in KINDS if kind.cached is Cached.OWNED)
 

@@ -35,19 +35,13 @@ from .kinds import BATCH_JOB, JOBSET, kind_of
 from .names import dns1123_label
 from .pod import Obj, metadata
 
-__all__ = ["IndexedJob", "JobSet", "finished_phase", "jobset_child", "opted_in", "read_workload", "require_opt_in", "workload_kind"]
+__all__ = ["IndexedJob", "JobSet", "finished_phase", "jobset_child", "opted_in", "read_workload", "require_opt_in"]
 
 # Plugins that only make sense on Volcano's own labels.
 _RAY = (
     "ray's head Service selects the head task's Pods by Volcano's task label (volcano.sh/task-spec), "
     "which a {kind}'s Pods do not carry; run Ray with KubeRay"
 )
-
-
-def workload_kind(obj: Mapping[str, Any]) -> str | None:
-    """Temporary, for server/jobs/files.py: the resource (``jobs.batch``, ...) of a workload object."""
-    kind = kind_of(obj)
-    return kind.resource if kind is not None and kind.pod_label else None
 
 
 def read_workload(obj: Any) -> Job:

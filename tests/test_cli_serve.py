@@ -68,7 +68,7 @@ async def test_skipped_files_are_named_with_why_and_the_load_is_summed_up(tmp_pa
     assert sorted(warnings) == sorted([
         f"jobs file skipped: {tmp_path / 'b.yaml'}: Volcano Job default/a already in {tmp_path / 'a.yaml'} (a duplicate)",
         f"jobs file {tmp_path / 'c.yaml'}: Volcano Job default/a skipped: already in {tmp_path / 'a.yaml'} (a duplicate)",
-        f"jobs file skipped: {tmp_path / 'd.yaml'}: holds no Volcano Job, Indexed Job or JobSet (found: ConfigMap)",
+        f"jobs file skipped: {tmp_path / 'd.yaml'}: holds no Volcano Job, JobSet or Indexed Job (found: ConfigMap)",
         f"jobs file skipped: {tmp_path / 'e.yaml'}: holds no document",
         f"jobs file skipped: {tmp_path / 'f.yaml'}: cannot read: No such file or directory",
         f"jobs file skipped: {tmp_path / 'g.yaml'}: not valid YAML or JSON: " + warnings_about(warnings, "g.yaml"),

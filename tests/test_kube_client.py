@@ -29,9 +29,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.backoff import is_transient, retry_after
-from volcano_job_webhook.kube.rest import Resource, Rest, widen_pool
-
-CONFIG_MAP = Resource("ConfigMap", "v1", "configmaps")
+from volcano_job_webhook.kube.rest import Rest, widen_pool
+from volcano_job_webhook.plugins.kinds import CONFIG_MAP, Kind
 
 
 @dataclass
@@ -171,7 +170,7 @@ def test_an_error_answer_is_an_api_exception_backoff_can_read(stub: Stub) -> Non
     exc = raised.value
     assert exc.status == 429 and json.loads(exc.body)["message"] == "answered 429"
     assert is_transient(exc) and retry_after(exc) == 3.0
-    assert rest.get(Resource("X", "v1", "status"), "", "404") is None, "404 is no object"
+    assert rest.get(Kind("", "v1", "X", "status", "x"), "", "404") is None, "404 is no object"
 
 
 def test_a_watch_is_read_as_it_comes_and_cancelled_at_once(stub: Stub) -> None:

@@ -70,11 +70,11 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.envtest import request
+from tests.jobs import API_VERSION as JOB_API_VERSION
 from tests.jobs import job_owner
 from volcano_job_webhook.plugins import Chain, ChainConfig, Job, PluginError
 from volcano_job_webhook.plugins.base import Plugin
 from volcano_job_webhook.plugins.keys import (
-    JOB_API_VERSION,
     JOB_NAME_KEY,
     MANAGED_BY_LABEL,
     PLUGINS_ANNOTATION,

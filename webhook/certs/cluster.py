@@ -31,9 +31,9 @@ from typing import Any
 
 from kubernetes import client
 
-from volcano_job_webhook.kube.rest import Resource, Rest
+from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
-from volcano_job_webhook.plugins.kinds import SECRET
+from volcano_job_webhook.plugins.kinds import MUTATING_WEBHOOK_CONFIGURATION, SECRET, VALIDATING_WEBHOOK_CONFIGURATION
 
 from .issue import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertBundle, default_sans, is_valid, split_pems
 from .rotation import DEFAULT_POLICY, Authority, KeyPair, Outcome, Policy, authority_from_serving, certificates_of, plan
@@ -52,10 +52,7 @@ CA_SECRET_LABELS = {
     "app.kubernetes.io/part-of": "volcano-job-webhook",
 }
 # The webhook configurations, by kind: what this module patches and the registration applies.
-WEBHOOK_CONFIGURATIONS = {
-    "MutatingWebhookConfiguration": Resource("MutatingWebhookConfiguration", "admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations"),
-    "ValidatingWebhookConfiguration": Resource("ValidatingWebhookConfiguration", "admissionregistration.k8s.io/v1", "validatingwebhookconfigurations"),
-}
+WEBHOOK_CONFIGURATIONS = {kind.kind: kind for kind in (MUTATING_WEBHOOK_CONFIGURATION, VALIDATING_WEBHOOK_CONFIGURATION)}
 
 
 class CertsError(Exception):

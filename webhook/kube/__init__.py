@@ -5,6 +5,6 @@
 from .backoff import Backoff, with_retries
 from .client import api_client
 from .informer import Informer, JobInformer
-from .rest import Resource, Rest
+from .rest import Rest
 
-__all__ = ["Backoff", "Informer", "JobInformer", "Resource", "Rest", "api_client", "with_retries"]
+__all__ = ["Backoff", "Informer", "JobInformer", "Rest", "api_client", "with_retries"]

@@ -3,8 +3,8 @@
 Below the generated methods on purpose, measured: they run the credentials' refresh hook on every call (0.40 ms of client CPU per GET in-cluster, 0.32 ms here; typed 0.48 ms) and size a pool only when it is made; tests/test_kube_client.py fails when what this relies on changes.
 
 A controller that caches tens of thousands of objects wants plain dicts (parsed with orjson),
-server-side apply, and watches it can cancel at once. :class:`Resource` names a kind's REST path;
-:class:`Rest` makes the calls with the ApiClient's configuration (host, credentials, TLS, pool)
+server-side apply, and watches it can cancel at once. A call names its kind by a row of the table
+of kinds (``plugins.kinds.Kind``: its REST path); :class:`Rest` makes the calls with the ApiClient's configuration (host, credentials, TLS, pool)
 through ``call_api``, the call every generated method ends in, with a URL and headers of its own.
 """
 
@@ -14,8 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import orjson
@@ -23,40 +22,17 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from volcano_job_webhook.plugins.kinds import Kind
+
 APPLY_PATCH = "application/apply-patch+yaml"
 Query = Sequence[tuple[str, str]]
 
 
-class Located(Protocol):
-    """What a call needs of a kind: its REST path (a :class:`Resource`, or a row of ``plugins.kinds``' table)."""
-
-    def path(self, namespace: str | None = None, name: str | None = None) -> str: ...
-
-
-def _path(resource: Located, namespace: str | None, name: str | None = None) -> str:
+def _path(resource: Kind, namespace: str | None, name: str | None = None) -> str:
     # Each name one path segment, as the generated methods quote theirs: a name that is not one yet
     # (a Pod's label, before validation) cannot reach another path.
     return resource.path(namespace and quote(namespace, safe=""), name and quote(name, safe=""))
 
-
-@dataclass(frozen=True)
-class Resource:
-    """A namespaced kind and where it lives: ``/api/v1/...`` for the core group, else ``/apis/<group>/<version>/...``."""
-
-    kind: str
-    api_version: str
-    plural: str
-
-    @property
-    def group(self) -> str:
-        return self.api_version.rpartition("/")[0]
-
-    def path(self, namespace: str | None = None, name: str | None = None) -> str:
-        base = f"/apis/{self.api_version}" if "/" in self.api_version else f"/api/{self.api_version}"
-        if namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        return f"{base}/{name}" if name else base
 
 
 def widen_pool(api: client.ApiClient, size: int) -> None:
@@ -125,7 +101,7 @@ class Rest:
         response = self._open(method, path, query, body, content_type, timeout or self.timeout)
         return orjson.loads(response.data)
 
-    def get(self, resource: Located, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(self, resource: Kind, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             obj: dict[str, Any] = self.call("GET", _path(resource, namespace, name))
         except ApiException as exc:
@@ -134,7 +110,7 @@ class Rest:
             raise
         return obj
 
-    def apply(self, resource: Located, obj: dict[str, Any], field_manager: str) -> dict[str, Any]:
+    def apply(self, resource: Kind, obj: dict[str, Any], field_manager: str) -> dict[str, Any]:
         """Server-side apply of ``obj`` as ``field_manager``, taking over fields others changed
         (``force``): created when missing, and afterwards exactly what ``obj`` says of the fields
         this manager owns — fields it set before and leaves out now are removed."""
@@ -145,7 +121,7 @@ class Rest:
         )
         return result
 
-    def delete(self, resource: Located, namespace: str, name: str, uid: str | None = None) -> bool:
+    def delete(self, resource: Kind, namespace: str, name: str, uid: str | None = None) -> bool:
         """Delete; False when it was already gone. ``uid`` guards against deleting a re-created object."""
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         if uid:
@@ -158,26 +134,26 @@ class Rest:
             raise
         return True
 
-    def create(self, resource: Located, namespace: str, obj: dict[str, Any], field_manager: str | None = None) -> dict[str, Any]:
+    def create(self, resource: Kind, namespace: str, obj: dict[str, Any], field_manager: str | None = None) -> dict[str, Any]:
         """POST: 409 AlreadyExists when an object of that name is there, whoever made it."""
         query = [("fieldManager", field_manager)] if field_manager else []
         result: dict[str, Any] = self.call("POST", _path(resource, namespace), body=obj, query=query)
         return result
 
-    def replace(self, resource: Located, obj: dict[str, Any]) -> dict[str, Any]:
+    def replace(self, resource: Kind, obj: dict[str, Any]) -> dict[str, Any]:
         """PUT ``obj`` whole: 409 Conflict when its ``metadata.resourceVersion`` is no longer the stored one."""
         meta = obj["metadata"]
         result: dict[str, Any] = self.call("PUT", _path(resource, meta.get("namespace"), meta["name"]), body=obj)
         return result
 
-    def json_patch(self, resource: Located, namespace: str, name: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
+    def json_patch(self, resource: Kind, namespace: str, name: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
         """RFC 6902 JSON patch: all ``operations`` or none (a failed ``test`` refuses the lot with 422)."""
         result: dict[str, Any] = self.call(
             "PATCH", _path(resource, namespace, name), body=operations, content_type="application/json-patch+json",
         )
         return result
 
-    def merge_patch(self, resource: Located, namespace: str, name: str, patch: dict[str, Any],
+    def merge_patch(self, resource: Kind, namespace: str, name: str, patch: dict[str, Any],
                     field_manager: str) -> dict[str, Any]:
         """RFC 7386 JSON merge patch (``null`` removes a field)."""
         result: dict[str, Any] = self.call(

@@ -35,11 +35,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from volcano_job_webhook.kube.rest import Resource, Rest
+from volcano_job_webhook.kube.rest import Rest
+from volcano_job_webhook.plugins.kinds import LEASE
 
 log = logging.getLogger(__name__)
 
-LEASE = Resource("Lease", "coordination.k8s.io/v1", "leases")
 
 
 def _now() -> str:

@@ -33,7 +33,8 @@ from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.certs.cluster import WEBHOOK_CONFIGURATIONS, CertsError
 from volcano_job_webhook.config import ConfigError
-from volcano_job_webhook.kube.rest import Resource, Rest
+from volcano_job_webhook.kube.rest import Rest
+from volcano_job_webhook.plugins.kinds import CLUSTER_ROLE, ENDPOINT_SLICE
 
 from .compare import covered
 from .kinds import OWNED
@@ -41,8 +42,6 @@ from .kinds import OWNED
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "volcano-job-webhook-registration"
-CLUSTER_ROLE = Resource("ClusterRole", "rbac.authorization.k8s.io/v1", "clusterroles")
-ENDPOINT_SLICES = Resource("EndpointSlice", "discovery.k8s.io/v1", "endpointslices")
 
 
 def load_configurations(path: Path) -> list[dict[str, Any]]:
@@ -195,7 +194,7 @@ class Registrar:
     def _serving(self, templates: list[dict[str, Any]], ca_bundle: bytes) -> bool:
         services, urls = targets(templates)
         for namespace, name in services:
-            slices = self.rest.call("GET", ENDPOINT_SLICES.path(namespace),
+            slices = self.rest.call("GET", ENDPOINT_SLICE.path(namespace),
                                     query=[("labelSelector", f"kubernetes.io/service-name={name}")]).get("items") or []
             if not has_ready_endpoint(slices):
                 return False

@@ -156,8 +156,7 @@ class PodMutator:
         lookups = self.metrics.lookups
         noun = kind.noun
         try:
-            raw_job = await (self.source.get(namespace, job_name, owner) if kind is VOLCANO_JOB
-                             else self.source.get(namespace, job_name, owner, kind.resource))
+            raw_job = await self.source.get(namespace, job_name, owner, kind)
         except NamespaceNotWatched:
             lookups.labels("not_watched").inc()
             log.warning("namespace not watched; Pod passes unchanged", extra=context)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from volcano_job_webhook.plugins.keys import VOLCANO_JOBS
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, Kind
 
 from .files import DirectoryJobSource
 
@@ -46,10 +46,10 @@ class JobSource(Protocol):
     def status(self) -> dict[str, Any]:
         """Details for ``/readyz``."""
 
-    async def get(self, namespace: str, name: str, uid: str | None = None, kind: str = VOLCANO_JOBS) -> dict[str, Any] | None:
+    async def get(self, namespace: str, name: str, uid: str | None = None, kind: Kind = VOLCANO_JOB) -> dict[str, Any] | None:
         """The Job object, or None when there is no such Job; raises :class:`NamespaceNotWatched`
         for a namespace the source does not serve. ``uid`` is the one the caller expects (a Pod's
         owner): a held Job of another uid is a predecessor of the same name, so a source that can
-        asks again rather than answer with it. ``kind`` (resource.group) asks for an Indexed Job
-        (``jobs.batch``) or a JobSet (``jobsets.jobset.x-k8s.io``) instead."""
+        asks again rather than answer with it. ``kind`` (a workload row of the table of kinds) asks
+        for an Indexed Job or a JobSet instead."""
 

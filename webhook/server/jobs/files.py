@@ -21,13 +21,12 @@ from typing import Any
 from volcano_job_webhook.documents import DocumentError, parse_documents, read_text
 from volcano_job_webhook.jobfiles import ParserProcess
 from volcano_job_webhook.limits import MAX_INPUT_BYTES
-from volcano_job_webhook.plugins.keys import BATCH_JOBS, JOBSETS, VOLCANO_JOBS
-from volcano_job_webhook.plugins.workloads import workload_kind
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, WORKLOADS, Kind, kind_of
 
 log = logging.getLogger(__name__)
 
-# A workload's identity in the table: (kind as resource.group, namespace, name).
-FileKey = tuple[str, str, str]
+# A workload's identity in the table: (its kind, namespace, name).
+FileKey = tuple[Kind, str, str]
 
 JOB_SUFFIXES = (".yaml", ".yml", ".json")
 # Files up to this size are parsed in the worker thread (about 40 ms of GIL); larger ones by the child.
@@ -95,7 +94,7 @@ class DirectoryJobSource:
     def status(self) -> dict[str, Any]:
         return {"source": "files", "directory": str(self.directory)}
 
-    async def get(self, namespace: str, name: str, uid: str | None = None, kind: str = VOLCANO_JOBS) -> dict[str, Any] | None:
+    async def get(self, namespace: str, name: str, uid: str | None = None, kind: Kind = VOLCANO_JOB) -> dict[str, Any] | None:
         # Files are matched by name alone: a file stands for the job of that name, whatever its uid.
         look, small = self._schedule()
         job = self._jobs.get((kind, namespace, name))
@@ -218,13 +217,13 @@ class DirectoryJobSource:
         jobs = {}
         others: list[str] = []
         for doc in docs:
-            kind = workload_kind(doc) if isinstance(doc, dict) else None
-            if kind is not None:
+            kind = kind_of(doc) if isinstance(doc, dict) else None
+            if kind in WORKLOADS:
                 meta = doc.get("metadata") or {}
                 if isinstance(meta, dict) and isinstance(meta.get("name"), str):
                     jobs[(kind, meta.get("namespace") or "default", meta["name"])] = doc
                 else:
-                    others.append(f"a {_KINDS[kind]} without metadata.name")
+                    others.append(f"a {kind.title or kind.kind} without metadata.name")
             else:
                 found = doc.get("kind") if isinstance(doc, dict) else None
                 others.append(found[:60] if isinstance(found, str) and found
@@ -232,18 +231,19 @@ class DirectoryJobSource:
         if jobs:
             self._empty.pop(path, None)
         else:
-            self._empty[path] = (f"holds no Volcano Job, Indexed Job or JobSet (found: {', '.join(dict.fromkeys(others))})"
+            self._empty[path] = (f"holds no {_WORKLOAD_TITLES} (found: {', '.join(dict.fromkeys(others))})"
                                  if others else "holds no document")
         return jobs
 
 
-_KINDS = {VOLCANO_JOBS: "Volcano Job", BATCH_JOBS: "Indexed Job", JOBSETS: "JobSet"}
+_TITLES = [kind.title or kind.kind for kind in WORKLOADS]
+_WORKLOAD_TITLES = f"{', '.join(_TITLES[:-1])} or {_TITLES[-1]}"
 
 
 def _duplicates(path: Path, duplicates: list[tuple[FileKey, Path]], *, whole: bool) -> str:
     """The warning for a file's jobs that files earlier in name order hold already."""
     (kind, namespace, name), first = duplicates[0]
-    what = f"{_KINDS.get(kind, kind)} {namespace}/{name}"
+    what = f"{kind.title or kind.kind} {namespace}/{name}"
     more = f" and {len(duplicates) - 1} more" if len(duplicates) > 1 else ""
     if whole:
         return f"jobs file skipped: {path}: {what}{more} already in {first} (a duplicate)"

@@ -13,8 +13,7 @@ from kubernetes import client
 from volcano_job_webhook.kube.informer import JobInformer
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.kube.rest import Rest
-from volcano_job_webhook.plugins.keys import JobKey
-from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, WORKLOADS, Kind, by_resource
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, WORKLOADS, Kind, ObjectKey
 
 from . import NamespaceNotWatched
 
@@ -54,7 +53,7 @@ class KubeJobSource:
         self._fetched: OrderedDict[LookupKey, tuple[float, dict[str, Any] | None]] = OrderedDict()
         self._inflight: dict[LookupKey, asyncio.Future[dict[str, Any] | None]] = {}
         self.max_decoded = max_decoded
-        self._decoded_jobs: OrderedDict[JobKey, tuple[JobRecord, dict[str, Any]]] = OrderedDict()
+        self._decoded_jobs: OrderedDict[ObjectKey, tuple[JobRecord, dict[str, Any]]] = OrderedDict()
         self.live_gets = 0
 
     def start(self) -> None:
@@ -74,19 +73,18 @@ class KubeJobSource:
         # Still ready while the API server is away (the cache keeps answering), but say so.
         return {"source": "kube", "apiServer": "reachable" if self.informer.connected else "unreachable"}
 
-    async def get(self, namespace: str, name: str, uid: str | None = None, kind: str = VOLCANO_JOB.resource) -> dict[str, Any] | None:
+    async def get(self, namespace: str, name: str, uid: str | None = None, kind: Kind = VOLCANO_JOB) -> dict[str, Any] | None:
         if self.watched and namespace not in self.watched:
             raise NamespaceNotWatched(namespace)
-        workload = _workload(kind)
-        if workload is None:
-            raise ValueError(f"unknown workload kind {kind!r}")
-        if workload is VOLCANO_JOB:
+        if kind not in WORKLOADS:
+            raise ValueError(f"not a workload kind: {kind!r}")
+        if kind is VOLCANO_JOB:
             record = self.informer.get(namespace, name)
             if record is not None and (uid is None or record.uid == uid) and not record.finished:
                 return self._decoded(record)
         # Not held, a finished Job (kept as its identity only: its Pods are all made), another
         # Job of the same name, or another kind: the API server is asked.
-        key = (workload, namespace, name)
+        key = (kind, namespace, name)
         fetched = self._fetched.get(key)
         if fetched is not None:
             expires, job = fetched
@@ -137,15 +135,6 @@ class KubeJobSource:
         self._fetched.move_to_end(key)
         while len(self._fetched) > self.max_fetched:
             self._fetched.popitem(last=False)
-
-
-def _workload(kind: str) -> Kind | None:
-    """The workload kind named ``plural.group`` (``jobs.batch``); None for any other name."""
-    try:
-        found = by_resource(kind)
-    except KeyError:
-        return None
-    return found if found in WORKLOADS else None
 
 
 def _job_uid(job: dict[str, Any]) -> str | None:
