@@ -62,20 +62,23 @@ async def client(jobs_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 def api_double() -> Iterator[FakeApiServer]:
-    """A fresh in-process API-server double, stopped afterwards."""
+    """A fresh in-process API-server double, stopped afterwards: for (a) what a real server cannot stage
+    on cue or (b) what a machine without kube-apiserver must still cover (tests/apiserver.py); each
+    test file that takes it says which in its docstring."""
     with FakeApiServer() as server:
         yield server
 
 
 @pytest.fixture
 def k8s(api_double: FakeApiServer) -> Iterator[kube_client.ApiClient]:
-    """An official client of ``api_double``."""
+    """An official client of ``api_double``, for the same (a) or (b)."""
     with api_double.api_client() as api_client:
         yield api_client
 
 
 @pytest.fixture
 def core(k8s: kube_client.ApiClient) -> kube_client.CoreV1Api:
+    """``CoreV1Api`` of ``api_double``, for the same (a) or (b)."""
     return kube_client.CoreV1Api(k8s)
 
 

@@ -1,6 +1,9 @@
 """Renewal and CA rotation of the self-managed certificates: the decisions (``certs.rotation.plan``,
-with an injected clock and lifetimes) and one run of ``certs --secret`` against a cluster (the API
-double): what is written, in which order, and that a Secret of the old layout is migrated."""
+with an injected clock and lifetimes) and one run of ``certs --secret`` against a cluster: what is
+written, in which order, and that a Secret of the old layout is migrated. Why the API double: its
+request log says which calls a run made, in order (fault injection), over a whole CA rotation that
+tests/test_rbac.py, running install and renewal on kube-apiserver with the install's RBAC, does not
+reach."""
 
 from __future__ import annotations
 
@@ -430,7 +433,10 @@ def test_every_call_of_the_certificates_is_granted_by_name_and_every_grant_is_us
     (no webhook patched: the registration carries ca.crt into the caBundle): each request must be
     allowed by the grants of the reconciler's identity in the install's namespace, as written
     (resourceNames included), and each of them must be needed by some request. (Its cluster-wide
-    Secret rules, for SSH keys, would allow more; the split variant's Role is what says why.)"""
+    Secret rules, for SSH keys, would allow more; the split variant's Role is what says why.)
+    tests/test_rbac.py runs install and renewal as that identity on kube-apiserver in both layouts,
+    held by verb and resource; the rotation, the migration and the Role's grants one by one by name
+    are held only here."""
     grants = [g for g in rbac_grants(build_variant("split"), RECONCILER_SERVICE_ACCOUNT) if g.resource == "secrets" and g.namespace == NS]
     requests = []
     for day in (0, 7, 20, 21, 22, 23):

@@ -1,4 +1,6 @@
-"""Certificates: files on disk, and the cluster Secret plus caBundle (against the API double)."""
+"""Certificates: files on disk, and the cluster Secret plus caBundle. Why the API double: its request
+log showing a second run writes nothing (fault injection), and ``certs --secret`` on a machine
+without kube-apiserver (coverage without the real parts; tests/test_rbac.py runs it on one)."""
 
 from __future__ import annotations
 

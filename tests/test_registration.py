@@ -1,9 +1,11 @@
 """The reconciler's registration of the webhook (webhook/reconciler/registration.py): nothing until
 the webhook serves, then registered with the serving Secret's CA and owned by the install's
 ClusterRole, kept (drift repaired) and never withdrawn when the endpoints go; nothing re-registered
-once the ClusterRole is gone. Against the API double here; the install window, fail-closed after
-registration and the garbage collector's uninstall run on a real API server in
-tests/test_envtest_install.py."""
+once the ClusterRole is gone. Why the API double: the install's objects staged in its store without
+a request, and its request log showing nothing written (fault injection). The install window,
+fail-closed after registration and the garbage collector's uninstall run on a real API server in
+tests/test_envtest_install.py, the registration's calls against the install's RBAC in
+tests/test_rbac.py."""
 
 from __future__ import annotations
 

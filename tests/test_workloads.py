@@ -3,7 +3,9 @@ webhook's lookup and /validate, the offline CLI, and the reconciler's objects ow
 
 The Pods here are built as the Job controller and JobSet build them (plugins/podgen.py, from
 ../shared/real-kubernetes.md and JobSet's ``labelAndAnnotateObject``); the real Job controller's own
-Pods are in tests/test_envtest_workloads.py, where a kube-controller-manager is at hand.
+Pods are in tests/test_envtest_workloads.py, where a kube-controller-manager is at hand. Why the API
+double: the workloads' admission and reconciliation through an API server on a machine without
+kube-apiserver (coverage without the real parts), and discovery failing on cue (fault injection).
 """
 
 from __future__ import annotations
@@ -492,7 +494,10 @@ def test_through_the_api_double_pods_are_wired_on_the_way_in_and_objects_follow_
     """The product's ``serve`` and ``reconcile`` as subprocesses against the API double, which calls
     the manifests' webhook entries as kube-apiserver does (tests/admission.py; no Job controller runs
     there, so the Pods are created as the Job controller and JobSet make them, plugins/podgen.py).
-    Where kube-controller-manager is at hand, tests/test_envtest_workloads.py does this with its Pods."""
+    Where kube-controller-manager is at hand, tests/test_envtest_workloads.py does the wiring with its
+    Pods, but not what is only here: the ``reconcile`` command taking the workloads of its settings, a
+    JobSet's objects, a bad flag refused at /validate through the API server, and the objects deleted
+    with their workload by the reconciler rather than the garbage collector."""
     from kubernetes.client.rest import ApiException
 
     from tests.apiserver import FakeApiServer, ResourceType
