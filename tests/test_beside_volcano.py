@@ -135,7 +135,7 @@ class OneJob:
     def __len__(self) -> int:
         return 1
 
-    async def get(self, namespace: str, name: str, uid: str | None = None) -> dict[str, Any] | None:
+    async def get(self, namespace: str, name: str, uid: str | None = None, kind: Any = None) -> dict[str, Any] | None:
         if self.error is not None:
             raise self.error
         return self.obj

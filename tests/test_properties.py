@@ -117,7 +117,7 @@ class _Jobs:
     def __len__(self) -> int:
         return 1
 
-    async def get(self, namespace: str, name: str, uid: str | None = None) -> dict | None:
+    async def get(self, namespace: str, name: str, uid: str | None = None, kind: object = None) -> dict | None:
         meta = self.job["metadata"]
         return self.job if (namespace, name) == (meta["namespace"], meta["name"]) else None
 

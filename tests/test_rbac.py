@@ -55,6 +55,7 @@ from volcano_job_webhook.certs.cluster import sync as certs_sync
 from volcano_job_webhook.certs.secret import SecretFiles
 from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.plugins.kinds import BATCH_JOB, JOBSET
 from volcano_job_webhook.reconciler import Reconciler
 from volcano_job_webhook.reconciler.leader import LeaderElector
 from volcano_job_webhook.reconciler.registration import Registrar
@@ -172,8 +173,8 @@ def exercise(server: EnvTest, webhook_user: str, reconciler_user: str, workdir: 
         create(admin, example_job("tensorflow", namespace))
         assert asyncio.run(source.get(namespace, "tf-demo")) is not None
         # An opted-in workload's Pods: the webhook GETs the workload.
-        assert asyncio.run(source.get(namespace, "idx", None, "jobs.batch")) is not None
-        assert asyncio.run(source.get(namespace, "js", None, "jobsets.jobset.x-k8s.io")) is not None
+        assert asyncio.run(source.get(namespace, "idx", None, BATCH_JOB)) is not None
+        assert asyncio.run(source.get(namespace, "js", None, JOBSET)) is not None
         register_as_the_install(admin, server.api_client(reconciler_user), server.api_client(webhook_user), workdir)
     finally:
         source.stop()
