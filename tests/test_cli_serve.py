@@ -9,12 +9,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import EXAMPLES
+from tests.envtest import wait_until
 from tests.jobs import jobs_yaml, minimal_job
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 
@@ -108,9 +108,8 @@ def test_serve_logs_how_many_jobs_it_loaded_from_where(tmp_path):
     reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and reader.is_alive() and not any('"msg":"loaded ' in line for line in list(lines)):
-            time.sleep(0.05)
+        wait_until(lambda: not reader.is_alive() or any('"msg":"loaded ' in line for line in list(lines)), 60,
+                   "serve's summary of the jobs it loaded", interval=0.05)
     finally:
         process.terminate()
         process.wait(timeout=30)
