@@ -74,9 +74,11 @@ PENDING_FOR = 30.0
 NOT_SERVED_RETRY = 10.0
 
 
-def object_key(obj: Obj) -> ObjectKey:
+def object_key(obj: Obj) -> tuple[str, str]:
+    """``(namespace, name)`` of an object from the stream: a plain tuple, which finds the entry its
+    record's :class:`ObjectKey` made (one per watch event; the record makes the key it keeps)."""
     meta = obj.get("metadata") or {}
-    return ObjectKey(meta.get("namespace") or "default", meta.get("name") or "")
+    return (meta.get("namespace") or "default", meta.get("name") or "")
 
 
 def without_managed_fields(obj: Obj) -> Obj:
@@ -320,15 +322,6 @@ class Informer(Generic[R]):
         """Have ``handler`` called with every event from now on, after the handlers added before it."""
         self._handlers.append(handler)
 
-    @property
-    def on_event(self) -> EventHandler | None:
-        """The one handler, while there is one (assigning replaces every handler)."""
-        return self._handlers[0] if len(self._handlers) == 1 else None
-
-    @on_event.setter
-    def on_event(self, handler: EventHandler | None) -> None:
-        self._handlers = [handler] if handler is not None else []
-
     def _emit(self, kind: str, record: Any) -> None:
         for handler in self._handlers:
             try:
@@ -426,9 +419,8 @@ class Informer(Generic[R]):
             log.warning("%s: the API server does not serve %s (is its CRD installed?); none can exist, "
                         "looking again every %.0fs", what, self.resource.plural, NOT_SERVED_RETRY)
         with self._lock:
-            gone = [self._items.pop(k) for k in [k for k in self._items if not namespace or k[0] == namespace]]
-            for record in gone:
-                self._unindex(record.key, record)
+            # Dropped as deletions are: a write's answer waiting for its event waits no more.
+            gone = [r for k in [k for k in self._items if not namespace or k[0] == namespace] if (r := self._drop(k)) is not None]
         for record in gone:
             self._emit("DELETED", record)
         self._listed(namespace, served=False)

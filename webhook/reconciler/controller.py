@@ -83,7 +83,7 @@ class Controller:
         """An event on an object of its kind (the primary cache's handler)."""
         # What the first list finds is no news (as controller-runtime's priority queue treats its
         # initial list): low priority, so a change made meanwhile is not behind all of them.
-        self.queue.add(ObjectKey._make(record.key), low=event == LISTED)
+        self.queue.add(record.key, low=event == LISTED)
 
     def on_owned(self, kind: str, event: str, obj: Any, owner: ObjectKey) -> None:
         """An event on an object that ``owner``, of this controller's kind, controls (routed by
@@ -138,7 +138,7 @@ class Controller:
         """Queue, at low priority, every primary key and every owner of a cached owned object
         (objects of its kind deleted while nobody watched leave such orphans). From the caches: no
         API call. Returns the count."""
-        keys = {ObjectKey._make(record.key) for record in self.primary.items()}
+        keys = {record.key for record in self.primary.items()}
         keys.update(self.owners())
         for key in keys:
             self.queue.add(key, low=True)
