@@ -78,7 +78,7 @@ class Kind:
     pod_uid_label: str = ""
     # ... and whether a Pod is wired only when it carries the opt-in label (docs/workloads.md).
     opt_in: bool = False
-    # What a list of workloads of several kinds calls it ("Volcano Job default/a"); the kind otherwise.
+    # What a list of workloads of several kinds calls it ("Volcano Job default/a"): every workload has one.
     title: str = ""
 
     @property
@@ -106,7 +106,7 @@ class Kind:
 VOLCANO_JOB = Kind("batch.volcano.sh", "v1alpha1", "Job", "jobs", "job", Cached.JOB, pod_label=JOB_NAME_KEY,
                    title="Volcano Job")
 JOBSET = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", "JobSet", Cached.WORKLOAD, pod_label=JOBSET_NAME_KEY,
-              pod_uid_label=JOBSET_UID_KEY, opt_in=True)
+              pod_uid_label=JOBSET_UID_KEY, opt_in=True, title="JobSet")
 BATCH_JOB = Kind("batch", "v1", "Job", "jobs", "Job", Cached.WORKLOAD, pod_label=BATCH_JOB_NAME_KEY, opt_in=True,
                  title="Indexed Job")
 # The objects the plugins make for a workload, which the reconciler keeps.

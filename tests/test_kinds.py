@@ -53,6 +53,7 @@ def test_the_workloads_and_what_is_owned():
     assert WORKLOADS == (VOLCANO_JOB, JOBSET, BATCH_JOB), "a JobSet's Pods, which carry its Jobs' labels, match the JobSet first"
     assert [kind.kind for kind in OWNED] == ["ConfigMap", "Secret", "Service", "NetworkPolicy"]
     assert [kind.noun for kind in WORKLOADS] == ["job", "JobSet", "Job"]
+    assert [kind.title for kind in WORKLOADS] == ["Volcano Job", "JobSet", "Indexed Job"], "what a list of several kinds calls each"
 
 
 def test_the_controller_reference_resolved_through_the_table():

@@ -223,7 +223,7 @@ class DirectoryJobSource:
                 if isinstance(meta, dict) and isinstance(meta.get("name"), str):
                     jobs[(kind, meta.get("namespace") or "default", meta["name"])] = doc
                 else:
-                    others.append(f"a {kind.title or kind.kind} without metadata.name")
+                    others.append(f"a {kind.title} without metadata.name")
             else:
                 found = doc.get("kind") if isinstance(doc, dict) else None
                 others.append(found[:60] if isinstance(found, str) and found
@@ -236,14 +236,14 @@ class DirectoryJobSource:
         return jobs
 
 
-_TITLES = [kind.title or kind.kind for kind in WORKLOADS]
+_TITLES = [kind.title for kind in WORKLOADS]
 _WORKLOAD_TITLES = f"{', '.join(_TITLES[:-1])} or {_TITLES[-1]}"
 
 
 def _duplicates(path: Path, duplicates: list[tuple[FileKey, Path]], *, whole: bool) -> str:
     """The warning for a file's jobs that files earlier in name order hold already."""
     (kind, namespace, name), first = duplicates[0]
-    what = f"{kind.title or kind.kind} {namespace}/{name}"
+    what = f"{kind.title} {namespace}/{name}"
     more = f" and {len(duplicates) - 1} more" if len(duplicates) > 1 else ""
     if whole:
         return f"jobs file skipped: {path}: {what}{more} already in {first} (a duplicate)"
