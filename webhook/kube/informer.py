@@ -188,16 +188,29 @@ class Informer(Generic[R]):
         """Put an object the API server answered outside the watch in the cache — unless the stream
         changed or deleted it after ``since`` (the :meth:`position` before the request; without it,
         unless it was deleted lately). True when it changed the cache."""
-        record = self.transform(obj)
-        key = record.key
+        key = object_key(obj)
         with self._lock:
-            changed_at = self._recent.get(key)
-            if changed_at is not None and (key not in self._items if since is None else changed_at > since):
+            if self._stale(key, resource_version(obj), since):
+                return False
+        # Outside the lock, as the watch transforms; the checks again after it.
+        record = self.transform(obj)
+        with self._lock:
+            if self._stale(key, record.version, since):
                 return False
             if not self._put(record):
                 return False
             self._pending[key] = (record.version, self._seq, time.monotonic())
             return True
+
+    def _stale(self, key: tuple[str, str], version: Version, since: int | None) -> bool:
+        """Whether an answer at ``version`` would tell the cache nothing (called under the lock): the
+        stream changed or deleted ``key`` after ``since``, or already brought that very version —
+        the watch and a write's answer race, and the loser is not transformed a second time."""
+        changed_at = self._recent.get(key)
+        if changed_at is not None and (key not in self._items if since is None else changed_at > since):
+            return True
+        current = self._items.get(key)
+        return current is not None and current.version == version
 
     def forget(self, namespace: str, name: str) -> bool:
         """Drop an object this process just deleted, without waiting for the watch to say so: a
