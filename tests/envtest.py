@@ -716,6 +716,28 @@ def install_jobset_crd(api: client.ApiClient, timeout: float = 20.0) -> None:
     wait_until(served, timeout, "the JobSet CRD to be served")
 
 
+def wait_for_owner_kind(api: client.ApiClient, namespace: str, api_version: str, kind: str, timeout: float = 45.0) -> None:
+    """Until an API server with :data:`OWNER_REFERENCES_ENFORCEMENT` lets ``api``'s user set a
+    ``blockOwnerDeletion`` reference to a ``kind`` (a dry-run ConfigMap in ``namespace``). The plugin
+    learns a CRD installed after its first use only when its RESTMapper is next reset, every 30 s;
+    until then it refuses such a reference from any user but one who may finalize everything."""
+    probe = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "owner-kind-probe", "namespace": namespace,
+        "ownerReferences": [{"apiVersion": api_version, "kind": kind, "name": "probe", "uid": "00000000-0000-0000-0000-000000000000",
+                             "controller": True, "blockOwnerDeletion": True}]}}
+
+    def mapped() -> bool:
+        try:
+            create(api, probe, dry_run=True)
+        except ApiException as exc:
+            if exc.status == 403 and "cannot find RESTMapping" in status_message(exc):
+                return False
+            raise
+        return True
+
+    wait_until(mapped, timeout, f"the API server's owner-reference admission to know {kind}", interval=0.5)
+
+
 def job_crd() -> dict[str, Any]:
     """The CustomResourceDefinition of Volcano's Job (tests/fixtures/crd/)."""
     crd: dict[str, Any] = yaml.safe_load(JOB_CRD.read_text(encoding="utf-8"))

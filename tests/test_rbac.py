@@ -45,6 +45,7 @@ from tests.envtest import (
     rbac_objects,
     read,
     replace,
+    wait_for_owner_kind,
     wait_until,
 )
 from tests.jobs import example_job
@@ -122,12 +123,15 @@ def exercise(server: EnvTest, webhook_user: str, reconciler_user: str, workdir: 
         ("NetworkPolicy", "networking.k8s.io/v1", "ssh-demo", {"spec": {"podSelector": {}}}),
     ):
         create(admin, {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}, **body})
+    install_jobset_crd(admin)  # Indexed Jobs and JobSets too (docs/workloads.md)
+    # A server that ran before the CRD came refuses its objects' owner references for up to 30 s:
+    # waited out here, where the audit log does not count.
+    wait_for_owner_kind(server.api_client(reconciler_user), namespace, JOBSET.api_version, JOBSET.kind)
     since = datetime.now(UTC)
 
     elector = LeaderElector(server.api_client(reconciler_user), *LEASE, "me", lease_duration=3, renew_deadline=2, retry_period=0.3)
     elector.start()
     wait_until(lambda: elector.is_leader, 10, "leadership")
-    install_jobset_crd(admin)  # Indexed Jobs and JobSets too (docs/workloads.md)
     reconciler = Reconciler(server.api_client(reconciler_user), Chain(), is_leader=lambda: elector.is_leader,  # all namespaces
                             workloads=["jobs.batch", "jobsets.jobset.x-k8s.io"])
     reconciler.start()
