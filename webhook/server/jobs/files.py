@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from volcano_job_webhook.documents import DocumentError, parse_documents, read_text
-from volcano_job_webhook.jobfiles import ParserProcess
+from volcano_job_webhook.jobfiles import ParseDelayed, ParserProcess
 from volcano_job_webhook.limits import MAX_INPUT_BYTES
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, WORKLOADS, Kind, kind_of
 
@@ -44,8 +44,9 @@ class DirectoryJobSource:
     editor's half-saved file never drops jobs. A file over ``max_file_bytes``, not a regular file,
     unreadable, nested too deep or holding an alias bomb is skipped with one warning naming it, as
     is a file that holds no job, and a job whose kind, namespace and name a file earlier in name
-    order holds already (the warning names that file). Each load ends with one line: how many jobs
-    from which directory, and how many files skipped.
+    order holds already (the warning names that file). A file the parser child got too little CPU
+    to finish (a busy machine, not the file) keeps its last good jobs and is read again at the next
+    look. Each load ends with one line: how many jobs from which directory, and how many files skipped.
 
     A lookup answers from the current table at once, except while a look it started re-reads only
     small files, or when the job is not in the table and a look is under way: then it waits for
@@ -54,13 +55,14 @@ class DirectoryJobSource:
     """
 
     def __init__(self, directory: Path, interval: float = 1.0, *, max_file_bytes: int = MAX_INPUT_BYTES,
-                 miss_wait: float = 1.0, child_bytes: int = CHILD_BYTES, parse_timeout: float = 60.0) -> None:
+                 miss_wait: float = 1.0, child_bytes: int = CHILD_BYTES, parse_cpu_seconds: int = 60,
+                 parse_wall_seconds: float | None = None) -> None:
         self.directory = Path(directory)
         self.interval = interval
         self.max_file_bytes = max_file_bytes
         self.miss_wait = miss_wait
         self.child_bytes = child_bytes
-        self.parser = ParserProcess(parse_timeout)
+        self.parser = ParserProcess(parse_cpu_seconds, parse_wall_seconds)
         self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-files")
         self._look: concurrent.futures.Future[bool] | None = None
         self._checked = float("-inf")
@@ -68,6 +70,8 @@ class DirectoryJobSource:
         self._signature: Signature = {}
         self._by_file: dict[Path, dict[FileKey, dict[str, Any]]] = {}
         self._skipped: dict[Path, tuple[int, int]] = {}
+        # Files the parser had too little CPU for: read again at the next look, changed or not.
+        self._delayed: set[Path] = set()
         # Why a file that parsed gives the table nothing (or less than it holds): said once each.
         self._empty: dict[Path, str] = {}
         self._said: dict[Path, str] = {}
@@ -152,6 +156,7 @@ class DirectoryJobSource:
         if signature == self._signature and self._ready:
             return False
         by_file = {path: jobs for path, jobs in self._by_file.items() if path in signature}
+        self._delayed.clear()
         for path, sig in signature.items():
             if self._signature.get(path) != sig or path not in by_file:
                 loaded = self._load(path, sig)
@@ -179,7 +184,9 @@ class DirectoryJobSource:
                 log.warning("%s", note)
         self._said = notes
         self._empty = {path: why for path, why in self._empty.items() if path in signature}
-        self._signature, self._by_file = signature, by_file
+        # A delayed file left out of the signature makes the next look's listing differ, so it reads it again.
+        self._signature = {path: sig for path, sig in signature.items() if path not in self._delayed}
+        self._by_file = by_file
         self._jobs = jobs  # one assignment: readers see the old table or the new one
         self._ready = True
         skipped = len(signature.keys() - set(origin.values()))
@@ -206,6 +213,11 @@ class DirectoryJobSource:
                 docs = self.parser.parse(str(path), self.max_file_bytes)
             else:
                 docs = parse_documents(read_text(str(path), self.max_file_bytes), str(path))
+        except ParseDelayed as exc:
+            self._delayed.add(path)
+            log.warning("jobs file %s: %s; trying again at the next look",
+                        "keeping its last good jobs" if path in self._by_file else "not loaded yet", exc)
+            return None
         except DocumentError as exc:
             # Said once per version of the file, not on every look.
             if self._skipped.get(path) != sig:
