@@ -70,8 +70,6 @@ class DirectoryJobSource:
         self._signature: Signature = {}
         self._by_file: dict[Path, dict[FileKey, dict[str, Any]]] = {}
         self._skipped: dict[Path, tuple[int, int]] = {}
-        # Files the parser had too little CPU for: read again at the next look, changed or not.
-        self._delayed: set[Path] = set()
         # Why a file that parsed gives the table nothing (or less than it holds): said once each.
         self._empty: dict[Path, str] = {}
         self._said: dict[Path, str] = {}
@@ -156,10 +154,16 @@ class DirectoryJobSource:
         if signature == self._signature and self._ready:
             return False
         by_file = {path: jobs for path, jobs in self._by_file.items() if path in signature}
-        self._delayed.clear()
+        delayed: set[Path] = set()  # the parser had too little CPU for them: read again at the next look
         for path, sig in signature.items():
             if self._signature.get(path) != sig or path not in by_file:
-                loaded = self._load(path, sig)
+                try:
+                    loaded = self._load(path, sig)
+                except ParseDelayed as exc:
+                    delayed.add(path)
+                    log.warning("jobs file %s: %s; trying again at the next look",
+                                "keeping its last good jobs" if path in by_file else "not loaded yet", exc)
+                    continue
                 if loaded is not None:
                     by_file[path] = loaded
         if self._stopped:  # a look that outlived the server (one that could not listen, say): it says nothing more
@@ -185,7 +189,7 @@ class DirectoryJobSource:
         self._said = notes
         self._empty = {path: why for path, why in self._empty.items() if path in signature}
         # A delayed file left out of the signature makes the next look's listing differ, so it reads it again.
-        self._signature = {path: sig for path, sig in signature.items() if path not in self._delayed}
+        self._signature = {path: sig for path, sig in signature.items() if path not in delayed}
         self._by_file = by_file
         self._jobs = jobs  # one assignment: readers see the old table or the new one
         self._ready = True
@@ -213,11 +217,8 @@ class DirectoryJobSource:
                 docs = self.parser.parse(str(path), self.max_file_bytes)
             else:
                 docs = parse_documents(read_text(str(path), self.max_file_bytes), str(path))
-        except ParseDelayed as exc:
-            self._delayed.add(path)
-            log.warning("jobs file %s: %s; trying again at the next look",
-                        "keeping its last good jobs" if path in self._by_file else "not loaded yet", exc)
-            return None
+        except ParseDelayed:
+            raise  # not the file's fault: the caller reads it again later
         except DocumentError as exc:
             # Said once per version of the file, not on every look.
             if self._skipped.get(path) != sig:
