@@ -56,6 +56,7 @@ from tests.envtest import (
     EnvTest,
     Process,
     ProductWebhook,
+    _make_ca_and_serving_cert,
     apply,
     create,
     delete,
@@ -106,6 +107,11 @@ def crds_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
 def volcano_crds(directory: Path) -> tuple[Obj, ...]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return tuple(yaml.load((directory / f).read_text(encoding="utf-8"), Loader=loader) for f in CRD_FILES)
+
+
+def scheduler_crds(directory: Path) -> tuple[Obj, ...]:
+    """The CRDs vc-scheduler lists and watches besides the job controller's (HyperNode, Numatopology)."""
+    return tuple(yaml.safe_load(f.read_text(encoding="utf-8")) for f in sorted((directory / "scheduler").glob("*.yaml")))
 
 
 def find_controller(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -337,9 +343,11 @@ def api_server(backend: str, request: pytest.FixtureRequest) -> Iterator[ServerN
 # --------------------------------------------------------------------------
 
 
-def install_volcano(api: client.ApiClient, double: FakeApiServer | None = None, timeout: float = WAIT) -> None:
+def install_volcano(api: client.ApiClient, double: FakeApiServer | None = None, timeout: float = WAIT,
+                    *, scheduler: bool = False) -> None:
     """Volcano's CRDs (from :func:`crds_dir`) and the Queue ``default``, once the CRDs are served.
-    On the double without CRD files the four kinds are registered directly."""
+    On the double without CRD files the four kinds are registered directly. ``scheduler``: also the
+    two CRDs vc-scheduler lists (``scheduler/``) and no Queue (vc-scheduler makes ``root`` and ``default``)."""
     directory = crds_dir()
     if directory is None:
         if double is None:
@@ -347,15 +355,18 @@ def install_volcano(api: client.ApiClient, double: FakeApiServer | None = None, 
         for rt in FALLBACK_TYPES:
             double.register_resource(rt)
     else:
-        for crd in volcano_crds(directory):
+        crds = volcano_crds(directory) + (scheduler_crds(directory) if scheduler else ())
+        for crd in crds:
             # The double checks no schema: leave out Volcano's (the Job's is 228 KB) to keep each test fast.
             apply(api, crd if double is None else without_schema(crd))
-        for crd in volcano_crds(directory):
+        for crd in crds:
             def established(crd: Obj = crd) -> bool:
                 stored = read(api, "apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"]) or {}
                 return any(c.get("type") == "Established" and c.get("status") == "True"
                            for c in (stored.get("status") or {}).get("conditions") or [])
             wait_until(established, timeout, f"CRD {crd['metadata']['name']} to be established")
+    if scheduler:
+        return
     try:
         request(api, "POST", kind_path("Queue", None), body=DEFAULT_QUEUE)
     except ApiException as exc:
@@ -429,12 +440,13 @@ class RealVolcano:
                               controller_log=lambda tail: f"vc-controller-manager:\n{process.log(tail=tail)}")
 
 
-def start_controller(binary: Path, kubeconfig: Path, log_path: Path, timeout: float = 60.0) -> Process:
+def start_controller(binary: Path, kubeconfig: Path, log_path: Path, timeout: float = 60.0,
+                     controllers: str = "job-controller,pg-controller") -> Process:
     """Volcano's job and PodGroup controllers (``vc-controller-manager``) through ``kubeconfig``
     (Volcano's CRDs and Queue installed first: :func:`install_volcano`), once it says
     ``JobController is running``; stopped by the caller."""
     process = Process.start("vc-controller-manager", [
-        str(binary), f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--controllers=job-controller,pg-controller",
+        str(binary), f"--kubeconfig={kubeconfig}", "--leader-elect=false", f"--controllers={controllers}",
     ], log_path)
 
     def running() -> bool:
@@ -447,6 +459,120 @@ def start_controller(binary: Path, kubeconfig: Path, log_path: Path, timeout: fl
         process.stop()
         raise
     return process
+
+
+# --------------------------------------------------------------------------
+# A whole Volcano: scheduler, controllers and admission (real-kubernetes.md, "A whole Volcano")
+# --------------------------------------------------------------------------
+
+SCHEDULER_ENV, ADMISSION_ENV = "VOLCANO_SCHEDULER", "VOLCANO_ADMISSION"
+# Gang scheduling as Volcano's chart configures it, less the plugins that need a metrics server.
+SCHEDULER_CONF = """\
+actions: "enqueue, allocate, backfill"
+tiers:
+- plugins: [{name: priority}, {name: gang}, {name: conformance}]
+- plugins: [{name: overcommit}, {name: drf}, {name: predicates}, {name: proportion}, {name: nodeorder}]
+"""
+
+# What Volcano's chart registers for vc-webhook-manager (templates/webhooks.yaml at ed72c7c), which
+# then fills in each caBundle: (configuration kind, resource, verb, group, version, operations).
+ADMISSIONS = (
+    ("MutatingWebhookConfiguration", "pods", "mutate", "", "v1", ["CREATE"]),
+    ("MutatingWebhookConfiguration", "queues", "mutate", "scheduling.volcano.sh", "v1beta1", ["CREATE"]),
+    ("MutatingWebhookConfiguration", "podgroups", "mutate", "scheduling.volcano.sh", "v1beta1", ["CREATE"]),
+    ("MutatingWebhookConfiguration", "jobs", "mutate", "batch.volcano.sh", "v1alpha1", ["CREATE"]),
+    ("ValidatingWebhookConfiguration", "jobs", "validate", "batch.volcano.sh", "v1alpha1", ["CREATE", "UPDATE"]),
+    ("ValidatingWebhookConfiguration", "pods", "validate", "", "v1", ["CREATE"]),
+    ("ValidatingWebhookConfiguration", "queues", "validate", "scheduling.volcano.sh", "v1beta1", ["CREATE", "UPDATE", "DELETE"]),
+)
+
+
+def volcano_admissions(url: str) -> list[Obj]:
+    """Volcano's chart's webhook configurations, each calling ``url`` + its path (its Service here)."""
+    return [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+             "metadata": {"name": f"volcano-admission-service-{resource}-{verb}"},
+             "webhooks": [{
+                 "name": f"{verb}{resource[:-1]}.volcano.sh", "admissionReviewVersions": ["v1"],
+                 "clientConfig": {"url": f"{url}/{resource}/{verb}"}, "failurePolicy": "Fail", "matchPolicy": "Equivalent",
+                 "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                                             "values": ["volcano-system", "kube-system"]}]},
+                 "rules": [{"apiGroups": [group], "apiVersions": [version], "operations": operations,
+                            "resources": [resource], "scope": "*"}],
+                 "sideEffects": "NoneOnDryRun", "timeoutSeconds": 10,
+                 **({"reinvocationPolicy": "Never"} if verb == "mutate" else {})}]}
+            for kind, resource, verb, group, version, operations in ADMISSIONS]
+
+
+def volcano_missing(environ: Mapping[str, str] = os.environ) -> str | None:
+    """Why a whole Volcano cannot run here (None when it can): its three binaries and its CRDs."""
+    missing = [f"{name} is not set to an executable {what}"
+               for name, what in ((CONTROLLER_ENV, "vc-controller-manager"), (SCHEDULER_ENV, "vc-scheduler"),
+                                  (ADMISSION_ENV, "vc-webhook-manager"))
+               if not (environ.get(name) and os.access(environ[name], os.X_OK))]
+    directory = crds_dir(environ)
+    if directory is None or not scheduler_crds(directory):
+        missing.append(f"Volcano's CRDs (with scheduler/) are not in {CRDS_ENV} or ../shared/volcano-crds")
+    return "; ".join(missing) or None
+
+
+@contextmanager
+def whole_volcano(api: client.ApiClient, kubeconfig: Path, workdir: Path,
+                  environ: Mapping[str, str] = os.environ) -> Iterator[dict[str, Process]]:
+    """Volcano as its chart runs it, through ``kubeconfig`` (a ``system:masters`` user): its CRDs,
+    ``vc-scheduler`` (it makes the Queues and moves PodGroups to ``Inqueue``), the job and PodGroup
+    controllers, and ``vc-webhook-manager`` serving its default admissions (Jobs, Pods, PodGroups,
+    Queues; it refuses plugin names Volcano does not know in spec.plugins, which is why ours go in
+    the job annotation) on loopback with a CA of its own, registered as Volcano's chart registers
+    them. Yields the processes by name; stops them and takes the registrations away on exit."""
+    install_volcano(api, scheduler=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "scheduler.conf").write_text(SCHEDULER_CONF)
+    ca, _, cert, key = _make_ca_and_serving_cert()
+    for name, data in (("ca.crt", ca), ("tls.crt", cert), ("tls.key", key)):
+        (workdir / name).write_bytes(data)
+    port = free_port()
+    processes: dict[str, Process] = {}
+    try:
+        processes["vc-scheduler"] = scheduler = Process.start("vc-scheduler", [
+            environ[SCHEDULER_ENV], f"--kubeconfig={kubeconfig}", "--leader-elect=false",
+            f"--scheduler-conf={workdir / 'scheduler.conf'}", f"--listen-address=127.0.0.1:{free_port()}"],
+            workdir / "vc-scheduler.log")
+        wait_until(lambda: _running(scheduler) and read(api, API_VERSIONS["Queue"], "Queue", "default"), WAIT,
+                   "vc-scheduler to make the Queue default", log=lambda: scheduler.log(tail=30))
+        # The queue controller too: Volcano's admission takes Jobs only into an Open Queue.
+        processes["vc-controller-manager"] = start_controller(
+            Path(environ[CONTROLLER_ENV]), kubeconfig, workdir / "vc-controller-manager.log",
+            controllers="job-controller,pg-controller,queue-controller")
+        wait_until(lambda: ((read(api, API_VERSIONS["Queue"], "Queue", "default") or {}).get("status") or {}).get("state") == "Open",
+                   WAIT, "the Queue default Open")
+        processes["vc-webhook-manager"] = admission = Process.start("vc-webhook-manager", [
+            environ[ADMISSION_ENV], f"--kubeconfig={kubeconfig}", "--listen-address=127.0.0.1", f"--port={port}",
+            f"--tls-cert-file={workdir / 'tls.crt'}", f"--tls-private-key-file={workdir / 'tls.key'}",
+            f"--ca-cert-file={workdir / 'ca.crt'}", f"--webhook-url=https://127.0.0.1:{port}"],
+            workdir / "vc-webhook-manager.log")
+
+        configurations = volcano_admissions(f"https://127.0.0.1:{port}")
+        for obj in configurations:
+            apply(api, obj)
+
+        def patched() -> bool:
+            return _running(admission) and all(
+                (read(api, o["apiVersion"], o["kind"], o["metadata"]["name"]) or {}).get("webhooks", [{}])[0]
+                .get("clientConfig", {}).get("caBundle") for o in configurations)
+
+        wait_until(patched, WAIT, "vc-webhook-manager to fill in its caBundles", log=lambda: admission.log(tail=30))
+        time.sleep(1.0)  # a new registration takes about a second to take effect (real-kubernetes.md)
+        yield processes
+    finally:
+        for obj in volcano_admissions(""):  # no Pod is refused by an admission that is gone
+            delete(api, obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+        for process in reversed(processes.values()):
+            process.stop(grace=3.0)
+
+
+def _running(process: Process) -> bool:
+    assert process.alive, f"{process.name} exited ({process.popen.returncode}):\n{process.log(tail=40)}"
+    return True
 
 
 def product_webhook(cluster: VolcanoCluster, workdir: Path, *args: str, timeout: float = WAIT,

@@ -1,6 +1,6 @@
 """A single-node Kubernetes cluster on this machine, from real parts, for the tests that install the
-product as an operator does (tests/test_node_install.py). The facts it follows are
-../shared/real-kubernetes.md's ("A real node: kubelet, containerd, kube-proxy").
+product and run jobs as its users do (tests/on_node/). The facts it follows are
+../shared/real-kubernetes.md's ("A real node: kubelet, containerd, kube-proxy"; "cluster DNS").
 
 What runs, each a child process of the test with its log in the work directory:
 
@@ -13,7 +13,9 @@ What runs, each a child process of the test with its log in the work directory:
   the garbage collector work; kube-scheduler;
 * containerd (restrict_oom_score_adj, cgroupfs), kubelet (failCgroupV1 false, cgroupfs, failSwapOn
   false) and kube-proxy (iptables), each under its component's own identity, in a mount namespace
-  of their own (below).
+  of their own (below);
+* with ``coredns`` given, CoreDNS on the node's address serving ``cluster.local`` from the API
+  server, and kubelet's ``clusterDNS`` pointing Pods at it.
 
 Where the parts come from: ``KUBEBUILDER_ASSETS`` (kube-apiserver, etcd, kube-controller-manager),
 ``KUBE_NODE_ASSETS`` (kubelet, kube-scheduler, kube-proxy), Debian's containerd, runc,
@@ -584,6 +586,7 @@ class Node:
     assets: Path  # KUBEBUILDER_ASSETS
     node_assets: Path  # KUBE_NODE_ASSETS
     workdir: Path
+    coredns: Path | None = None  # cluster DNS when given: CoreDNS on the node's address, kubelet's clusterDNS
     timings: dict[str, float] = field(default_factory=dict)
     teardown_steps: dict[str, float] = field(default_factory=dict)  # seconds each step of stop() took
     envtest: EnvTest = field(init=False)
@@ -726,6 +729,31 @@ class Node:
         ])
         wait_until(lambda: self._alive(scheduler) and _https_ok(f"https://127.0.0.1:{port}/healthz"), 30,
                    "kube-scheduler's /healthz", log=lambda: scheduler.log(tail=30))
+        if self.coredns is not None:
+            self._cluster_dns(self.coredns)
+
+    def _cluster_dns(self, binary: Path) -> None:
+        """CoreDNS as a host process on the node's address, serving ``cluster.local`` and the reverse
+        zones from the API server and nothing else (every other name NXDOMAIN: nothing leaves here)."""
+        corefile = self.workdir / "Corefile"
+        corefile.write_text(f"""\
+cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{
+    bind {self.address}
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        kubeconfig {self.kubeconfig()} {ADMIN}@envtest
+        pods insecure
+        ttl 5
+    }}
+}}
+.:53 {{
+    bind {self.address}
+    template ANY ANY {{
+        rcode NXDOMAIN
+    }}
+}}
+""")
+        dns = self._start("coredns", [str(binary), "-conf", str(corefile)])
+        wait_until(lambda: self._alive(dns) and "CoreDNS-" in dns.log(), 30, "CoreDNS to serve", log=lambda: dns.log(tail=30))
 
     def _start(self, name: str, argv: Sequence[str], *, namespaced: bool = False) -> Process:
         """A process of the node: in its mount namespace (then :func:`erase` kills it), or of the
@@ -863,6 +891,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                                "x509": {"clientCAFile": str(self.envtest.ca_file)}},
             "authorization": {"mode": "Webhook"},
             "clusterDomain": "cluster.local", "resolvConf": "/etc/resolv.conf",
+            **({"clusterDNS": [self.address]} if self.coredns is not None else {}),
             "podLogsDir": str(w / "pod-logs"), "volumePluginDir": str(r / "volume-plugins"),
             # Nothing here is worth evicting for, or garbage-collecting images over: the node lives minutes.
             "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%",

@@ -126,6 +126,10 @@ def forget_earlier_builds(kept: set[str]) -> None:
 
 @pytest.fixture(scope="module")
 def image() -> Image:
+    return build_image()
+
+
+def build_image() -> Image:
     """The Dockerfile built on the base found, tagged ``localhost/volcano-job-webhook:test``."""
     base = base_or_skip()
     started = time.monotonic()

@@ -1,10 +1,8 @@
 """Installed on a real node, as an operator installs it (issue #26 part 7).
 
-A one-node cluster from real parts (tests/node.py: kube-apiserver, etcd, kube-controller-manager,
-kube-scheduler, containerd, kubelet, kube-proxy), Volcano on it as a fresh cluster has it (its CRDs,
-the Queue ``default``, ``vc-controller-manager``; no vc-scheduler, so the test sets each PodGroup
-``Inqueue`` itself), and the image built from the Dockerfile by tests/test_image.py's fixture, pushed
-to an OCI archive and imported into the node's containerd. Then, in docs/install.md's order:
+The one-node cluster of tests/on_node/conftest.py (real parts, cluster DNS, a whole Volcano: its
+scheduler moves each PodGroup to ``Inqueue`` itself) with the image built from the Dockerfile
+imported into the node's containerd. Then, in docs/install.md's order:
 
 1. **Helm (recommended)**: ``helm install`` with the image values pointing at the local image, the
    namespace labelled, the Deployment Available. From the moment of install until 5 s after
@@ -21,46 +19,30 @@ to an OCI archive and imported into the node's containerd. Then, in docs/install
    overlay naming the local image.
 
 The figures (bring-up, time to Ready and Available, refusals in each phase, admission latencies,
-teardown) are printed at the end (visible with ``-s``) and written to ``node-install.json`` in the
-module's temporary directory; docs/benchmarks.md ("Installed on a real node") records a run.
-
-Skips, naming what is missing, without root, the parts tests/node.py lists (``KUBEBUILDER_ASSETS``,
-``KUBE_NODE_ASSETS``, Debian's containerd, runc, CNI plugins, iptables...), ``VOLCANO_CONTROLLER``,
-Volcano's CRDs, helm, kubectl, or buildah and a base image (tests/test_image.py).
+teardown) are printed at the end (visible with ``-s``) and written to ``node-install.json``;
+docs/benchmarks.md ("Installed on a real node") records a run. Skips as the conftest says.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests import node as node_module
-from tests.cluster import (
-    CONTROLLER_ENV,
-    VolcanoCluster,
-    crds_dir,
-    find_controller,
-    install_volcano,
-    start_controller,
-)
-from tests.envtest import ADMIN, create, read, request, status_message, wait_until
-from tests.helm import CHART, helm_or_skip
+from tests.envtest import create, read, request, status_message, wait_until
+from tests.helm import CHART
 from tests.jobs import job_owner, volcano_job
-from tests.kustomize import MANIFESTS, kubectl_or_skip
-from tests.node import Node
-from tests.test_image import TAG, Image, image  # noqa: F401 (image: tests/test_image.py's fixture, used here)
+from tests.kustomize import MANIFESTS
+from tests.on_node.conftest import Cluster, Figures, figures_fixture
+from tests.test_image import TAG
 from volcano_job_webhook.plugins import Job
 from volcano_job_webhook.plugins.podgen import make_pod
 
@@ -75,103 +57,7 @@ AFTER_AVAILABLE = 5.0  # the install window runs until this long after Available
 ROLLOUT_PODS = 300
 
 
-# The cluster ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Figures:
-    """What the module measures, printed and written to JSON at the end."""
-
-    values: dict[str, Any] = field(default_factory=dict)
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.values[key] = round(value, 2) if isinstance(value, float) else value
-
-
-@dataclass
-class Cluster:
-    node: Node
-    admin: client.ApiClient
-    figures: Figures
-    controller_log: Path
-
-    def kubectl(self, *args: str, timeout: float = 120) -> str:
-        return node_module.run(kubectl_or_skip(), *args, env=self.node.tool_env(), timeout=timeout).stdout
-
-    def helm(self, *args: str, timeout: float = 120) -> str:
-        return node_module.run(helm_or_skip(), *args, env=self.node.tool_env(), timeout=timeout).stdout
-
-    def volcano(self, namespace: str) -> VolcanoCluster:
-        """tests/cluster.py's view of a namespace here (create, inqueue, pods...)."""
-        log = self.controller_log
-        return VolcanoCluster("real", self.admin, self.admin, ADMIN, namespace, envtest=self.node.envtest,
-                              controller_log=lambda tail: "\n".join(log.read_text().splitlines()[-tail:]))
-
-
-def requirements_or_skip() -> None:
-    """Skip before anything is built or started when a part is missing (a node a killed test run
-    left behind is erased first: its chains would read as another node's)."""
-    if os.geteuid() == 0:
-        node_module.clean_stale()
-    reasons = [node_module.missing()]
-    if find_controller() is None:
-        reasons.append(f"{CONTROLLER_ENV} is not set to an executable vc-controller-manager")
-    if crds_dir() is None:
-        reasons.append("Volcano's CRDs are not in VOLCANO_CRDS or ../shared/volcano-crds")
-    reason = "; ".join(r for r in reasons if r)
-    if reason:
-        pytest.skip(reason)
-    helm_or_skip()
-    kubectl_or_skip()
-
-
-@pytest.fixture(scope="module")
-def figures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Figures]:
-    out = Figures()
-    yield out
-    if out.values:
-        path = tmp_path_factory.mktemp("figures") / "node-install.json"
-        path.write_text(json.dumps(out.values, indent=1))
-        print(f"\nInstalled on a real node ({path}):\n" + "\n".join(f"  {k}: {v}" for k, v in out.values.items()))
-
-
-@pytest.fixture(scope="module")
-def checked() -> None:
-    requirements_or_skip()
-
-
-@pytest.fixture(scope="module")
-def cluster(checked: None, image: Image, figures: Figures,  # noqa: F811 (the imported fixture)
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """The node, Volcano on it, and the product's image in its containerd."""
-    workdir = tmp_path_factory.mktemp("node")
-    figures["image_build_s"] = image.build_seconds
-    started = time.monotonic()
-    archive = workdir / "image.oci.tar"
-    # Uncompressed: the archive only crosses this machine's disk.
-    node_module.run("buildah", "push", "--disable-compression", image.id, f"oci-archive:{archive}:{TAG}", timeout=300)
-    figures["image_push_s"] = time.monotonic() - started
-    assets, node_assets, binary = node_module.find_assets(), node_module.find_node_assets(), find_controller()
-    assert assets is not None and node_assets is not None and binary is not None
-    node = Node(assets, node_assets, workdir)
-    try:
-        with node:
-            figures["node_bring_up_s"] = node.timings["bring_up"]
-            started = time.monotonic()
-            node.import_image(archive, base_name=REPOSITORY)
-            figures["image_import_s"] = time.monotonic() - started
-            admin = node.api_client()
-            install_volcano(admin)
-            controller = start_controller(binary, node.kubeconfig(), workdir / "vc-controller-manager.log")
-            try:
-                yield Cluster(node, admin, figures, controller.log_path)
-            finally:
-                controller.stop()
-    finally:
-        if "teardown" in node.timings:
-            figures["node_teardown_s"] = node.timings["teardown"]
-            figures["node_teardown_steps_s"] = {k: round(v, 2) for k, v in node.teardown_steps.items() if v >= 0.5}
-    assert not node.leftovers(), f"left on this machine: {node.leftovers()}"
+figures = figures_fixture("node-install", "Installed on a real node")
 
 
 # Pods created while something happens ----------------------------------------------------------------
@@ -257,18 +143,12 @@ class PodStream:
 # The steps ------------------------------------------------------------------------------------------
 
 
-def jobs_namespace(cluster: Cluster, prefix: str) -> str:
-    """A new namespace, once kube-controller-manager has made its ``default`` ServiceAccount."""
-    made = create(cluster.admin, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": prefix}})
-    name: str = made["metadata"]["name"]
-    wait_until(lambda: read(cluster.admin, "v1", "ServiceAccount", "default", name), 30, f"ServiceAccount {name}/default")
-    return name
-
-
 def window_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    """A Volcano Job whose Pods the streams create; never Inqueue, so Volcano's controller makes none."""
+    """A Volcano Job whose Pods the streams create; it asks for more CPU than the node has, so
+    vc-scheduler never moves it to Inqueue and Volcano's controller makes no Pods of its own."""
     job = volcano_job(name, namespace=namespace, tasks=[("worker", 4)], annotation={"env": []},
                       schedulerName="volcano", minAvailable=4)
+    job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1000"}}
     return create(cluster.admin, job)
 
 
@@ -293,10 +173,10 @@ def webhook_pods_ready(cluster: Cluster) -> int:
                for p in pods)
 
 
-def install_window(cluster: Cluster, prefix: str, install: list[list[str]], job: dict[str, Any]) -> None:
+def install_window(cluster: Cluster, figures: Figures, prefix: str, install: list[list[str]], job: dict[str, Any]) -> None:
     """Pods every 0.2 s from the moment ``install`` (kubectl/helm command lines) starts until 5 s after
     the Deployment is Available: none refused; the figures of the window."""
-    figures, marks = cluster.figures, {}
+    marks = {}
     with PodStream(cluster, job, prefix) as stream:
         for command in install:
             tool = cluster.helm if command[0] == "helm" else cluster.kubectl
@@ -331,7 +211,7 @@ def install_window(cluster: Cluster, prefix: str, install: list[list[str]], job:
         "unwired Pods after wired ones: " + "".join("w" if o.result == "wired" else "u" for o in stream.outcomes))
 
 
-def check_wiring(cluster: Cluster, prefix: str, namespace: str, name: str) -> None:
+def check_wiring(cluster: Cluster, figures: Figures, prefix: str, namespace: str, name: str) -> None:
     """A Volcano Job's own Pods, made by Volcano's controller, come back wired by the webhook
     through its Service (the registrations name it, and no URL), Volcano's svc wiring beside it."""
     for obj in registrations(cluster).values():
@@ -341,13 +221,13 @@ def check_wiring(cluster: Cluster, prefix: str, namespace: str, name: str) -> No
     volcano.create(volcano_job(name, namespace=namespace, tasks=[("master", 1), ("worker", 2)], plugins={"svc": []},
                                annotation={"env": []}, schedulerName="volcano", minAvailable=3))
     started = time.monotonic()
-    volcano.inqueue(name)
+
     def made() -> list[dict[str, Any]]:
         pods = volcano.pods(name)
         return pods if len(pods) == 3 else []
 
     pods = volcano.wait(made, f"Volcano's Pods of {name}")
-    cluster.figures[f"{prefix}_volcano_pods_s"] = time.monotonic() - started
+    figures[f"{prefix}_volcano_pods_s"] = time.monotonic() - started
     for pod in pods:
         env = [e["name"] for e in pod["spec"]["containers"][0].get("env") or []]
         index = pod["metadata"]["annotations"]["volcano.sh/task-index"]
@@ -356,16 +236,16 @@ def check_wiring(cluster: Cluster, prefix: str, namespace: str, name: str) -> No
         assert len(env) == len(set(env)), f"a variable twice in {pod['metadata']['name']}: {env}"
 
 
-def rolling_restart(cluster: Cluster, prefix: str, job: dict[str, Any]) -> None:
+def rolling_restart(cluster: Cluster, figures: Figures, prefix: str, job: dict[str, Any]) -> None:
     """``kubectl rollout restart`` under 5 Pod creations a second: none of 300 refused, all wired."""
     with PodStream(cluster, job, prefix, limit=ROLLOUT_PODS) as stream:
         time.sleep(1.0)
         begun = time.monotonic()
         cluster.kubectl("-n", NAMESPACE, "rollout", "restart", f"deployment/{DEPLOYMENT}")
         cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{DEPLOYMENT}", "--timeout=120s", timeout=150)
-        cluster.figures[f"{prefix}_rollout_s"] = time.monotonic() - begun
+        figures[f"{prefix}_rollout_s"] = time.monotonic() - begun
         stream.wait(ROLLOUT_PODS * INTERVAL + 60)
-    stream.record(cluster.figures, prefix)
+    stream.record(figures, prefix)
     assert len(stream.outcomes) == ROLLOUT_PODS
     assert not stream.failures(), stream.failures()[:5]
     assert stream.count("wired") == ROLLOUT_PODS
@@ -384,7 +264,7 @@ def leftovers(cluster: Cluster) -> list[str]:
     return found
 
 
-def uninstall(cluster: Cluster, prefix: str, commands: list[list[str]], job: dict[str, Any]) -> None:
+def uninstall(cluster: Cluster, figures: Figures, prefix: str, commands: list[list[str]], job: dict[str, Any]) -> None:
     """The uninstall commands under Pod creations (their refusals a figure: docs/install.md allows a
     few seconds of them), until nothing of the install is left; then Pods are admitted unwired."""
     with PodStream(cluster, job, prefix) as stream:
@@ -395,11 +275,11 @@ def uninstall(cluster: Cluster, prefix: str, commands: list[list[str]], job: dic
             tool(*command[1:])
         wait_until(lambda: not leftovers(cluster), 120, "nothing of the install left", interval=0.2,
                    log=lambda: "left: " + ", ".join(leftovers(cluster)))
-        cluster.figures[f"{prefix}_clean_s"] = time.monotonic() - begun
+        figures[f"{prefix}_clean_s"] = time.monotonic() - begun
         time.sleep(2.0)
-    stream.record(cluster.figures, prefix)
+    stream.record(figures, prefix)
     assert not [o for o in stream.outcomes if o.result == "error"], stream.failures()[:5]
-    after = [o.result for o in stream.outcomes if o.at > cluster.figures.values[f"{prefix}_clean_s"] + 1.0]
+    after = [o.result for o in stream.outcomes if o.at > figures.values[f"{prefix}_clean_s"] + 1.0]
     assert after and set(after) == {"unwired"}, after
 
 
@@ -423,7 +303,7 @@ def test_pods_reach_the_api_server_through_its_service_and_nothing_off_the_machi
     gateway = node_module.run("ip", "-4", "route", "show", "default").stdout.split()[2]
     script = (f"for target in 10.96.0.1:443 {gateway}:53 1.1.1.1:443; do "
               "nc -w 2 ${target%:*} ${target#*:} </dev/null 2>/dev/null && echo $target open || echo $target closed; done")
-    namespace = jobs_namespace(cluster, "network-")
+    namespace = cluster.namespace("network-")
     create(cluster.admin, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": namespace},
                            "spec": {"restartPolicy": "Never", "containers": [{
                                "name": "probe", "image": node_module.PAUSE_IMAGE, "imagePullPolicy": "Never",
@@ -438,26 +318,26 @@ def test_pods_reach_the_api_server_through_its_service_and_nothing_off_the_machi
         "10.96.0.1:443 open", f"{gateway}:53 closed", "1.1.1.1:443 closed"]
 
 
-def test_helm_install_window_wiring_rollout_and_uninstall(cluster: Cluster) -> None:
-    namespace = jobs_namespace(cluster, "helm-")
+def test_helm_install_window_wiring_rollout_and_uninstall(cluster: Cluster, figures: Figures) -> None:
+    namespace = cluster.namespace("helm-")
     job = window_job(cluster, namespace, "window")
-    install_window(cluster, "helm", [
+    install_window(cluster, figures, "helm", [
         ["helm", "install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
          f"--set=image.repository={REPOSITORY}", f"--set=image.tag={IMAGE_TAG}", "--set=image.pullPolicy=Never"],
         ["kubectl", "label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted"],
     ], job)
-    check_wiring(cluster, "helm", namespace, "wired")
-    rolling_restart(cluster, "helm_rollout", job)
-    uninstall(cluster, "helm_uninstall", [
+    check_wiring(cluster, figures, "helm", namespace, "wired")
+    rolling_restart(cluster, figures, "helm_rollout", job)
+    uninstall(cluster, figures, "helm_uninstall", [
         ["helm", "uninstall", RELEASE, "-n", NAMESPACE],
         ["kubectl", "delete", "namespace", NAMESPACE, "--wait=false"],
     ], job)
 
 
-def test_kustomize_install_window_wiring_and_delete(cluster: Cluster, tmp_path: Path) -> None:
+def test_kustomize_install_window_wiring_and_delete(cluster: Cluster, figures: Figures, tmp_path: Path) -> None:
     install = overlay(tmp_path / "my-install")
-    namespace = jobs_namespace(cluster, "kustomize-")
+    namespace = cluster.namespace("kustomize-")
     job = window_job(cluster, namespace, "window")
-    install_window(cluster, "kustomize", [["kubectl", "apply", "-k", str(install)]], job)
-    check_wiring(cluster, "kustomize", namespace, "wired")
-    uninstall(cluster, "kustomize_delete", [["kubectl", "delete", "-k", str(install), "--wait=false"]], job)
+    install_window(cluster, figures, "kustomize", [["kubectl", "apply", "-k", str(install)]], job)
+    check_wiring(cluster, figures, "kustomize", namespace, "wired")
+    uninstall(cluster, figures, "kustomize_delete", [["kubectl", "delete", "-k", str(install), "--wait=false"]], job)

@@ -1,0 +1,349 @@
+"""Real jobs on a whole Volcano (issue #33): the example jobs of ``examples/jobs/`` run as a user runs
+them, on the one-node cluster of tests/on_node/conftest.py (vc-scheduler gang-schedules, Volcano's
+admission checks each Job, CoreDNS resolves the Pods' names), with the product installed by its chart
+in the README's order.
+
+Each job is submitted unchanged but for three things (:func:`runnable`): its image (the jobs' image:
+Debian's Python 3.11 with Open MPI, OpenSSH and busybox), a short program where the example's needs
+a download or a file the example does not ship, and no resource limits (the node has two CPUs). The
+frameworks come from the host, not from an image per framework: the test's own virtualenv and the
+interpreter it was made from are mounted read-only at the same paths (hostPath), first on ``PATH``,
+so ``torchrun``, ``ray`` and ``python`` in a Pod are the ones this test process has. A framework
+whose extra is not installed here is skipped, naming the extra.
+
+Every job reaches ``Completed`` (or, for Ray, whose Pods serve until deleted, its driver's answer)
+within a bound; on failure the message carries every Pod's logs, the namespace's events and the
+wired Pod spec. Then the same with one task's Pods starting 30 s after the others (an init container
+that sleeps: an image pull, a busy node), and the cost of the webhook to a job (:func:`test_cost`).
+The figures are written to ``real-jobs.json`` and printed with ``-s``; docs/benchmarks.md ("Real jobs
+on a whole Volcano") records a run.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster import VolcanoCluster
+from tests.conftest import EXAMPLES
+from tests.envtest import read, wait_until
+from tests.helm import CHART
+from tests.node import PAUSE_IMAGE
+from tests.on_node.conftest import JOBS_IMAGE, Cluster, Figures, figures_fixture
+from tests.test_image import TAG
+from volcano_job_webhook.plugins.builtin.pytorch import DEFAULT_WAIT_IMAGE
+
+Obj = dict[str, Any]
+NAMESPACE = RELEASE = "volcano-job-webhook"  # as the README installs it
+REPOSITORY, _, IMAGE_TAG = TAG.rpartition(":")
+HOST_PYTHON = tuple(dict.fromkeys((sys.base_prefix, sys.prefix)))  # the interpreter's tree and the virtualenv
+PATH = f"{sys.prefix}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+LATE_SECONDS = 30
+DONE = ("Completed", "Failed", "Aborted", "Terminated")
+
+figures = figures_fixture("real-jobs", "Real jobs on a whole Volcano")
+
+
+def needs(extra: str, module: str | None = None) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(importlib.util.find_spec(module or extra) is None,
+                              reason=f"needs the {extra} extra (pip install -e '.[{extra}]')")
+
+
+# The install ----------------------------------------------------------------------------------------
+
+
+def registered(cluster: Cluster) -> bool:
+    return bool(read(cluster.admin, "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", RELEASE))
+
+
+@pytest.fixture(scope="module")
+def installed(cluster: Cluster) -> Iterator[Cluster]:
+    """The chart installed as the README says (``helm install``, rollout status, the registration
+    once a replica serves); uninstalled at the end. The wait-for-master image Volcano's pytorch
+    plugin names is the node's busybox."""
+    cluster.node.ctr("images", "tag", "--force", PAUSE_IMAGE, f"docker.io/library/{DEFAULT_WAIT_IMAGE}")
+    cluster.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
+                 f"--set=image.repository={REPOSITORY}", f"--set=image.tag={IMAGE_TAG}", "--set=image.pullPolicy=Never")
+    cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{RELEASE}", "--timeout=120s", timeout=150)
+    wait_until(lambda: registered(cluster), 60, "the webhook's registration", log=lambda: cluster.kubectl("-n", NAMESPACE, "get", "all,events"))
+    time.sleep(1.0)  # a new registration takes about a second to take effect
+    yield cluster
+    cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", timeout=180)
+    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    wait_until(lambda: not registered(cluster), 60, "the registration gone")
+
+
+# A job as a user runs it -----------------------------------------------------------------------------
+
+
+def runnable(example: str, programs: Mapping[str, Sequence[str]] = {}, *, late: str | None = None,
+             job: Obj | None = None) -> Obj:
+    """``examples/jobs/<example>-job.yaml`` as it runs here: every container on the jobs' image
+    with the host's Python first on PATH, no resource limits, the command of ``programs[task]``
+    where given; ``late``: that task's Pods start :data:`LATE_SECONDS` later."""
+    job = copy.deepcopy(job) if job is not None else yaml.safe_load((EXAMPLES / "jobs" / f"{example}-job.yaml").read_text())
+    job["metadata"].pop("uid", None)
+    job["metadata"].pop("namespace", None)
+    for task in job["spec"]["tasks"]:
+        spec = task["template"]["spec"]
+        spec.setdefault("volumes", []).extend(
+            {"name": f"host-python-{i}", "hostPath": {"path": p, "type": "Directory"}} for i, p in enumerate(HOST_PYTHON))
+        for container in spec["containers"]:
+            container.update(image=JOBS_IMAGE, imagePullPolicy="Never")
+            container.pop("resources", None)
+            container.setdefault("env", []).append({"name": "PATH", "value": PATH})
+            container.setdefault("volumeMounts", []).extend(
+                {"name": f"host-python-{i}", "mountPath": p, "readOnly": True} for i, p in enumerate(HOST_PYTHON))
+            if task["name"] in programs:
+                container["command"] = list(programs[task["name"]])
+        if task["name"] == late:
+            spec.setdefault("initContainers", []).insert(0, {
+                "name": "starts-late", "image": JOBS_IMAGE, "imagePullPolicy": "Never", "command": ["sleep", str(LATE_SECONDS)]})
+    return job
+
+
+def diagnostics(cluster: Cluster, volcano: VolcanoCluster, name: str) -> str:
+    """Every Pod's logs (each container, init containers too), the namespace's events, a wired Pod."""
+    ns = volcano.namespace
+    parts = [f"Job {name}: {yaml.safe_dump((volcano.get('Job', name) or {}).get('status'))}"]
+    pods = volcano.pods(name)
+    for pod in pods:
+        spec = pod["spec"]
+        for container in [*(spec.get("initContainers") or []), *spec["containers"]]:
+            try:
+                log = cluster.kubectl("-n", ns, "logs", pod["metadata"]["name"], "-c", container["name"], "--tail=40")
+            except AssertionError as exc:
+                log = str(exc)[-500:]
+            parts.append(f"--- {pod['metadata']['name']}/{container['name']} ({(pod.get('status') or {}).get('phase')}):\n{log}")
+    parts.append("--- events:\n" + cluster.kubectl("-n", ns, "get", "events", "--sort-by=.lastTimestamp"))
+    if pods:
+        parts.append("--- the wired Pod spec of " + pods[0]["metadata"]["name"] + ":\n" + yaml.safe_dump(pods[0]["spec"]))
+    parts.append(cluster.volcano_logs(tail=20))
+    return "\n".join(parts)
+
+
+def run_job(cluster: Cluster, job: Obj, *, timeout: float = 240, files: Mapping[str, Path] = {},
+            until: str = "Completed") -> tuple[VolcanoCluster, dict[str, float]]:
+    """Create ``job`` (and a ConfigMap per ``files`` entry, as its comment tells the user) in a new
+    namespace and wait for its phase ``until``; returns the namespace's view and the seconds from
+    creation to all Pods Running and to ``until``."""
+    volcano = cluster.volcano(cluster.namespace(job["metadata"]["name"] + "-"))
+    for configmap, path in files.items():
+        volcano.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": configmap},
+                        "data": {path.name: path.read_text()}})
+    name = job["metadata"]["name"]
+    started = time.monotonic()
+    volcano.create(job)
+    times: dict[str, float] = {}
+    expected = sum(t["replicas"] for t in job["spec"]["tasks"])
+
+    def reached() -> str:
+        if "running" not in times:
+            pods = volcano.pods(name)
+            if len(pods) >= expected and all((p.get("status") or {}).get("phase") in ("Running", "Succeeded") for p in pods):
+                times["running"] = time.monotonic() - started
+        phase = volcano.phase(name)
+        return phase if phase in (until, *DONE) else ""
+
+    try:
+        phase = wait_until(reached, timeout, f"Job {name} to reach {until}", interval=0.2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnostics(cluster, volcano, name)}") from None
+    assert phase == until, f"Job {name} ended {phase}\n{diagnostics(cluster, volcano, name)}"
+    times["done"] = time.monotonic() - started
+    return volcano, times
+
+
+def logs(cluster: Cluster, volcano: VolcanoCluster, pod: str) -> str:
+    return cluster.kubectl("-n", volcano.namespace, "logs", pod)
+
+
+def record(figures: Figures, key: str, times: Mapping[str, float]) -> None:
+    for what, seconds in times.items():
+        figures[f"{key}_{what}_s"] = seconds
+
+
+# The jobs -------------------------------------------------------------------------------------------
+
+MPI_PROGRAMS = {"mpimaster": ["/bin/sh", "-c", "mpiexec --allow-run-as-root --host ${MPI_HOST} -np 2 hostname"],
+                "mpiworker": ["/bin/sh", "-c", "mkdir -p /run/sshd && exec /usr/sbin/sshd -D"]}
+
+
+def test_mpi_over_ssh(installed: Cluster, figures: Figures) -> None:
+    """mpi + ssh + svc (Volcano's own plugins): ``mpiexec`` on the master starts a process on each
+    worker over ssh with the plugins' keys and host list; the job completes as Volcano's MPI example
+    completes (the master's TaskCompleted ends it)."""
+    volcano, times = run_job(installed, runnable("mpi", MPI_PROGRAMS))
+    record(figures, "mpi", times)
+    out = logs(installed, volcano, "mpi-demo-mpimaster-0").split()
+    assert sorted(out) == ["mpi-demo-mpiworker-0", "mpi-demo-mpiworker-1"], out
+
+
+def test_mpi_with_late_workers_starts_once_with_waitfor(installed: Cluster, figures: Figures) -> None:
+    """The waitfor example (our plugin, in the annotation) with its workers 30 s late: the master's
+    init container waits for their ssh port, so ``mpiexec`` runs once and succeeds."""
+    volcano, times = run_job(installed, runnable("waitfor", MPI_PROGRAMS, late="mpiworker"))
+    record(figures, "mpi_waitfor_late", times)
+    master = volcano.get("Pod", "waitfor-demo-mpimaster-0") or {}
+    statuses = (master.get("status") or {}).get("containerStatuses") or []
+    assert [s["restartCount"] for s in statuses] == [0], statuses
+    assert sorted(logs(installed, volcano, "waitfor-demo-mpimaster-0").split()) == [
+        "waitfor-demo-mpiworker-0", "waitfor-demo-mpiworker-1"]
+
+
+@needs("torch")
+@pytest.mark.parametrize("late", [None, "worker"], ids=["together", "workers-late"])
+def test_torchrun(installed: Cluster, figures: Figures, late: str | None) -> None:
+    """Bare ``torchrun train.py`` on every Pod (our torchrun plugin's PET_*): the example's DDP script
+    all-reduces its gradients across the three ranks."""
+    volcano, times = run_job(installed, runnable("torchrun", late=late),
+                             files={"torchrun-demo-train": EXAMPLES / "torchrun" / "train.py"})
+    record(figures, f"torchrun_{late or 'together'}", times)
+    out = logs(installed, volcano, "torchrun-demo-master-0")
+    assert "(world size 3)" in out and "done" in out, out
+
+
+@needs("torch")
+def test_pytorch(installed: Cluster, figures: Figures) -> None:
+    """Volcano's pytorch plugin (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, the wait for the
+    master): the torchrun example's DDP script, run as ``python train.py``, reads them through env://."""
+    volcano, times = run_job(installed, runnable("pytorch"), files={"pytorch-demo-train": EXAMPLES / "torchrun" / "train.py"})
+    record(figures, "pytorch", times)
+    out = logs(installed, volcano, "pytorch-demo-master-0")
+    assert "(world size 3)" in out and "done" in out, out
+
+
+TF_TRAIN = """
+import json, os
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    w = tf.Variable([0.0, 0.0])
+def step():
+    task = tf.distribute.get_replica_context().replica_id_in_sync_group
+    return tf.distribute.get_replica_context().all_reduce("sum", tf.cast(task, tf.float32) + 1.0)
+print("ALLREDUCE", float(strategy.experimental_local_results(strategy.run(step))[0]), flush=True)
+"""
+
+
+@needs("tensorflow")
+@pytest.mark.parametrize("late", [None, "chief"], ids=["together", "chief-late"])
+def test_tensorflow(installed: Cluster, figures: Figures, late: str | None) -> None:
+    """The tensorflow plugin's TF_CONFIG: the chief and the workers join one
+    MultiWorkerMirroredStrategy and all-reduce in sync (1 + 2 + 3 = 6 on every Pod)."""
+    volcano, times = run_job(installed, runnable("tensorflow", {t: ["python", "-c", TF_TRAIN] for t in ("chief", "worker")},
+                                                 late=late))
+    record(figures, f"tensorflow_{late or 'together'}", times)
+    for pod in volcano.pods("tf-demo"):
+        assert "ALLREDUCE 6.0" in logs(installed, volcano, pod["metadata"]["name"])
+
+
+RAY_DRIVER = """
+import socket, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address="auto")
+@ray.remote(num_cpus=0)
+def where():
+    return socket.gethostname()
+nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+print("HOSTS", " ".join(sorted(ray.get([where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+                                       for n in nodes]))))
+"""
+
+
+@needs("ray")
+def test_ray(installed: Cluster, figures: Figures) -> None:
+    """Volcano's ray plugin (with svc): its own ``ray start`` commands form one cluster of three
+    nodes; a driver on the head runs a task on each node."""
+    volcano, times = run_job(installed, runnable("ray"), until="Running")
+    name = "ray-demo"
+
+    def answered() -> str:
+        try:
+            out = installed.kubectl("-n", volcano.namespace, "exec", f"{name}-head-0", "--", "python", "-c", RAY_DRIVER, timeout=120)
+        except AssertionError:
+            return ""
+        hosts = [line for line in out.splitlines() if line.startswith("HOSTS ")]
+        return hosts[0] if hosts and len(hosts[0].split()) == 4 else ""
+
+    try:
+        hosts = wait_until(answered, 120, "a Ray driver reaching three nodes", interval=2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnostics(installed, volcano, name)}") from None
+    times["driver"] = time.monotonic() - times["running"]
+    record(figures, "ray", times)
+    assert hosts.split()[1:] == [f"{name}-head-0", f"{name}-worker-0", f"{name}-worker-1"]
+
+
+JAX_PROGRAM = ("import os, jax; jax.distributed.initialize(num_processes=int(os.environ['JAX_NUM_PROCESSES']), "
+               "process_id=int(os.environ['JAX_PROCESS_ID'])); print('JAX', jax.process_index(), jax.process_count(), "
+               "jax.device_count(), flush=True)")
+
+
+@needs("jax")
+@pytest.mark.parametrize("late", [None, "leader"], ids=["together", "leader-late"])
+def test_jax(installed: Cluster, figures: Figures, late: str | None) -> None:
+    """Our jax plugin: ``jax.distributed.initialize`` with the process count and id from its
+    variables (the coordinator address from JAX_COORDINATOR_ADDRESS) joins the four processes."""
+    volcano, times = run_job(installed, runnable("jax", {t: ["python", "-c", JAX_PROGRAM] for t in ("leader", "worker")},
+                                                 late=late))
+    record(figures, f"jax_{late or 'together'}", times)
+    out = logs(installed, volcano, "jax-demo-leader-0")
+    assert "JAX 0 4 4" in out, out
+
+
+@needs("xgboost")
+def test_xgboost(installed: Cluster, figures: Figures) -> None:
+    """Our xgboost plugin's DMLC_*: the example's training script on the tracker and three workers."""
+    job = runnable("xgboost", {t: ["python", "/workspace/train.py"] for t in ("master", "worker")})
+    volcano, times = run_job(installed, job, files={"xgboost-demo-train": EXAMPLES / "xgboost" / "train.py"})
+    record(figures, "xgboost", times)
+    models = {line.rsplit(" ", 1)[1] for pod in volcano.pods("xgboost-demo")
+              for line in logs(installed, volcano, pod["metadata"]["name"]).splitlines() if line.startswith("worker ")}
+    assert len(models) == 1, f"the four workers did not train one model together: {models}"
+
+
+# What it costs a job ----------------------------------------------------------------------------------
+
+COST_RUNS = 3
+
+
+def admission_seconds(cluster: Cluster) -> tuple[float, float]:
+    """The API server's own count and sum of seconds for calls to our webhook."""
+    text = cluster.kubectl("get", "--raw", "/metrics")
+    count = total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_admission_webhook_admission_duration_seconds_") and f'name="{RELEASE}' in line:
+            value = float(line.rsplit(" ", 1)[1])
+            if "_count{" in line:
+                count += value
+            elif "_sum{" in line:
+                total += value
+    return count, total
+
+
+def test_cost(cluster: Cluster, figures: Figures, request: pytest.FixtureRequest) -> None:
+    """The MPI example (plugins Volcano runs itself) from creation to all Pods Running and to
+    Completed, without the webhook and then with it installed, on the same node in one run; the API
+    server's view of our webhook's admission time. Figures only: the target is docs/benchmarks.md's."""
+    without = [run_job(cluster, runnable("mpi", MPI_PROGRAMS))[1] for _ in range(COST_RUNS)]
+    request.getfixturevalue("installed")
+    before = admission_seconds(cluster)
+    with_webhook = [run_job(cluster, runnable("mpi", MPI_PROGRAMS))[1] for _ in range(COST_RUNS)]
+    after = admission_seconds(cluster)
+    for key in ("running", "done"):
+        plain = sorted(t[key] for t in without)[COST_RUNS // 2]
+        wired = sorted(t[key] for t in with_webhook)[COST_RUNS // 2]
+        figures[f"cost_{key}_without_s"], figures[f"cost_{key}_with_s"] = plain, wired
+        figures[f"cost_{key}_ratio"] = wired / plain
+    calls = after[0] - before[0]
+    figures["cost_admission_calls"] = calls
+    figures["cost_admission_mean_ms"] = 1000 * (after[1] - before[1]) / calls if calls else None
