@@ -7,7 +7,7 @@
   ConfigMap the Deployments mount, its ``config.yaml``, and the webhook configurations of its
   ``webhooks.yaml`` (what the reconciler registers);
 * :func:`schema_problems`: an object against the strict Kubernetes schema (cert-manager's kinds by
-  their required fields);
+  their required fields, the Prometheus Operator's by its CRDs: :mod:`tests.prometheus_operator`);
 * :func:`selector_matches`: Kubernetes label-selector semantics (``matchLabels``, ``matchExpressions``
   with ``In``/``NotIn``/``Exists``/``DoesNotExist``), and :func:`rule_matches`, a webhook's ``rules``;
 * :func:`rbac_permissions`: the ``(apiGroup, resource, verb)`` triples a ServiceAccount is granted by
@@ -28,6 +28,7 @@ import kubernetes_validate
 import yaml
 from kubernetes_validate.utils import latest_version, major_minor
 
+from tests import prometheus_operator
 from tests.kustomize import DEFAULT_VARIANT, ROOT, build_variant
 
 NAMESPACE = "volcano-job-webhook"
@@ -284,6 +285,8 @@ def schema_problems(obj: Mapping[str, Any], version: str) -> list[str]:
     """What the strict schema of Kubernetes ``version`` (kubernetes-validate) finds wrong with ``obj``."""
     if obj.get("apiVersion", "").startswith("cert-manager.io/"):
         return cert_manager_problems(obj)
+    if obj.get("apiVersion", "").startswith(f"{prometheus_operator.GROUP}/"):
+        return prometheus_operator.problems(obj)
     try:
         kubernetes_validate.validate(dict(obj), version, strict=True)
     except kubernetes_validate.ValidationError as exc:

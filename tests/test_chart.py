@@ -4,16 +4,19 @@
 * ``manifests/`` is the chart rendered (tests/render_manifests.py): a fresh rendering equals what is
   committed, so the two cannot drift (tests/test_manifests.py checks the contract on the manifests);
 * every variant's rendering, and the webhook configurations of its ``webhooks.yaml``, validate
-  against the strict Kubernetes schemas, also with every value set;
+  against the strict Kubernetes schemas, also with every value set (the monitoring objects against
+  the Prometheus Operator's CRDs; tests/test_chart_monitoring.py has the rest of the monitoring);
 * each value changes what it says and nothing it should not (image, replicas, layout, enforcement
   and settings into config.yaml, namespaceSelector, timeouts, certificates, scheduling, names from
   the release), and values.schema.json refuses what the settings would;
 * against a real kube-apiserver (``KUBEBUILDER_ASSETS``; skipped without it, saying so): every
-  variant's rendering, the chart's and kustomize's, is accepted (server-side dry-run apply); ``helm
-  install``, ``helm upgrade`` (a setting, the image, the layout) and ``helm uninstall`` go through with
-  no other step, and after the uninstall nothing of the release is left; ``kubectl apply -k manifests``
-  and ``kubectl delete -k manifests`` the same (with kube-controller-manager's namespace controller
-  and garbage collector, which the directory's assets hold).
+  variant's rendering, the chart's and kustomize's, is accepted (server-side dry-run apply), and
+  with the monitoring on, with the Prometheus Operator's CRDs installed
+  (tests/fixtures/prometheus-operator/); ``helm install``, ``helm upgrade`` (a setting, the image,
+  the layout) and ``helm uninstall`` go through with no other step, and after the uninstall nothing
+  of the release is left (also with the monitoring on); ``kubectl apply -k manifests`` and
+  ``kubectl delete -k manifests`` the same (with kube-controller-manager's namespace controller and
+  garbage collector, which the directory's assets hold).
 
 helm is found as tests/helm.py says; without it these tests skip naming what was looked for.
 """
@@ -32,7 +35,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests import render_manifests
+from tests import prometheus_operator, render_manifests
 from tests.envtest import ASSETS_ENV, EnvTest, controller_manager, create, find_assets, read, wait_until
 from tests.helm import CHART, HELM_ENV, NAMESPACE, RELEASE, cached_helm, find_helm, helm_or_skip, run, template, template_text
 from tests.kustomize import MANIFESTS, OVERLAYS, SETTINGS, SPLIT_VARIANTS, VARIANTS, kubectl_or_skip
@@ -77,7 +80,20 @@ EVERY_VALUE: dict[str, Any] = {
     "priorityClassName": "platform-critical",
     "podAnnotations": {"prometheus.io/scrape": "true"},
     "namespace": {"create": True, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}},
+    "metrics": {
+        "serviceMonitor": {"enabled": True, "namespace": "monitoring", "labels": {"release": "kps"}, "annotations": {"team": "platform"},
+                           "interval": "1m", "scrapeTimeout": "20s",
+                           "tlsConfig": {"serverName": "team-volcano-job-webhook.ml-system.svc",
+                                         "ca": {"configMap": {"name": "volcano-job-webhook-ca", "key": "ca.crt"}}}},
+        "prometheusRule": {"enabled": True, "namespace": "monitoring", "labels": {"release": "kps"}, "annotations": {"team": "platform"},
+                           "thresholds": {"errorRatio": 0.1, "refusedPods": 3, "admissionLatencySeconds": 2, "certificateExpiryDays": 30,
+                                          "certificateExpiryCriticalDays": 10, "memoryLimitRatio": 0.8}},
+        "dashboard": {"enabled": True, "namespace": "grafana", "labels": {"grafana_dashboard": "1", "team": "platform"},
+                      "annotations": {"grafana_folder": "Batch"}},
+    },
 }
+# Where EVERY_VALUE puts the monitoring objects (metrics.*.namespace).
+MONITORING_NAMESPACES = {"ServiceMonitor": "monitoring", "PodMonitor": "monitoring", "PrometheusRule": "monitoring", "ConfigMap": "grafana"}
 
 
 def deployments(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -209,8 +225,11 @@ def test_every_rendering_validates(values: dict[str, Any], version: str) -> None
                   for o in webhook_configurations(objects, "team-volcano-job-webhook"))]
     failures = [f"{label}: {p}" for label, obj in labelled for p in schema_problems(obj, version)]
     assert failures == []
-    for obj in objects:  # every namespaced object in the release's namespace, as helm install puts it
-        assert obj["metadata"].get("namespace") == (None if obj["kind"] in CLUSTER_SCOPED else "ml-system"), describe(obj)
+    for obj in objects:  # every namespaced object in the release's namespace, as helm install puts it, or where metrics.* say
+        expected = None if obj["kind"] in CLUSTER_SCOPED else "ml-system"
+        if "metrics" in values and (obj["kind"] != "ConfigMap" or obj["metadata"]["name"].endswith("-dashboard")):
+            expected = MONITORING_NAMESPACES.get(obj["kind"], expected)
+        assert obj["metadata"].get("namespace") == expected, describe(obj)
 
 
 def test_settings_schema_covers_the_settings_the_chart_does_not_set() -> None:
@@ -457,6 +476,9 @@ def start_cluster(workdir: Path) -> EnvTest:
     for kind, plural in CERT_MANAGER_KINDS:
         create(admin, stand_in_crd(kind, plural))
     wait_until(lambda: all(_served(server, plural) for _, plural in CERT_MANAGER_KINDS), 30, "cert-manager's stand-in kinds")
+    # The Prometheus Operator's own CRDs (tests/fixtures/prometheus-operator/): the monitoring objects
+    # are judged by their schemas.
+    prometheus_operator.install_crds(admin)
     return server
 
 
@@ -469,7 +491,7 @@ def _served(server: EnvTest, plural: str) -> bool:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvTest]:
     """A kube-apiserver of this module's own (its tests install cluster-scoped objects under the
-    default names), with cert-manager's kinds."""
+    default names), with cert-manager's kinds and the Prometheus Operator's CRDs."""
     server = start_cluster(tmp_path_factory.mktemp("chart"))
     try:
         yield server
@@ -516,7 +538,8 @@ RELEASE_KINDS = ("namespaces", "serviceaccounts", "configmaps", "secrets", "serv
                  "clusterroles.rbac.authorization.k8s.io", "clusterrolebindings.rbac.authorization.k8s.io",
                  "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io", "leases.coordination.k8s.io",
                  "jobs.batch", "cronjobs.batch", "issuers.cert-manager.io", "certificates.cert-manager.io",
-                 "mutatingwebhookconfigurations.admissionregistration.k8s.io", "validatingwebhookconfigurations.admissionregistration.k8s.io")
+                 "mutatingwebhookconfigurations.admissionregistration.k8s.io", "validatingwebhookconfigurations.admissionregistration.k8s.io",
+                 "servicemonitors.monitoring.coreos.com", "podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
 
 
 def left_of(server: EnvTest, prefix: str, namespace: str) -> list[str]:
@@ -572,6 +595,45 @@ def test_helm_install_upgrade_and_uninstall_need_no_other_step(cluster: EnvTest)
     helm(cluster, "uninstall", release, "-n", namespace)
     assert left_of(cluster, fullname, namespace) == []
     assert read(api, "v1", "Namespace", namespace) is not None, "the namespace is Helm's --create-namespace, left to the user"
+
+
+@pytest.mark.parametrize("variant", list(CHART_VARIANTS))
+def test_monitoring_objects_are_accepted_by_the_api_server(variant: str, cluster: EnvTest) -> None:
+    """With the Prometheus Operator's CRDs installed, every variant's rendering with all monitoring on
+    (the ServiceMonitor, PodMonitor and PrometheusRule, and the dashboard's ConfigMap) passes a
+    server-side dry-run apply: the CRDs' schemas, strict field validation."""
+    release, namespace = f"mon-{variant}", f"mon-{variant}"
+    ensure_namespace(cluster, namespace)
+    values = {**CHART_VARIANTS[variant], "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True},
+                                                     "dashboard": {"enabled": True}}}
+    objects = template(values, release=release, namespace=namespace)
+    assert {o["kind"] for o in objects} >= {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    out = kubectl(cluster, "apply", "--server-side", "--dry-run=server", "-f", "-", stdin=template_text(values, release=release, namespace=namespace))
+    assert out.count("(server dry run)") == len(objects)
+    for kind in ("servicemonitor", "podmonitor", "prometheusrule"):
+        assert f"{kind}.monitoring.coreos.com/{release}" in out, out
+
+
+def test_helm_install_and_uninstall_with_monitoring(cluster: EnvTest) -> None:
+    """helm install with the monitoring on, its objects elsewhere: made where the values say; helm
+    uninstall leaves nothing."""
+    release, namespace = "vjw-mon", "helm-monitoring"
+    fullname = f"{release}-volcano-job-webhook"
+    for name in (namespace, "monitoring"):
+        ensure_namespace(cluster, name)
+    helm(cluster, "install", release, str(CHART), "-n", namespace, "--set", "layout=split",
+         "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
+         "--set", "metrics.dashboard.enabled=true", "--set", "metrics.prometheusRule.namespace=monitoring",
+         "--set", "metrics.serviceMonitor.labels.release=kps")
+    api = cluster.api_client()
+    monitor = read(api, "monitoring.coreos.com/v1", "ServiceMonitor", fullname, namespace)
+    assert monitor is not None and monitor["metadata"]["labels"]["release"] == "kps"
+    assert read(api, "monitoring.coreos.com/v1", "PodMonitor", f"{fullname}-reconciler", namespace) is not None
+    assert read(api, "monitoring.coreos.com/v1", "PrometheusRule", fullname, "monitoring") is not None
+    dashboard = read(api, "v1", "ConfigMap", f"{fullname}-dashboard", namespace)
+    assert dashboard is not None and dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    helm(cluster, "uninstall", release, "-n", namespace)
+    assert left_of(cluster, fullname, namespace) == []
 
 
 def test_helm_install_and_uninstall_with_cert_manager_split(cluster: EnvTest) -> None:
