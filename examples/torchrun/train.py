@@ -9,6 +9,7 @@ and gives each one RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, wh
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -16,7 +17,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 
-def main(steps: int = 20) -> None:
+def main(steps: int = 20, pause: float = float(os.environ.get("STEP_SECONDS", "0"))) -> None:
     cuda = torch.cuda.is_available()
     dist.init_process_group(backend="nccl" if cuda else "gloo")  # env:// from torchrun's variables
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -36,6 +37,7 @@ def main(steps: int = 20) -> None:
         optimizer.zero_grad()
         loss.backward()  # gradients are averaged across all ranks here
         optimizer.step()
+        time.sleep(pause)  # STEP_SECONDS: slow enough to watch (or to lose a Pod) while it trains
         if rank == 0 and step % 5 == 0:
             print(f"step {step}: loss {loss.item():.4f} (world size {world})", flush=True)
     dist.barrier()

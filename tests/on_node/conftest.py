@@ -11,6 +11,7 @@ helm, kubectl, or buildah and a base image (tests/test_image.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -32,9 +33,10 @@ from tests.test_image import CACHE, TAG, Image, base_or_skip, build_image, build
 
 COREDNS_ENV = "COREDNS"
 # Debian's Python 3.11 (the base) with what the jobs run besides Python: Open MPI and OpenSSH for
-# mpirun over ssh, busybox for the wait and the shell tools. The frameworks come from the host.
-JOBS_IMAGE = "localhost/vjw-jobs:test"
-JOBS_PACKAGES = ("openmpi-bin", "openssh-server", "openssh-client", "busybox")
+# mpirun over ssh, netcat for the wait for the master. The frameworks come from the host. Tagged by
+# its package list, so a changed list builds anew.
+JOBS_PACKAGES = ("openmpi-bin", "openssh-server", "openssh-client", "netcat-openbsd")
+JOBS_IMAGE = f"localhost/vjw-jobs:{hashlib.sha256(' '.join(JOBS_PACKAGES).encode()).hexdigest()[:12]}"
 
 
 @dataclass
@@ -109,7 +111,7 @@ def requirements_or_skip() -> None:
 def jobs_image(base: str) -> str:
     """:data:`JOBS_IMAGE` in buildah's storage: there already, else from its archive in the cache,
     else built on ``base`` with Debian's packages (a few minutes, once a machine)."""
-    archive = CACHE / "vjw-jobs.oci.tar"
+    archive = CACHE / f"vjw-jobs-{JOBS_IMAGE.rpartition(':')[2]}.oci.tar"
     if buildah("inspect", "--type", "image", JOBS_IMAGE).returncode == 0:
         return JOBS_IMAGE
     if archive.exists():
