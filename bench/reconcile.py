@@ -164,7 +164,7 @@ class Reconciler:
         return body is not None and json.loads(body).get("status") == "ready"
 
     def resyncs(self) -> int:
-        return sum(1 for line in self.log_path.read_text().splitlines() if '"resync: ' in line)
+        return sum(1 for line in self.log_path.read_text().splitlines() if '"resync: ' in line and " jobs.batch.volcano.sh " in line)
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.process.popen.pid}/status").read_text().splitlines():

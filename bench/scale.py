@@ -435,10 +435,11 @@ class Reconciler:
         return out
 
     def resyncs(self) -> list[tuple[float, int]]:
-        """Each "resync: N jobs queued" line so far: when it was logged (epoch seconds) and N."""
+        """Each "resync: N jobs.batch.volcano.sh keys queued" line so far (the Volcano Jobs' controller):
+        when it was logged (epoch seconds) and N."""
         out = []
         for line in self.log_path.read_text(errors="replace").splitlines():
-            if '"resync: ' not in line:
+            if '"resync: ' not in line or " jobs.batch.volcano.sh " not in line:
                 continue
             entry = json.loads(line)
             when = datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()

@@ -267,6 +267,12 @@ class _Filter:
         return all(k in labels and v in (None, labels[k]) for k, v in self.labels.items())
 
 
+def _named(query: dict[str, str]) -> str | None:
+    """The name of a ``fieldSelector`` of ``metadata.name=NAME`` (the one field selector the product sends)."""
+    selector = query.get("fieldSelector") or ""
+    return selector.removeprefix("metadata.name=") if selector.startswith("metadata.name=") else None
+
+
 # --------------------------------------------------------------------------
 # Patches
 # --------------------------------------------------------------------------
@@ -1147,9 +1153,9 @@ class FakeApiServer:
     def _list(self, rt: ResourceType, ns: str | None, query: dict[str, str]) -> _Encoded:
         """A page of the list (call with the lock held), encoded before the lock is let go."""
         selector = query.get("labelSelector") or ""
-        flt = _Filter(ns, parse_label_selector(selector))
+        flt = _Filter(ns, parse_label_selector(selector), _named(query))
         objs = self._store.objects[rt.key]
-        keys = self._selected(rt, flt, selector)
+        keys = self._selected(rt, flt, f"{selector} {flt.name}")
         start = 0
         meta: Obj = {"resourceVersion": str(self._store.rv)}
         if token := query.get("continue"):
@@ -1411,7 +1417,7 @@ class FakeApiServer:
     def _watch(self, h: _Handler, route: _Route, query: dict[str, str]) -> None:
         """Stream watch events until timeout, close_watches(), stop() or the client leaves."""
         rt = route.rt
-        flt = _Filter(route.namespace, parse_label_selector(query.get("labelSelector")), route.name)
+        flt = _Filter(route.namespace, parse_label_selector(query.get("labelSelector")), route.name or _named(query))
         rv_param = query.get("resourceVersion") or ""
         bookmarks = _truthy(query.get("allowWatchBookmarks"))
         timeout = float(query.get("timeoutSeconds") or self.watch_timeout)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +21,7 @@ from tests.apiserver import FakeApiServer
 from tests.cluster import SERVERS, ServerNamespace, api_server, kind_path
 from tests.envtest import create, delete, request, wait_until
 from tests.jobs import API_VERSION, volcano_job
+from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain, ChainConfig, Job, PluginError
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL, VOLCANO_PLUGINS
 from volcano_job_webhook.plugins.podgen import make_pod
@@ -244,7 +244,7 @@ def test_a_job_made_again_while_the_reconciler_was_away_gets_new_objects_and_a_n
     ns = server.namespace
     made = functools.partial(job, namespace=ns, uid=None, plugins={}, annotation={"mpi": []})
     first = create(server.admin, made())
-    reconciler = Reconciler(server.admin, BESIDE, namespaces=[ns], resync_seconds=3600)
+    reconciler = Reconciler(server.admin, WebhookSettings(namespaces=[ns], resync_seconds=3600, workloads=[]), BESIDE)
     reconciler.start()
     try:
         wait_for(lambda: ("Secret", "demo-ssh") in ours(server), what="the first Secret")
@@ -254,7 +254,7 @@ def test_a_job_made_again_while_the_reconciler_was_away_gets_new_objects_and_a_n
     delete(server.admin, API_VERSION, "Job", "demo", ns)
     second = create(server.admin, made())
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
-    again = Reconciler(server.admin, BESIDE, namespaces=[ns], resync_seconds=3600)
+    again = Reconciler(server.admin, WebhookSettings(namespaces=[ns], resync_seconds=3600, workloads=[]), BESIDE)
     again.start()
     try:
         def renewed() -> bool:
@@ -270,18 +270,17 @@ def test_a_job_made_again_while_the_reconciler_was_away_gets_new_objects_and_a_n
         again.stop()
 
 
-def test_a_replica_that_stops_leading_sends_no_more_retries(api_double: FakeApiServer):
-    leading = threading.Event()
-    leading.set()
-    r = Reconciler(api_double.api_client(), BESIDE, resync_seconds=3600, is_leader=leading.is_set)
+def test_a_reconciler_that_stops_sends_no_more_retries(api_double: FakeApiServer):
+    """Stopped (SIGTERM, or a lost Lease, which ends the process): a failing write is not tried again."""
+    r = Reconciler(api_double.api_client(), WebhookSettings(resync_seconds=3600, workloads=[]), BESIDE)
     api_double.fail_next(100, status=503, method="POST", path_contains="/configmaps")
     r.start()
     try:
         body = job(plugins={}, annotation={"hostfile": []}, uid=None)
         client.CustomObjectsApi(api_double.api_client()).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", body)
         wait_for(lambda: [q for q in api_double.requests if q.resource == "configmaps" and q.verb == "create"], what="a first attempt")
-        leading.clear()
-        time.sleep(0.05)  # an attempt may be on the wire as leadership goes
+        r.stop()
+        time.sleep(0.05)  # an attempt may be on the wire as it stops
         sent = len([q for q in api_double.requests if q.resource == "configmaps" and q.verb == "create"])
         time.sleep(1.5)  # the retries' backoff would have sent more by now
         assert len([q for q in api_double.requests if q.resource == "configmaps" and q.verb == "create"]) == sent

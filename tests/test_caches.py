@@ -22,12 +22,13 @@ from kubernetes import client
 from tests.apiserver import FakeApiServer
 from tests.envtest import wait_until
 from tests.jobs import task, volcano_job
-from volcano_job_webhook.kube.records import DIGEST_OVER, JobRecord, digest
+from volcano_job_webhook.config import WebhookSettings
+from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.base import Digest
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, ObjectKey
 from volcano_job_webhook.reconciler import Reconciler
-from volcano_job_webhook.reconciler.kinds import OwnedRecord
+from volcano_job_webhook.reconciler.kinds import DIGEST_OVER, OwnedRecord, digest
 
 
 def training_job(name: str = "train", phase: str | None = None) -> dict[str, Any]:
@@ -71,14 +72,15 @@ def test_a_job_record_keeps_what_plugins_read_and_nothing_else():
     assert len(json.dumps(obj)) > 3000 and record.packed_size < 1200, record.packed_size
 
 
-def test_the_packing_dictionary_learns_the_first_objects_and_reads_every_blob():
+def test_the_packing_dictionaries_are_learned_per_kind_and_read_every_blob():
+    """A dictionary for each kind, from its first objects (a Service learns nothing from ConfigMaps)."""
     from volcano_job_webhook.kube.records import Packer
 
-    packer = Packer(b'{"apiVersion":"v1"}', learn=3)
-    objects = [{"image": "registry.example.com/team/trainer:2026.11", "n": i} for i in range(6)]
+    packer = Packer(learn=3)
+    objects = [{"kind": kind, "image": "registry.example.com/team/trainer:2026.11", "n": i} for i in range(6) for kind in ("ConfigMap", "Service")]
     blobs = [packer.pack(obj) for obj in objects]
-    assert [blob[0] for blob in blobs] == [0, 0, 0, 1, 1, 1], "the first three with the vocabulary, then with what they taught"
-    assert len(blobs[4]) < len(blobs[1]) / 2
+    assert [blob[0] for blob in blobs] == [0] * 6 + [1, 2] * 3, "the first three of each without a dictionary, then with what they taught"
+    assert len(blobs[8]) < len(blobs[2]) / 2
     assert [packer.unpack(blob) for blob in blobs] == objects
 
 
@@ -114,7 +116,7 @@ wait_for = functools.partial(wait_until, timeout=10.0, interval=0.02)
 
 @pytest.fixture
 def reconciler(api_double: FakeApiServer) -> Iterator[Reconciler]:
-    r = Reconciler(api_double.api_client(), Chain(), resync_seconds=3600)
+    r = Reconciler(api_double.api_client(), WebhookSettings(resync_seconds=3600, workloads=[]), Chain())
     r.start()
     yield r
     r.stop()
@@ -183,25 +185,6 @@ def test_a_relist_after_410_reports_what_was_missed(api_double: FakeApiServer, r
     assert reconciler.jobs.relists >= 2
 
 
-def test_a_write_answer_arriving_after_the_deletion_does_not_bring_the_object_back(api_double: FakeApiServer):
-    from volcano_job_webhook.kube.informer import Informer
-    from volcano_job_webhook.reconciler.kinds import OWNED
-
-    core = client.CoreV1Api(api_double.api_client())
-    informer = Informer(api_double.api_client(), OWNED["ConfigMap"], transform=OwnedRecord)
-    informer.start()
-    try:
-        wait_for(lambda: informer.synced, what="synced")
-        written = api_double.api_client().sanitize_for_serialization(
-            core.create_namespaced_config_map("default", {"metadata": {"name": "cm"}, "data": {"a": "1"}}))
-        wait_for(lambda: informer.get("default", "cm") is not None, what="the ConfigMap cached")
-        core.delete_namespaced_config_map("cm", "default")
-        wait_for(lambda: informer.get("default", "cm") is None, what="the deletion seen")
-        assert informer.store(written) is False and informer.get("default", "cm") is None
-    finally:
-        informer.stop()
-
-
 def test_the_first_list_reports_listed_and_a_relist_reports_changes(api_double: FakeApiServer):
     server = api_double
     from volcano_job_webhook.kube.informer import LISTED, Informer
@@ -210,8 +193,8 @@ def test_the_first_list_reports_listed_and_a_relist_reports_changes(api_double: 
     core = client.CoreV1Api(server.api_client())
     core.create_namespaced_config_map("default", {"metadata": {"name": "before"}})
     seen: list[tuple[str, str]] = []
-    informer = Informer(server.api_client(), OWNED["ConfigMap"], transform=OwnedRecord,
-                        on_event=lambda kind, record: seen.append((kind, record.key[1])))
+    informer = Informer(server.api_client(), OWNED["ConfigMap"], transform=OwnedRecord)
+    informer.add_event_handler(lambda kind, record: seen.append((kind, record.key[1])))
     informer.start()
     try:
         wait_for(lambda: informer.synced, what="synced")
@@ -245,7 +228,7 @@ def test_the_index_holds_one_key_or_several_and_follows_changes():
     assert owned("a") == ["a-hostfile"] and owned("b") == ["a-svc", "b-svc"]
     informer._drop(("ns", "a-hostfile"))
     informer._drop(("ns", "b-svc"))
-    assert owned("a") == [] and owned("b") == ["a-svc"] and sorted(informer.index_keys()) == ["b"]
+    assert owned("a") == [] and owned("b") == ["a-svc"] and list(informer._index) == ["b"]
 
 
 def test_a_kind_not_served_yet_is_synced_as_empty_and_listed_once_served(api_double: FakeApiServer, monkeypatch):

@@ -450,7 +450,8 @@ def test_every_call_of_the_certificates_is_granted_by_name_and_every_grant_is_us
     sync(certs_cluster.api_client(), NS, TLS, CA, "volcano-job-webhook", NS, policy=SHORT, now=T0 + timedelta(days=24))
     requests += certs_cluster.requests
     assert [(r.verb, r.resource, r.name) for r in requests if not allowed(grants, r)] == []
-    unused = [g for g in grants if not any(allowed([g], r) for r in requests)]
+    # list and watch of the serving Secret by name are the registration's (its caBundle), held by test_rbac.
+    unused = [g for g in grants if g.verb not in ("list", "watch") and not any(allowed([g], r) for r in requests)]
     assert unused == []
     # The control: a request the Role does not name is refused by this check.
     assert not allowed(grants, type("R", (), {"verb": "get", "group": "", "resource": "secrets", "namespace": NS, "name": "other"})())

@@ -42,6 +42,7 @@ from tests.envtest import (
     webhook_configurations,
 )
 from tests.jobs import example_job
+from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain, read_workload
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.reconciler import Reconciler
@@ -102,8 +103,8 @@ def test_the_job_controllers_pods_are_wired_and_the_collector_takes_the_objects(
     job_obj = yaml.safe_load((EXAMPLES / "torchrun-indexed-job.yaml").read_text())
     job_obj["metadata"] = {**job_obj["metadata"], "namespace": namespace}
     del job_obj["metadata"]["uid"]
-    reconciler = Reconciler(envtest.api_client(WEBHOOK_USER), Chain(), namespaces=[namespace], resync_seconds=3600,
-                            workloads=["jobs.batch"])
+    reconciler = Reconciler(envtest.api_client(WEBHOOK_USER), WebhookSettings(namespaces=[namespace], resync_seconds=3600,
+                                                                             workloads=["jobs.batch"]), Chain())
     reconciler.start()
     try:
         wait_until(lambda: reconciler.ready, 15, "the reconciler's caches")
@@ -134,7 +135,8 @@ def test_the_job_controllers_pods_are_wired_and_the_collector_takes_the_objects(
 def test_the_collector_takes_a_volcano_jobs_objects(envtest: EnvTest, kube_admin: kube_client.ApiClient,
                                                     kcm: Process) -> None:
     namespace = new_namespace(kube_admin, "volcano-gc-")
-    reconciler = Reconciler(envtest.api_client(WEBHOOK_USER), Chain(), namespaces=[namespace], resync_seconds=3600)
+    reconciler = Reconciler(envtest.api_client(WEBHOOK_USER), WebhookSettings(namespaces=[namespace], resync_seconds=3600, workloads=[]),
+                            Chain())
     reconciler.start()
     try:
         wait_until(lambda: reconciler.ready, 15, "the reconciler's caches")

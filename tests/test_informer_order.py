@@ -1,9 +1,8 @@
-"""The informer's cache orders changes by the watch stream, never by comparing resourceVersions.
-
-The API's contract is that a resourceVersion is opaque: equal or not, nothing more. Every version
-here is a word with no order ("kiwi" before "apple"), so a cache that compared them would go wrong.
-The stream is scripted (a real API server cannot be made to deliver an old event after a write's
-answer on demand); tests/test_caches.py runs the same cache against a server.
+"""The informer's cache takes the order of changes from the watch stream, never from comparing
+resourceVersions: the API's contract is that one is opaque, equal or not. Every version here is a
+word with no order ("kiwi" before "apple"), so a cache that compared them would go wrong. The stream
+is scripted (a real API server cannot be made to send these on cue); tests/test_caches.py runs the
+same cache against a server.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from typing import Any
 
 from kubernetes import client
 
-from volcano_job_webhook.kube.informer import Informer
+from volcano_job_webhook.kube.informer import LISTED, Informer
 from volcano_job_webhook.kube.records import resource_version
 from volcano_job_webhook.reconciler.kinds import OWNED, OwnedRecord
 
@@ -51,13 +50,14 @@ class ScriptedRest:
         return Stream(events)
 
 
-def informer() -> tuple[Informer[OwnedRecord], ScriptedRest, list[tuple[str, str]]]:
+def informer(items: list[dict[str, Any]] = ()) -> tuple[Informer[OwnedRecord], ScriptedRest, list[tuple[str, str]]]:  # type: ignore[assignment]
     seen: list[tuple[str, str]] = []
-    cache: Informer[OwnedRecord] = Informer(client.ApiClient(), OWNED["ConfigMap"], transform=OwnedRecord,
-                                            on_event=lambda kind, record: seen.append((kind, str(record.version))))
+    cache: Informer[OwnedRecord] = Informer(client.ApiClient(), OWNED["ConfigMap"], transform=OwnedRecord)
+    cache.add_event_handler(lambda kind, record: seen.append((kind, str(record.version))))
     rest = ScriptedRest()
+    rest.items = list(items)
     cache.rest = rest  # type: ignore[assignment]
-    cache._relist("", first=True)
+    cache._list("", first=True)
     return cache, rest, seen
 
 
@@ -76,97 +76,19 @@ def test_a_version_is_kept_as_given_and_only_compared_for_equality():
     assert resource_version({"metadata": {}}) == "" and str(resource_version({"metadata": {"resourceVersion": "123"}})) == "123"
 
 
-def test_events_older_than_a_stored_write_are_passed_over_until_its_own_arrives():
+def test_the_stream_orders_the_changes_whatever_the_versions_look_like():
     cache, rest, seen = informer()
-    since = cache.position()
-    assert cache.store(config_map("cm", "kiwi"), since) is True
-    # The stream still has a change from before our write ("apple"), then our own ("kiwi"), then a newer one.
-    rest.events = [event("MODIFIED", config_map("cm", "apple")), event("MODIFIED", config_map("cm", "kiwi"))]
+    rest.events = [event("ADDED", config_map("cm", "kiwi")), event("MODIFIED", config_map("cm", "apple")),
+                   event("DELETED", config_map("cm", "apple")), event("ADDED", config_map("cm", "banana"))]
     cache._watch("", "list")
-    assert cached(cache) == "kiwi" and seen == []
-    rest.events = [event("MODIFIED", config_map("cm", "banana"))]
-    cache._watch("", "list")
-    assert cached(cache) == "banana" and seen == [("MODIFIED", "banana")]
+    assert cached(cache) == "banana"
+    assert seen == [("ADDED", "kiwi"), ("MODIFIED", "apple"), ("DELETED", "apple"), ("ADDED", "banana")]
 
 
-def test_an_answer_is_refused_when_the_stream_changed_the_object_while_the_request_was_out():
+def test_an_event_at_the_version_held_reports_nothing_and_is_not_transformed():
+    """A relist's event repeated by the watch from an older version, or a bookmark-less resume: the
+    cache has that version already; a transform is most of the cost of an event."""
     cache, rest, seen = informer()
-    since = cache.position()
-    rest.events = [event("ADDED", config_map("cm", "plum"))]
-    cache._watch("", "list")
-    # Our request's answer ("fig") may be older or newer than "plum": the stream decides; its event will come.
-    assert cache.store(config_map("cm", "fig"), since) is False and cached(cache) == "plum"
-    rest.events = [event("MODIFIED", config_map("cm", "fig"))]
-    cache._watch("", "list")
-    assert cached(cache) == "fig" and seen == [("ADDED", "plum"), ("MODIFIED", "fig")]
-
-
-def test_a_deleted_object_is_not_brought_back_by_an_answer_that_comes_later():
-    cache, rest, _ = informer()
-    since = cache.position()
-    rest.events = [event("ADDED", config_map("cm", "a")), event("DELETED", config_map("cm", "z"))]
-    cache._watch("", "list")
-    assert cache.store(config_map("cm", "m"), since) is False and cached(cache) is None
-    assert cache.store(config_map("cm", "m")) is False  # without a position: refused while the deletion is recent
-    assert cache.store(config_map("cm", "n"), cache.position()) is True  # made again after the deletion: kept
-
-
-def test_a_relist_keeps_what_was_stored_after_it_began_and_replaces_what_was_stored_before():
-    cache, rest, _ = informer()
-    cache.store(config_map("early", "e1"), cache.position())
-    rest.items = [config_map("early", "e2"), config_map("late", "l0")]
-    pages = cache._pages("")
-
-    def store_during_the_list(namespace: str) -> Any:
-        # A write answered while the list was under way: newer than the list, or not — kept until its event.
-        cache.store(config_map("late", "l1"), cache.position())
-        cache.store(config_map("gone", "g1"), cache.position())
-        return pages
-
-    cache._pages = store_during_the_list  # type: ignore[method-assign]
-    cache._relist("")
-    assert (cached(cache, "early"), cached(cache, "late"), cached(cache, "gone")) == ("e2", "l1", "g1")
-    rest.events = [event("MODIFIED", config_map("late", "l0")), event("ADDED", config_map("late", "l1"))]
-    cache._watch("", "list")
-    assert cached(cache, "late") == "l1"
-
-
-def test_a_write_the_list_already_holds_waits_no_more():
-    """Stored while a list was under way and listed at that very version: the watch from the list's
-    version will not repeat its event, so the stream is believed again at once."""
-    cache, rest, seen = informer()
-    rest.items = [config_map("cm", "w1")]
-    pages = cache._pages("")
-
-    def store_during_the_list(namespace: str) -> Any:
-        cache.store(config_map("cm", "w1"), cache.position())
-        return pages
-
-    cache._pages = store_during_the_list  # type: ignore[method-assign]
-    cache._relist("")
-    rest.events = [event("MODIFIED", config_map("cm", "w2"))]
-    cache._watch("", "list")
-    assert cached(cache) == "w2" and seen == [("MODIFIED", "w2")]
-
-
-def test_a_write_whose_event_never_comes_is_given_up_on(monkeypatch):
-    from volcano_job_webhook.kube import informer as informers
-
-    cache, rest, seen = informer()
-    cache.store(config_map("cm", "lost"), cache.position())
-    rest.events = [event("MODIFIED", config_map("cm", "next"))]
-    cache._watch("", "list")
-    assert cached(cache) == "lost"
-    monkeypatch.setattr(informers, "PENDING_FOR", 0.0)
-    rest.events = [event("MODIFIED", config_map("cm", "after"))]
-    cache._watch("", "list")
-    assert cached(cache) == "after" and seen == [("MODIFIED", "after")]
-
-
-def test_a_write_and_its_own_event_are_transformed_once_whichever_comes_first():
-    """A write's answer and its watch event race; the loser finds the cache at that version already
-    and is not transformed again (a transform is most of the cost of an event)."""
-    cache, rest, _ = informer()
     made: list[str] = []
 
     def counting(obj: dict[str, Any]) -> OwnedRecord:
@@ -174,12 +96,18 @@ def test_a_write_and_its_own_event_are_transformed_once_whichever_comes_first():
         return OwnedRecord(obj)
 
     cache.transform = counting
-    since = cache.position()
-    rest.events = [event("ADDED", config_map("first", "event-wins"))]
+    rest.events = [event("ADDED", config_map("cm", "fig")), event("MODIFIED", config_map("cm", "fig"))]
     cache._watch("", "list")
-    assert cache.store(config_map("first", "event-wins"), since) is False
-    assert cache.store(config_map("second", "answer-wins"), cache.position()) is True
-    rest.events = [event("ADDED", config_map("second", "answer-wins"))]
-    cache._watch("", "list")
-    assert made == ["event-wins", "answer-wins"]
-    assert (cached(cache, "first"), cached(cache, "second")) == ("event-wins", "answer-wins")
+    assert made == ["fig"] and seen == [("ADDED", "fig")]
+
+
+def test_the_first_list_is_listed_and_a_relist_reports_what_changed_and_what_went():
+    cache, rest, seen = informer(items=[config_map("a", "a1"), config_map("b", "b1")])
+    assert sorted(seen) == [(LISTED, "a1"), (LISTED, "b1")]
+    seen.clear()
+    rest.items = [config_map("a", "a2"), config_map("b", "b1"), config_map("c", "c1")]
+    cache._list("", first=False)
+    rest.items = [config_map("a", "a2"), config_map("c", "c1")]
+    cache._list("", first=False)
+    assert sorted(seen) == [("ADDED", "c1"), ("DELETED", "b1"), ("MODIFIED", "a2")]
+    assert (cached(cache, "a"), cached(cache, "b"), cached(cache, "c")) == ("a2", None, "c1") and cache.relists == 3

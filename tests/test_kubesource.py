@@ -34,7 +34,7 @@ async def setup() -> AsyncIterator[tuple[FakeApiServer, httpx.AsyncClient, KubeJ
         jobs.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", example_job("pytorch"))
         source = KubeJobSource(server.api_client())
         app = create_app(source, Chain())
-        async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
+        async with app.router.lifespan_context(app), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
             yield server, c, source
 
 
@@ -105,7 +105,7 @@ def job_gets(server: FakeApiServer) -> list:
 @asynccontextmanager
 async def serving(source: KubeJobSource) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(source, Chain())
-    async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
         await eventually(lambda: source.ready, 10, "the source ready")
         yield c
 

@@ -24,6 +24,10 @@ def owned_by(kind: Kind, owner: str, name: str, what: Kind = CONFIG_MAP) -> dict
             "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "resourceVersion": "1", "ownerReferences": [ref]}}
 
 
+def built(manager: Manager, for_: Kind, **options: Any) -> Any:
+    return build(manager, for_=for_, owns=OWNED, reconcile=lambda key: None, resync_seconds=3600, workers=1, **options)
+
+
 def drained(queue: Any) -> list[ObjectKey]:
     keys = []
     while (key := queue.get(timeout=0)) is not None:
@@ -35,11 +39,10 @@ def drained(queue: Any) -> list[ObjectKey]:
 def test_owned_events_go_only_to_the_controller_for_the_owners_kind():
     manager = Manager(client.ApiClient())
     observed: list[tuple[str, str, ObjectKey]] = []
-    volcano = build(manager, for_=VOLCANO_JOB, owns=OWNED, reconcile=lambda key: None,
-                    observe=lambda kind, event, obj, owner: observed.append((kind, event, owner)))
-    batch = build(manager, for_=BATCH_JOB, owns=OWNED, reconcile=lambda key: None)
+    volcano = built(manager, VOLCANO_JOB, observe=lambda kind, event, obj, owner: observed.append((kind, event, owner)))
+    batch = built(manager, BATCH_JOB)
     configmaps = manager.cache(CONFIG_MAP)
-    assert volcano.owned[0] is configmaps and batch.owned[0] is configmaps, "one cache of each owned kind, shared"
+    assert volcano.caches[1] is configmaps and batch.caches[1] is configmaps, "one cache of each owned kind, shared"
     assert len(manager.caches) == 2 + len(OWNED)
 
     configmaps._emit("ADDED", OwnedRecord(owned_by(BATCH_JOB, "a", "a-svc")))
@@ -53,8 +56,8 @@ def test_owned_events_go_only_to_the_controller_for_the_owners_kind():
 
 def test_a_resync_queues_each_controllers_own_jobs_and_owners():
     manager = Manager(client.ApiClient())
-    volcano = build(manager, for_=VOLCANO_JOB, owns=OWNED, reconcile=lambda key: None)
-    batch = build(manager, for_=BATCH_JOB, owns=OWNED, reconcile=lambda key: None)
+    volcano = built(manager, VOLCANO_JOB)
+    batch = built(manager, BATCH_JOB)
     manager.cache(VOLCANO_JOB)._put(JobRecord(volcano_job("train", namespace="ml", uid="u")))
     for record in (OwnedRecord(owned_by(VOLCANO_JOB, "train", "train-svc")), OwnedRecord(owned_by(VOLCANO_JOB, "gone", "gone-svc")),
                    OwnedRecord(owned_by(BATCH_JOB, "idx", "idx-svc"))):
@@ -69,7 +72,7 @@ def test_the_first_list_waits_behind_a_change():
     """What the first list finds is queued at low priority (a resync's), watch events at high: a job
     created while a hundred thousand listed ones wait is reconciled next."""
     manager = Manager(client.ApiClient())
-    controller = build(manager, for_=VOLCANO_JOB, owns=OWNED, reconcile=lambda key: None)
+    controller = built(manager, VOLCANO_JOB)
     jobs = manager.cache(VOLCANO_JOB)
     for i in range(1000):
         jobs._emit(LISTED, JobRecord(volcano_job(f"listed-{i}")))
@@ -81,7 +84,7 @@ def test_the_first_list_waits_behind_a_change():
 def test_a_controller_owns_only_owned_kinds_and_is_built_once_per_kind():
     manager = Manager(client.ApiClient())
     with pytest.raises(ValueError, match=r"jobs\.batch is not a kind the table says is owned"):
-        build(manager, for_=VOLCANO_JOB, owns=[BATCH_JOB], reconcile=lambda key: None)
-    build(manager, for_=VOLCANO_JOB, owns=OWNED, reconcile=lambda key: None)
+        build(manager, for_=VOLCANO_JOB, owns=[BATCH_JOB], reconcile=lambda key: None, resync_seconds=1, workers=1)
+    built(manager, VOLCANO_JOB)
     with pytest.raises(ValueError, match="built already"):
-        build(manager, for_=VOLCANO_JOB, owns=OWNED, reconcile=lambda key: None)
+        built(manager, VOLCANO_JOB)

@@ -105,18 +105,18 @@ JOB_PERMISSIONS = {
     ("batch", "jobs/finalizers", "update"),
     ("jobset.x-k8s.io", "jobsets/finalizers", "update"),
 }
-# The webhook registration (the reconciler, leader only; webhook/reconciler/registration.py): the
-# two configurations, server-side applied (a patch; the first one creates) and read back by name,
-# their owner ClusterRole read for its uid, the Service's EndpointSlices listed (a Ready webhook
-# Pod?) and the serving Secret read (its ca.crt is the caBundle). With self-managed certificates it
-# also makes the serving and CA Secrets and renews them in place (certs.cluster.sync: get, create,
-# update).
+# The webhook registration (the reconciler, leader only; webhook/reconciler/registration.py), woken
+# by watches (list, watch) of what it reads, each by name: the two configurations, server-side
+# applied (a patch; the first one creates), their owner ClusterRole (for its uid), the serving
+# Secret (its ca.crt is the caBundle), and the Service's EndpointSlices (a Ready webhook Pod?). With
+# self-managed certificates it also makes the serving and CA Secrets and renews them in place
+# (certs.cluster.sync: get, create, update).
 REGISTRATION_PERMISSIONS = {
     *(("admissionregistration.k8s.io", r, v) for r in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
-      for v in ("create", "get", "patch")),
-    ("rbac.authorization.k8s.io", "clusterroles", "get"),
-    ("discovery.k8s.io", "endpointslices", "list"),
-    ("", "secrets", "get"),
+      for v in ("create", "list", "watch", "patch")),
+    *(("rbac.authorization.k8s.io", "clusterroles", v) for v in ("list", "watch")),
+    *(("discovery.k8s.io", "endpointslices", v) for v in ("list", "watch")),
+    *(("", "secrets", v) for v in ("list", "watch")),
 }
 CERTIFICATE_PERMISSIONS = {("", "secrets", v) for v in ("get", "create", "update")}
 # ... each narrowed to what it needs: by name, or to the install's namespace.
@@ -124,9 +124,10 @@ REGISTRATION_GRANTS = {
     *(Grant(None, "admissionregistration.k8s.io", r, "create", frozenset())
       for r in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")),
     *(Grant(None, "admissionregistration.k8s.io", r, v, frozenset({WEBHOOK_CONFIGURATIONS}))
-      for r in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations") for v in ("get", "patch")),
-    Grant(None, "rbac.authorization.k8s.io", "clusterroles", "get", frozenset({"volcano-job-webhook"})),
-    Grant(NAMESPACE, "discovery.k8s.io", "endpointslices", "list", frozenset()),
+      for r in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations") for v in ("list", "watch", "patch")),
+    *(Grant(None, "rbac.authorization.k8s.io", "clusterroles", v, frozenset({"volcano-job-webhook"})) for v in ("list", "watch")),
+    *(Grant(NAMESPACE, "discovery.k8s.io", "endpointslices", v, frozenset()) for v in ("list", "watch")),
+    *(Grant(NAMESPACE, "", "secrets", v, frozenset({CERTS_SECRET})) for v in ("list", "watch")),
 }
 SERVING_SECRET_GRANT = Grant(NAMESPACE, "", "secrets", "get", frozenset({CERTS_SECRET}))
 CERTIFICATE_GRANTS = {
@@ -143,7 +144,7 @@ def narrowed(grants: list[Grant]) -> set[Grant]:
 
 def registration_grants(variant: str) -> set[Grant]:
     """What the reconciler's identity is granted by name or in the install's namespace."""
-    return REGISTRATION_GRANTS | (CERTIFICATE_GRANTS if self_managed(variant) else {SERVING_SECRET_GRANT})
+    return REGISTRATION_GRANTS | (CERTIFICATE_GRANTS if self_managed(variant) else set())
 
 
 # The webhook alone (`serve --job-source=kube`): its Job cache and the GET of a Job not cached yet,

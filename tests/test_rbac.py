@@ -22,6 +22,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -54,11 +55,13 @@ from tests.manifests_util import rbac_permissions, settings, webhook_configurati
 from tests.test_reconciler import events, objects
 from volcano_job_webhook.certs.cluster import sync as certs_sync
 from volcano_job_webhook.certs.secret import SecretFiles
+from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.kinds import BATCH_JOB, JOBSET
 from volcano_job_webhook.reconciler import Reconciler
 from volcano_job_webhook.reconciler.leader import LeaderElector
+from volcano_job_webhook.reconciler.manager import Manager
 from volcano_job_webhook.reconciler.registration import Registrar
 from volcano_job_webhook.server.jobs.kube import KubeJobSource
 
@@ -86,18 +89,26 @@ def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, serv
               "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": True}}]}
     create(admin, slice_)
     certificates = functools.partial(certs_sync, api, ns, tls, ca, config["service_name"], ns)
-    registrar = Registrar(Rest(api), templates, ns, tls, config["registration_owner"], lambda: True, certificates=certificates)
+    manager = Manager(api)
+    registrar = Registrar(manager, Rest(api), templates, ns, tls, config["registration_owner"], certificates=certificates)
+    manager.start()
+    manager.lead()
+
+    def mutating() -> dict[str, Any]:
+        found = read(admin, "admissionregistration.k8s.io/v1", templates[0]["kind"], templates[0]["metadata"]["name"])
+        assert found is not None
+        return found
+
     try:
-        registrar.sync()
-        assert registrar.registered == {(t["kind"], t["metadata"]["name"]) for t in templates}
+        wait_until(lambda: registrar.registered == {(t["kind"], t["metadata"]["name"]) for t in templates}, 20, "both registered")
         assert SecretFiles(serve_api, ns, tls, certs_dir).sync(), "serve's certificate, read through the API"
         certificates(now=datetime.now(UTC) + timedelta(days=300))  # due for renewal: the Secret updated in place
-        mutating = read(admin, "admissionregistration.k8s.io/v1", templates[0]["kind"], templates[0]["metadata"]["name"])
-        assert mutating is not None
-        mutating["webhooks"][0]["timeoutSeconds"] = 29
-        replace(admin, mutating)
-        assert registrar.sync() == [templates[0]["metadata"]["name"]], "the drift repaired"
+        loosened = mutating()
+        loosened["webhooks"][0]["timeoutSeconds"] = 29
+        replace(admin, loosened)
+        wait_until(lambda: mutating()["webhooks"][0]["timeoutSeconds"] != 29, 10, "the drift repaired")
     finally:
+        manager.stop()
         for template in templates:
             delete(admin, "admissionregistration.k8s.io/v1", template["kind"], template["metadata"]["name"])
         delete(admin, "discovery.k8s.io/v1", "EndpointSlice", slice_["metadata"]["name"], ns)
@@ -132,8 +143,7 @@ def exercise(server: EnvTest, webhook_user: str, reconciler_user: str, workdir: 
     elector = LeaderElector(server.api_client(reconciler_user), *LEASE, "me", lease_duration=3, renew_deadline=2, retry_period=0.3)
     elector.start()
     wait_until(lambda: elector.is_leader, 10, "leadership")
-    reconciler = Reconciler(server.api_client(reconciler_user), Chain(), is_leader=lambda: elector.is_leader,  # all namespaces
-                            workloads=["jobs.batch", "jobsets.jobset.x-k8s.io"])
+    reconciler = Reconciler(server.api_client(reconciler_user), WebhookSettings(), Chain())  # all namespaces, every workload kind
     reconciler.start()
     source = KubeJobSource(server.api_client(webhook_user))
     source.start()
@@ -261,7 +271,7 @@ def test_without_update_on_job_finalizers_an_enforcing_server_refuses_the_side_o
     rules = [r for r in role["rules"] if (r["apiGroups"], r["resources"]) != (["batch.volcano.sh"], ["jobs/finalizers"])]
     assert len(rules) == len(role["rules"]) - 1
     grant_role(admin, NOBODY, namespace, "trimmed", rules)
-    reconciler = Reconciler(server.api_client(NOBODY), Chain(), namespaces=[namespace], resync_seconds=3600)
+    reconciler = Reconciler(server.api_client(NOBODY), WebhookSettings(namespaces=[namespace], resync_seconds=3600, workloads=[]), Chain())
     reconciler.start()
     try:
         create(admin, example_job("svc", namespace))

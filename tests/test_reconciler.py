@@ -43,6 +43,7 @@ from tests.envtest import (
     wait_until,
 )
 from tests.jobs import annotated, example_job, task, volcano_job
+from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.base import Plugin
 from volcano_job_webhook.plugins.flags import Flag
@@ -102,11 +103,11 @@ def scale(api: Any, namespace: str, name: str, change: Callable[[dict[str, Any]]
 def start_reconciler(envtest: EnvTest) -> Iterator[Callable[..., Reconciler]]:
     started: list[Reconciler] = []
 
-    def start(namespace: str, server: EnvTest = envtest, chain: Chain | None = None, **options: Any) -> Reconciler:
-        options.setdefault("resync_seconds", 3600)
-        reconciler = Reconciler(server.api_client(WEBHOOK_USER), chain or Chain(), namespaces=[namespace], **options)
+    def start(namespace: str, server: EnvTest = envtest, chain: Chain | None = None, leading: bool = True, **options: Any) -> Reconciler:
+        settings = WebhookSettings(**{"namespaces": [namespace], "resync_seconds": 3600, "workloads": [], **options})
+        reconciler = Reconciler(server.api_client(WEBHOOK_USER), settings, chain or Chain())
         started.append(reconciler)
-        reconciler.start()
+        reconciler.start(leading)
         wait_until(lambda: reconciler.ready, 15, "the reconciler's caches to sync")
         return reconciler
 
@@ -376,7 +377,7 @@ def test_a_standby_never_writes_and_takes_over_at_once_when_the_leader_stops(env
                                                                              start_reconciler: Callable[..., Reconciler]) -> None:
     from volcano_job_webhook.reconciler.leader import LeaderElector
 
-    lease = ("volcano-job-webhook-reconciler", "volcano-job-webhook")  # the one Lease the Role allows
+    lease = LEASE
     delete(kube_admin, "coordination.k8s.io/v1", "Lease", *lease)
     electors: dict[str, LeaderElector] = {}
     reconcilers: dict[str, Reconciler] = {}
@@ -387,8 +388,9 @@ def test_a_standby_never_writes_and_takes_over_at_once_when_the_leader_stops(env
         def changed(leading: bool) -> None:
             with lock:
                 changes.append((name, leading))
-            if name in reconcilers:
-                reconcilers[name].leadership_changed(leading)
+            if leading:
+                wait_until(lambda: name in reconcilers, 15, f"{name}'s reconciler")
+                reconcilers[name].lead()
         return changed
 
     # b's clock stands still: a's Lease never expires for b, so b can only lead once a releases it.
@@ -400,14 +402,15 @@ def test_a_standby_never_writes_and_takes_over_at_once_when_the_leader_stops(env
     wait_until(lambda: electors["a"].is_leader, 10, "a leads")
     electors["b"].start()
     for name in ("a", "b"):
-        reconcilers[name] = start_reconciler(kube_namespace, is_leader=lambda n=name: electors[n].is_leader)
+        reconcilers[name] = start_reconciler(kube_namespace, leading=False)
     create(kube_admin, example_job("svc", kube_namespace))
     wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 3, 15, "a makes the objects")
     time.sleep(0.5)
     assert not electors["b"].is_leader
     assert sent(reconcilers["b"]) == 0, "the standby sent nothing"
     assert sent(reconcilers["a"]) > 0
-    # a stops as on SIGTERM: its Lease is released and b leads without waiting it out.
+    # a stops as on SIGTERM (or a lost Lease, which ends the process): its Lease is released and b
+    # leads without waiting it out.
     reconcilers["a"].stop()
     electors["a"].stop()
     wait_until(lambda: electors["b"].is_leader, 10, "b takes over")
@@ -424,32 +427,43 @@ def test_leadership_gained_just_after_the_caches_sync_reconciles_everything(kube
                                                                             start_reconciler: Callable[..., Reconciler]) -> None:
     for name in ("svc", "ssh"):
         create(kube_admin, example_job(name, kube_namespace))
-    leading = threading.Event()
-    reconciler = start_reconciler(kube_namespace, is_leader=leading.is_set)
+    reconciler = start_reconciler(kube_namespace, leading=False)
     time.sleep(0.005)
-    leading.set()
-    reconciler.leadership_changed(True)
+    reconciler.lead()
     wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 7, 15, "both jobs' objects")
+
+
+LEASE = ("volcano-job-webhook-reconciler", "volcano-job-webhook")  # the one Lease the Role allows
+
+
+def leading_command(envtest: EnvTest, kube_admin: Any, namespace: str, tmp_path: Path) -> Any:
+    """``volcano-webhook reconcile --leader-elect`` as the install runs it, once it is ready and leading."""
+    delete(kube_admin, "coordination.k8s.io/v1", "Lease", *LEASE)
+    port = free_port()
+    process = start_product(["reconcile", f"--kubeconfig={envtest.kubeconfig(WEBHOOK_USER)}", f"--namespace={namespace}",
+                             f"--health-port={port}", "--leader-elect", f"--lease-name={LEASE[0]}",
+                             f"--lease-namespace={LEASE[1]}", "--workers=2"], tmp_path / "reconcile.log")
+
+    def ready() -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as response:
+                body: dict[str, Any] = json.loads(response.read())
+                return body if body.get("leader") else None
+        except OSError:
+            return None
+
+    try:
+        wait_until(ready, 30, f"the reconciler ready and leading:\n{process.log(tail=20)}")
+    except BaseException:
+        process.stop()
+        raise
+    return process
 
 
 def test_the_reconcile_command_releases_its_lease_and_exits_promptly_on_sigterm(envtest: EnvTest, kube_admin: Any,
                                                                                  kube_namespace: str, tmp_path: Path) -> None:
-    lease = ("volcano-job-webhook-reconciler", "volcano-job-webhook")
-    delete(kube_admin, "coordination.k8s.io/v1", "Lease", *lease)
-    port = free_port()
-    process = start_product(["reconcile", f"--kubeconfig={envtest.kubeconfig(WEBHOOK_USER)}", f"--namespace={kube_namespace}",
-                             f"--health-port={port}", "--leader-elect", f"--lease-name={lease[0]}",
-                             f"--lease-namespace={lease[1]}", "--workers=2"], tmp_path / "reconcile.log")
+    process = leading_command(envtest, kube_admin, kube_namespace, tmp_path)
     try:
-        def ready() -> dict[str, Any] | None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as response:
-                    body: dict[str, Any] = json.loads(response.read())
-                    return body if body.get("leader") else None
-            except OSError:
-                return None
-
-        wait_until(ready, 30, f"the reconciler ready and leading:\n{process.log(tail=20)}")
         # Named in our annotation: the command leaves spec.plugins to Volcano's own controller.
         create(kube_admin, annotated(example_job("svc", kube_namespace)))
         wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 3, 15, "the job's objects")
@@ -460,8 +474,24 @@ def test_the_reconcile_command_releases_its_lease_and_exits_promptly_on_sigterm(
         assert process.popen.wait(10) == 0, process.log(tail=20)
     finally:
         process.stop()
-    held = read(kube_admin, "coordination.k8s.io/v1", "Lease", *lease)
+    held = read(kube_admin, "coordination.k8s.io/v1", "Lease", *LEASE)
     assert held is not None and not held["spec"].get("holderIdentity"), "the Lease released for a standby"
+
+
+def test_the_reconcile_command_exits_non_zero_when_it_loses_its_lease(envtest: EnvTest, kube_admin: Any,
+                                                                       kube_namespace: str, tmp_path: Path) -> None:
+    """As controller-runtime: a replica whose Lease another took ends (the Deployment starts it again,
+    as a candidate), so no write path needs to ask whether it still leads."""
+    process = leading_command(envtest, kube_admin, kube_namespace, tmp_path)
+    try:
+        lease = read(kube_admin, "coordination.k8s.io/v1", "Lease", *LEASE)
+        assert lease is not None
+        lease["spec"].update(holderIdentity="another", renewTime=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+        replace(kube_admin, {**lease, "apiVersion": "coordination.k8s.io/v1", "kind": "Lease"})
+        assert process.popen.wait(15) == 1, process.log(tail=20)
+        assert "lost the Lease" in process.log(tail=20)
+    finally:
+        process.stop()
 
 
 # The caches as records (webhook/kube/records.py, reconciler/kinds.py) -----------------------------
@@ -500,7 +530,7 @@ def test_a_relist_repairs_what_changed_while_the_reconciler_was_cut_off(envtest:
     try:
         api = envtest.api_client(WEBHOOK_USER)
         api.configuration.host = f"https://127.0.0.1:{proxy.port}"
-        reconciler = Reconciler(api, Chain(), namespaces=[kube_namespace], resync_seconds=3600)
+        reconciler = Reconciler(api, WebhookSettings(namespaces=[kube_namespace], resync_seconds=3600, workloads=[]), Chain())
         reconciler.start()
         try:
             wait_until(lambda: reconciler.ready, 15, "the reconciler's caches to sync")

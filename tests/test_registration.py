@@ -1,7 +1,7 @@
-"""The reconciler's registration of the webhook (webhook/reconciler/registration.py): nothing until
-the webhook serves, then registered with the serving Secret's CA and owned by the install's
-ClusterRole, kept (drift repaired) and never withdrawn when the endpoints go; nothing re-registered
-once the ClusterRole is gone. Why the API double: the install's objects staged in its store without
+"""The reconciler's registration of the webhook (webhook/reconciler/registration.py), woken by watches:
+nothing until the webhook serves, then registered with the serving Secret's CA and owned by the
+install's ClusterRole, kept (drift repaired) and never withdrawn when the endpoints go; nothing
+registered by a standby or once the ClusterRole is gone. Why the API double: the install's objects staged in its store without
 a request, and its request log showing nothing written (fault injection). The install window,
 fail-closed after registration and the garbage collector's uninstall run on a real API server in
 tests/test_envtest_install.py, the registration's calls against the install's RBAC in
@@ -10,7 +10,10 @@ tests/test_rbac.py."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from volcano_job_webhook.certs.cluster import WEBHOOK_CONFIGURATIONS, sync
 from volcano_job_webhook.certs.secret import SecretFiles
 from volcano_job_webhook.config import ConfigError
 from volcano_job_webhook.kube.rest import Rest
+from volcano_job_webhook.reconciler.manager import Manager
 from volcano_job_webhook.reconciler.registration import Registrar, desired, has_ready_endpoint, load_configurations
 
 NS, SERVICE, SECRET, OWNER = "volcano-job-webhook", "volcano-job-webhook", "volcano-job-webhook-tls", "volcano-job-webhook"
@@ -94,13 +98,28 @@ def cluster(api_double: FakeApiServer) -> FakeApiServer:
     return api_double
 
 
-def registrar(server: FakeApiServer, leader: bool = True) -> Registrar:
-    return Registrar(Rest(server.api_client()), TEMPLATES, NS, SECRET, OWNER, lambda: leader)
+@contextlib.contextmanager
+def registering(server: FakeApiServer, leading: bool = True, **options: Any) -> Iterator[tuple[Manager, Registrar]]:
+    """A registrar on a manager of its own, its caches synced; leading (its controller running) unless told."""
+    manager = Manager(server.api_client())
+    registrar = Registrar(manager, Rest(server.api_client()), TEMPLATES, NS, SECRET, OWNER, **options)
+    manager.start()
+    try:
+        wait_until(lambda: manager.ready, 10, "the registration's caches synced")
+        if leading:
+            manager.lead()
+        yield manager, registrar
+    finally:
+        manager.stop()
 
 
 def registered(server: FakeApiServer) -> dict[str, Any]:
     return {kind: server.get_object(f"{resource.plural}.admissionregistration.k8s.io", "volcano-job-webhook")
             for kind, resource in WEBHOOK_CONFIGURATIONS.items()}
+
+
+def bundles(server: FakeApiServer) -> set[str]:
+    return {h["clientConfig"]["caBundle"] for obj in registered(server).values() if obj for h in obj["webhooks"]}
 
 
 def serve(server: FakeApiServer, ready: bool = True) -> None:
@@ -114,67 +133,76 @@ def secret(server: FakeApiServer, ca: bytes = CA) -> None:
                                         "data": {"ca.crt": base64.b64encode(ca).decode(), "tls.crt": "", "tls.key": ""}})
 
 
+def writes(server: FakeApiServer) -> list[tuple[str, str]]:
+    return [(r.verb, r.resource) for r in server.requests if r.verb not in ("get", "list", "watch")]
+
+
 def test_nothing_is_registered_until_the_webhook_serves(cluster: FakeApiServer) -> None:
-    registration = registrar(cluster)
-    assert registration.sync() == [] and registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS)  # no Secret yet
-    secret(cluster)
-    serve(cluster, ready=False)
-    assert registration.sync() == [] and registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS)  # no ready endpoint
-    serve(cluster)
-    assert registration.sync() == ["volcano-job-webhook", "volcano-job-webhook"]
-    for kind, obj in registered(cluster).items():
-        assert obj is not None, kind
-        assert {h["clientConfig"]["caBundle"] for h in obj["webhooks"]} == {base64.b64encode(CA).decode()}
-        assert obj["metadata"]["ownerReferences"][0]["uid"] == cluster.get_object(
-            "clusterroles.rbac.authorization.k8s.io", OWNER)["metadata"]["uid"]
-    assert registration.sync() == []  # as it should be: nothing written
+    with registering(cluster) as (_, registrar):
+        time.sleep(0.3)
+        assert registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS)  # no Secret yet
+        secret(cluster)
+        serve(cluster, ready=False)
+        time.sleep(0.3)
+        assert registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS)  # no ready endpoint
+        serve(cluster)
+        wait_until(lambda: None not in registered(cluster).values(), 10, "both registered once an endpoint is ready")
+        for kind, obj in registered(cluster).items():
+            assert {h["clientConfig"]["caBundle"] for h in obj["webhooks"]} == {base64.b64encode(CA).decode()}, kind
+            assert obj["metadata"]["ownerReferences"][0]["uid"] == cluster.get_object(
+                "clusterroles.rbac.authorization.k8s.io", OWNER)["metadata"]["uid"]
+        wait_until(lambda: len(registrar.registered) == 2, 10, "both seen registered")
+        cluster.clear_requests()
+        time.sleep(0.5)
+        assert writes(cluster) == [], "as it should be: nothing written"
 
 
 def test_once_registered_it_is_kept_and_never_withdrawn(cluster: FakeApiServer) -> None:
     secret(cluster)
     serve(cluster)
-    registration = registrar(cluster)
-    registration.sync()
-    # Every replica gone: it stays, fail-closed.
-    cluster.delete_object("endpointslices.discovery.k8s.io", f"{SERVICE}-abc", NS)
-    assert registration.sync() == [] and None not in registered(cluster).values()
-    # Someone loosens it: put back.
-    live = registered(cluster)["MutatingWebhookConfiguration"]
-    live["webhooks"][0]["failurePolicy"] = "Ignore"
-    cluster.put_object({**live, "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration"})
-    assert registration.sync() == ["volcano-job-webhook"]
-    assert registered(cluster)["MutatingWebhookConfiguration"]["webhooks"][0]["failurePolicy"] == "Fail"
-    # A renewed CA reaches every webhook.
-    secret(cluster, CA + CA)
-    assert registration.sync() == ["volcano-job-webhook", "volcano-job-webhook"]
-    assert {h["clientConfig"]["caBundle"] for obj in registered(cluster).values() for h in obj["webhooks"]} == {
-        base64.b64encode(CA + CA).decode()}
+    with registering(cluster):
+        wait_until(lambda: None not in registered(cluster).values(), 10, "registered")
+        # Every replica gone: it stays, fail-closed.
+        cluster.delete_object("endpointslices.discovery.k8s.io", f"{SERVICE}-abc", NS)
+        time.sleep(0.3)
+        assert None not in registered(cluster).values()
+        # Someone loosens it: put back.
+        live = registered(cluster)["MutatingWebhookConfiguration"]
+        live["webhooks"][0]["failurePolicy"] = "Ignore"
+        cluster.put_object({**live, "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration"})
+        wait_until(lambda: registered(cluster)["MutatingWebhookConfiguration"]["webhooks"][0]["failurePolicy"] == "Fail", 10,
+                   "the loosened configuration repaired")
+        # A renewed CA reaches every webhook.
+        secret(cluster, CA + CA)
+        wait_until(lambda: bundles(cluster) == {base64.b64encode(CA + CA).decode()}, 10, "the renewed CA in every webhook")
 
 
-def test_nothing_is_registered_while_the_install_is_deleted_or_by_a_standby(cluster: FakeApiServer) -> None:
+def test_nothing_is_registered_by_a_standby_or_while_the_install_is_deleted(cluster: FakeApiServer) -> None:
     secret(cluster)
     serve(cluster)
-    standby = registrar(cluster, leader=False)
-    standby.start()
-    standby.stop(timeout=1.0)
-    assert registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS)
-    cluster.delete_object("clusterroles.rbac.authorization.k8s.io", OWNER)
-    assert registrar(cluster).sync() == [] and registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS)
+    with registering(cluster, leading=False) as (manager, _):
+        time.sleep(0.3)
+        assert registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS), "a standby registers nothing"
+        cluster.delete_object("clusterroles.rbac.authorization.k8s.io", OWNER)
+        time.sleep(0.3)
+        manager.lead()
+        time.sleep(0.5)
+        assert registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS), "nothing once the owner is gone"
 
 
 def test_self_managed_certificates_are_made_first_and_trusted_by_the_registration(cluster: FakeApiServer) -> None:
     serve(cluster)
     api = cluster.api_client()
-    registration = Registrar(Rest(api), TEMPLATES, NS, SECRET, OWNER, lambda: True,
-                             certificates=functools.partial(sync, api, NS, SECRET, "volcano-job-webhook-ca", SERVICE, NS))
-    assert registration.sync() == ["volcano-job-webhook", "volcano-job-webhook"]
-    tls = cluster.get_object("secrets", SECRET, NS)
-    assert cluster.get_object("secrets", "volcano-job-webhook-ca", NS) is not None
-    assert "ca.key" not in tls["data"]  # the CA's key never in the Secret serve reads
-    assert {h["clientConfig"]["caBundle"] for obj in registered(cluster).values() for h in obj["webhooks"]} == {tls["data"]["ca.crt"]}
-    cluster.clear_requests()
-    assert registration.sync() == []  # not due again for a minute: no certificate work, nothing written
-    assert not [r for r in cluster.requests if r.verb not in ("get", "list")]
+    certificates = functools.partial(sync, api, NS, SECRET, "volcano-job-webhook-ca", SERVICE, NS)
+    with registering(cluster, certificates=certificates):
+        wait_until(lambda: None not in registered(cluster).values(), 10, "registered with the certificates made")
+        tls = cluster.get_object("secrets", SECRET, NS)
+        assert cluster.get_object("secrets", "volcano-job-webhook-ca", NS) is not None
+        assert "ca.key" not in tls["data"]  # the CA's key never in the Secret serve reads
+        wait_until(lambda: bundles(cluster) == {tls["data"]["ca.crt"]}, 10, "the registration trusting the serving Secret's CA")
+        cluster.clear_requests()
+        time.sleep(0.5)
+        assert writes(cluster) == [], "not due again for a minute: no certificate work, nothing written"
 
 
 def test_serve_follows_the_serving_secret_into_its_certificates_directory(cluster: FakeApiServer, tmp_path: Path) -> None:

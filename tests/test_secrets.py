@@ -16,6 +16,7 @@ from prometheus_client import generate_latest
 from tests.apiserver import FakeApiServer
 from tests.conftest import EXAMPLES
 from tests.envtest import wait_until
+from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair
 from volcano_job_webhook.reconciler import Reconciler
@@ -48,7 +49,7 @@ def test_reconciler_logs_and_metrics_hold_no_key(caplog):
         job["metadata"].pop("uid")
         client.CustomObjectsApi(server.api_client()).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", job)
         server.fail_next(2, status=500, method="POST", path_contains="/secrets")
-        rec = Reconciler(server.api_client(), Chain(), resync_seconds=0.2)
+        rec = Reconciler(server.api_client(), WebhookSettings(resync_seconds=0.2, workloads=[]), Chain())
         rec.start()
         wait_until(lambda: server.objects("secrets"), 10, "the Secret", interval=0.05)
         time.sleep(0.3)

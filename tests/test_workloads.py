@@ -428,13 +428,11 @@ def owned_objects(server) -> dict[tuple[str, str], dict[str, Any]]:
 def test_the_reconciler_makes_keeps_and_deletes_workload_objects(workload_api):
     from tests.envtest import wait_until
     from tests.jobs import example_job
+    from volcano_job_webhook.config import WebhookSettings
     from volcano_job_webhook.reconciler import Reconciler
-    from volcano_job_webhook.reconciler.manager import served_workloads
 
     server = workload_api
-    kinds = served_workloads(server.api_client(), ["jobs.batch", "jobsets.jobset.x-k8s.io"])
-    assert kinds == ["jobs.batch", "jobsets.jobset.x-k8s.io"]
-    reconciler = Reconciler(server.api_client(), Chain(), resync_seconds=3600, workloads=kinds)
+    reconciler = Reconciler(server.api_client(), WebhookSettings(resync_seconds=3600), Chain())  # the default workloads: both
     reconciler.start()
     try:
         wait_until(lambda: reconciler.ready, 10, "caches synced")
@@ -571,14 +569,20 @@ def test_a_jobsets_own_jobs_are_not_workloads_of_their_own():
     assert not validate(jobset(plugins={"svc": ["--nope"]})).allowed  # the JobSet itself is judged
 
 
-def test_which_workload_kinds_the_reconciler_takes(api_double):
-    """A kind the API server does not serve (JobSet not installed) is left out; one whose discovery
-    fails otherwise is kept, so an API server away at start does not drop it."""
+def test_a_workload_kind_not_served_leaves_the_reconciler_ready(api_double):
+    """JobSet not installed: its cache is synced as empty (and looked for again), so the reconciler is
+    ready and serves the other kinds."""
     from tests.apiserver import ResourceType
-    from volcano_job_webhook.reconciler.manager import served_workloads
+    from tests.envtest import wait_until
+    from volcano_job_webhook.config import WebhookSettings
+    from volcano_job_webhook.plugins.kinds import JOBSET
+    from volcano_job_webhook.reconciler import Reconciler
 
-    kinds = ["jobs.batch", "jobsets.jobset.x-k8s.io"]
     api_double.register_resource(ResourceType(*BATCH_JOBS_TYPE, status=True))
-    assert served_workloads(api_double.api_client(), kinds) == ["jobs.batch"]
-    api_double.fail_next(9, status=503, method="GET", path_contains="/apis/")
-    assert served_workloads(api_double.api_client(), kinds, pause=0) == kinds
+    reconciler = Reconciler(api_double.api_client(), WebhookSettings(resync_seconds=3600), Chain())
+    reconciler.start()
+    try:
+        wait_until(lambda: reconciler.ready, 10, "caches synced")
+        assert reconciler.manager.caches[JOBSET].served is False
+    finally:
+        reconciler.stop()

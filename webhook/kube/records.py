@@ -1,40 +1,23 @@
-"""What the caches keep of an object: a record of a few Python objects, the rest packed in bytes and
-decoded on demand — client-go's ``SetTransform`` and controller-runtime's ``DefaultTransform`` in our
-terms.
-
-A cluster holds tens of thousands of Volcano Jobs, most finished. As a Python dict a 3 KB Job is
-tens of thousands of bytes and hundreds of objects the garbage collector walks; as a record it is
-one object, its identity, and the fields the plugins read packed as compressed JSON — about a
-kilobyte. A finished Job keeps its identity and phase only: no Pod of it is created again.
-
-What a record of a Job keeps (the promise to plugins, docs/plugins.md#the-job-a-plugin-is-given):
-``metadata`` (name, namespace, uid, resourceVersion, labels, annotations, deletionTimestamp),
-``spec.plugins``, ``spec.tasks[]`` (name, replicas, template), and ``status`` (state.phase,
-controlledResources, version, retryCount). Nothing else of a cached Job reaches a plugin.
+"""What the caches keep of an object (client-go's ``SetTransform``): a record of a few Python objects,
+the rest packed as compressed JSON and decoded on demand, so that tens of thousands of Jobs fit the
+Pods' memory limits. Of a Job a record keeps only what plugins may read
+(docs/plugins.md#the-job-a-plugin-is-given), and of a finished one only its identity and phase.
 """
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import threading
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 import zstandard
 
-from volcano_job_webhook.plugins.base import Digest
 from volcano_job_webhook.plugins.keys import FINISHED_PHASES
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, ObjectKey
 
 Obj = dict[str, Any]
-
-# Values of a ConfigMap's or Secret's data longer than this are kept as a digest (host files, keys).
-DIGEST_OVER = 64
-_DIGEST_PREFIX = "\x00digest:"
-_DATA_MAPS = ("data", "binaryData", "stringData")
 
 JOB_METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp")
 JOB_TASK = ("name", "replicas", "template")
@@ -42,30 +25,12 @@ JOB_STATUS = ("version", "retryCount", "controlledResources")
 
 
 def shared_uid(uid: Any) -> str | None:
-    """A uid string shared by everything that names it (a Job's record and its objects' owner
-    references): interned, so 100,000 Jobs hold each uid once, not four times."""
+    """A uid string interned: a Job's record and its objects' owner references hold it once."""
     return sys.intern(uid) if isinstance(uid, str) else None
 
 
-def packed_uid(uid: Any) -> bytes | str | None:
-    """An object's own uid in 16 bytes when it is a canonical UUID (every uid the API server makes),
-    as given otherwise; :func:`unpacked_uid` gives it back."""
-    if not isinstance(uid, str):
-        return None
-    try:
-        packed = uuid.UUID(uid)
-    except ValueError:
-        return uid
-    return packed.bytes if str(packed) == uid else uid
-
-
-def unpacked_uid(uid: bytes | str | None) -> str | None:
-    return str(uuid.UUID(bytes=uid)) if isinstance(uid, bytes) else uid
-
-
 # An object's resourceVersion as a cache keeps it: opaque, compared for equality only (the API's
-# contract), held as an int when it is the decimal number every kube-apiserver gives (28 bytes, not
-# a string's 57, in each of half a million records), else as the string it is.
+# contract), held as an int when it is the decimal number kube-apiserver gives (smaller), else as given.
 Version = int | str
 
 
@@ -86,17 +51,17 @@ def intern_key(obj: Mapping[str, Any]) -> ObjectKey:
 
 
 class Packer:
-    """Objects as compressed JSON, with a dictionary: the vocabulary of their kind to begin with,
-    then that and the first ``learn`` objects packed — the cluster's own images, commands and
-    variable names, which most of its jobs share. A blob says which dictionary packed it, so both
-    stay readable; zstd objects are per thread (they are not thread-safe)."""
+    """Objects as compressed JSON, on a dictionary per kind learned from the first ``learn`` objects of
+    that kind packed: the cluster's own images, commands and variable names, which most of its objects
+    share. A blob's first byte says which dictionary packed it (0: none yet); zstd objects are per
+    thread (they are not thread-safe)."""
 
-    def __init__(self, vocabulary: bytes, learn: int = 8, limit: int = 96 * 1024) -> None:
-        self._dictionaries = [zstandard.ZstdCompressionDict(vocabulary, dict_type=zstandard.DICT_TYPE_RAWCONTENT)]
-        self._vocabulary = vocabulary
+    def __init__(self, learn: int = 8, limit: int = 96 * 1024) -> None:
+        self._dictionaries: list[zstandard.ZstdCompressionDict | None] = [None]
+        self._by_kind: dict[Any, int] = {}
+        self._samples: dict[Any, list[bytes]] = {}
         self._learn = learn
         self._limit = limit
-        self._samples: list[bytes] = []
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -116,59 +81,27 @@ class Packer:
 
     def pack(self, obj: Any) -> bytes:
         data = orjson.dumps(obj)
-        generation = len(self._dictionaries) - 1
-        if generation == 0 and len(self._samples) < self._learn:
-            self._sample(data)
+        kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        generation = self._by_kind.get(kind, 0)
+        if generation == 0:
+            self._sample(kind, data)
         return bytes((generation,)) + self._tools(generation)[0].compress(data)
 
     def unpack(self, blob: bytes) -> Any:
         # No content size in the frame (it would cost bytes per object): read as a stream.
         return orjson.loads(self._tools(blob[0])[1].decompressobj().decompress(blob[1:]))
 
-    def _sample(self, data: bytes) -> None:
+    def _sample(self, kind: Any, data: bytes) -> None:
         with self._lock:
-            if len(self._dictionaries) > 1 or len(self._samples) >= self._learn:
+            if kind in self._by_kind or len(self._dictionaries) > 255:
                 return
-            self._samples.append(data)
-            if len(self._samples) == self._learn:
-                # zstd matches nearest the end best: the samples after the vocabulary.
-                learned = (self._vocabulary + b"".join(self._samples))[-self._limit:]
+            samples = self._samples.setdefault(kind, [])
+            samples.append(data)
+            if len(samples) == self._learn:
+                learned = b"".join(samples)[-self._limit:]
                 self._dictionaries.append(zstandard.ZstdCompressionDict(learned, dict_type=zstandard.DICT_TYPE_RAWCONTENT))
-
-
-def digest(value: str) -> Digest:
-    return Digest(_DIGEST_PREFIX + hashlib.blake2b(value.encode(), digest_size=16).hexdigest())
-
-
-def digested(obj: Obj) -> Obj:
-    """``obj`` with every long value of its data maps replaced by its :class:`Digest` (a shallow
-    copy where anything changes): what the reconciler compares, and what it keeps."""
-    out = obj
-    for field in _DATA_MAPS:
-        data = obj.get(field)
-        if not isinstance(data, Mapping):
-            continue
-        if any(isinstance(v, str) and len(v) > DIGEST_OVER and not isinstance(v, Digest) for v in data.values()):
-            if out is obj:
-                out = dict(obj)
-            out[field] = {k: digest(v) if isinstance(v, str) and len(v) > DIGEST_OVER and not isinstance(v, Digest) else v
-                          for k, v in data.items()}
-    return out
-
-
-def undigested(obj: Obj) -> Obj:
-    """Digests read back from packed JSON (where they are plain strings) as :class:`Digest`."""
-    for field in _DATA_MAPS:
-        data = obj.get(field)
-        if isinstance(data, dict):
-            for key, value in data.items():
-                if isinstance(value, str) and value.startswith(_DIGEST_PREFIX):
-                    data[key] = Digest(value)
-    return obj
-
-
-def has_digests(obj: Mapping[str, Any]) -> bool:
-    return any(isinstance(v, Digest) for field in _DATA_MAPS for v in (obj.get(field) or {}).values())
+                self._by_kind[kind] = len(self._dictionaries) - 1
+                del self._samples[kind]
 
 
 def _pick(source: Any, keys: tuple[str, ...]) -> Obj:
@@ -198,32 +131,13 @@ def _job_body(obj: Mapping[str, Any]) -> Obj:
     return body
 
 
-def _job_vocabulary() -> bytes:
-    """What Volcano Jobs have in common, as JSON: the dictionary's start."""
-    container = {"name": "main", "image": "", "imagePullPolicy": "IfNotPresent", "command": ["python", "-m"], "args": [],
-                 "env": [{"name": "", "value": ""}, {"name": "", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-                 "resources": {"limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}, "requests": {"cpu": "1", "memory": "1Gi"}},
-                 "volumeMounts": [{"name": "", "mountPath": "/"}], "ports": [{"name": "", "containerPort": 8080, "protocol": "TCP"}]}
-    template = {"metadata": {"labels": {}, "annotations": {}}, "spec": {
-        "containers": [container], "initContainers": [container], "restartPolicy": "OnFailure", "schedulerName": "volcano",
-        "volumes": [{"name": "", "persistentVolumeClaim": {"claimName": ""}}, {"name": "", "configMap": {"name": ""}},
-                    {"name": "", "emptyDir": {}}], "nodeSelector": {}, "tolerations": [], "imagePullSecrets": []}}
-    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-           "metadata": {"name": "", "namespace": "default", "uid": "", "resourceVersion": "", "labels": {},
-                        "annotations": {"volcano-job-webhook/plugins": '{"env": [], "svc": [], "pytorch": ["--master=master"]}'}},
-           "spec": {"plugins": {"env": [], "svc": [], "ssh": [], "pytorch": ["--master=master", "--worker=worker", "--port=23456"]},
-                    "tasks": [{"name": "master", "replicas": 1, "template": template}, {"name": "worker", "replicas": 2, "template": template}]},
-           "status": {"state": {"phase": "Running"}, "controlledResources": {"plugin-svc": "svc"}, "version": 0, "retryCount": 0}}
-    return orjson.dumps(job)
-
-
-JOBS = Packer(_job_vocabulary())
+JOBS = Packer()
 
 
 class JobRecord:
     """A cached Volcano Job: identity, phase, and (unless finished) the fields plugins read, packed."""
 
-    __slots__ = ("_blob", "deleting", "key", "phase", "reconciled", "uid", "version")
+    __slots__ = ("_blob", "deleting", "key", "phase", "uid", "version")
     api_version = VOLCANO_JOB.api_version
     kind = VOLCANO_JOB.kind
 
@@ -236,9 +150,6 @@ class JobRecord:
         self.uid = shared_uid(meta.get("uid"))
         self.phase = sys.intern(phase) if isinstance(phase, str) else ""
         self.deleting = bool(meta.get("deletionTimestamp"))
-        # The reconciler's memo: the fingerprint of the job's objects when it last found them in
-        # order at this version of the Job (a new version is a new record, so it starts over).
-        self.reconciled: int | None = None
         # A finished Job starts no Pod again: nothing of it but its identity is needed.
         self._blob = None if self.finished else JOBS.pack(_job_body(obj))
 
@@ -263,5 +174,12 @@ class JobRecord:
         return f"JobRecord({self.key[0]}/{self.key[1]}, uid={self.uid}, version={self.version}, phase={self.phase!r})"
 
 
-def job_record(obj: Obj) -> JobRecord:
-    return JobRecord(obj)
+
+class ObjectRecord:
+    """An object kept as it is (but its managedFields): for the few objects of a kind a cache holds."""
+
+    __slots__ = ("key", "object", "version")
+
+    def __init__(self, obj: Obj) -> None:
+        (obj.get("metadata") or {}).pop("managedFields", None)
+        self.key, self.version, self.object = intern_key(obj), resource_version(obj), obj

@@ -1,11 +1,8 @@
-"""The one way this package talks to the API server: plain-JSON calls through the official client's ``ApiClient.call_api``.
-
-Below the generated methods on purpose, measured: they run the credentials' refresh hook on every call (0.40 ms of client CPU per GET in-cluster, 0.32 ms here; typed 0.48 ms) and size a pool only when it is made; tests/test_kube_client.py fails when what this relies on changes.
-
-A controller that caches tens of thousands of objects wants plain dicts (parsed with orjson),
-server-side apply, and watches it can cancel at once. A call names its kind by a row of the table
-of kinds (``plugins.kinds.Kind``: its REST path); :class:`Rest` makes the calls with the ApiClient's configuration (host, credentials, TLS, pool)
-through ``call_api``, the call every generated method ends in, with a URL and headers of its own.
+"""The one way this package talks to the API server: plain-JSON calls (parsed with orjson), server-side
+apply and cancellable watches, through the official client's ``ApiClient.call_api`` with its
+credentials and pool. Below its generated methods, which refresh credentials on every call and cost
+more client CPU per request (docs/benchmarks.md); tests/test_kube_client.py fails when what this
+relies on changes.
 """
 
 from __future__ import annotations
@@ -34,7 +31,6 @@ def _path(resource: Kind, namespace: str | None, name: str | None = None) -> str
     return resource.path(namespace and quote(namespace, safe=""), name and quote(name, safe=""))
 
 
-
 def widen_pool(api: client.ApiClient, size: int) -> None:
     """Let ``api`` keep at least ``size`` connections open: every watch holds one for its whole life
     and every worker needs one per call; a smaller urllib3 pool opens and throws away a connection
@@ -50,11 +46,8 @@ def widen_pool(api: client.ApiClient, size: int) -> None:
 
 
 class Rest:
-    """One ApiClient's calls, each returning the decoded JSON answer or raising ``ApiException``
-    (``status``, ``body``, ``headers``: what :mod:`.backoff` reads).
-
-    The client sends each request as given (``call_api``) and encodes JSON bodies; this class builds
-    the URL and headers, sending the bearer token the client's own hook refreshes, and decodes."""
+    """One ApiClient's calls, each returning the decoded JSON answer or raising ``ApiException``; the
+    client sends each request as built here (URL, headers, the token its own hook refreshes)."""
 
     # How long a bearer token read through the client's refresh hook is used before asking the hook
     # again: the in-cluster and kubeconfig loaders' hooks set the configuration afresh on every call,
@@ -103,23 +96,19 @@ class Rest:
 
     def get(self, resource: Kind, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            obj: dict[str, Any] = self.call("GET", _path(resource, namespace, name))
+            return self.call("GET", _path(resource, namespace, name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        return obj
 
     def apply(self, resource: Kind, obj: dict[str, Any], field_manager: str) -> dict[str, Any]:
         """Server-side apply of ``obj`` as ``field_manager``, taking over fields others changed
         (``force``): created when missing, and afterwards exactly what ``obj`` says of the fields
         this manager owns — fields it set before and leaves out now are removed."""
         meta = obj["metadata"]
-        result: dict[str, Any] = self.call(
-            "PATCH", _path(resource, meta.get("namespace"), meta["name"]), body=obj, content_type=APPLY_PATCH,
-            query=[("fieldManager", field_manager), ("force", "true")],
-        )
-        return result
+        return self.call("PATCH", _path(resource, meta.get("namespace"), meta["name"]), body=obj, content_type=APPLY_PATCH,
+                         query=[("fieldManager", field_manager), ("force", "true")])
 
     def delete(self, resource: Kind, namespace: str, name: str, uid: str | None = None) -> bool:
         """Delete; False when it was already gone. ``uid`` guards against deleting a re-created object."""
@@ -137,30 +126,21 @@ class Rest:
     def create(self, resource: Kind, namespace: str, obj: dict[str, Any], field_manager: str | None = None) -> dict[str, Any]:
         """POST: 409 AlreadyExists when an object of that name is there, whoever made it."""
         query = [("fieldManager", field_manager)] if field_manager else []
-        result: dict[str, Any] = self.call("POST", _path(resource, namespace), body=obj, query=query)
-        return result
+        return self.call("POST", _path(resource, namespace), body=obj, query=query)
 
     def replace(self, resource: Kind, obj: dict[str, Any]) -> dict[str, Any]:
         """PUT ``obj`` whole: 409 Conflict when its ``metadata.resourceVersion`` is no longer the stored one."""
         meta = obj["metadata"]
-        result: dict[str, Any] = self.call("PUT", _path(resource, meta.get("namespace"), meta["name"]), body=obj)
-        return result
+        return self.call("PUT", _path(resource, meta.get("namespace"), meta["name"]), body=obj)
 
     def json_patch(self, resource: Kind, namespace: str, name: str, operations: list[dict[str, Any]]) -> dict[str, Any]:
         """RFC 6902 JSON patch: all ``operations`` or none (a failed ``test`` refuses the lot with 422)."""
-        result: dict[str, Any] = self.call(
-            "PATCH", _path(resource, namespace, name), body=operations, content_type="application/json-patch+json",
-        )
-        return result
+        return self.call("PATCH", _path(resource, namespace, name), body=operations, content_type="application/json-patch+json")
 
-    def merge_patch(self, resource: Kind, namespace: str, name: str, patch: dict[str, Any],
-                    field_manager: str) -> dict[str, Any]:
+    def merge_patch(self, resource: Kind, namespace: str, name: str, patch: dict[str, Any], field_manager: str) -> dict[str, Any]:
         """RFC 7386 JSON merge patch (``null`` removes a field)."""
-        result: dict[str, Any] = self.call(
-            "PATCH", _path(resource, namespace, name), body=patch, content_type="application/merge-patch+json",
-            query=[("fieldManager", field_manager)],
-        )
-        return result
+        return self.call("PATCH", _path(resource, namespace, name), body=patch, content_type="application/merge-patch+json",
+                         query=[("fieldManager", field_manager)])
 
     def watch(self, path: str, query: Query, timeout: float) -> Stream:
         """A watch answer, read event by event; :meth:`Stream.cancel` ends it from another thread."""

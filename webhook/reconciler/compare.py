@@ -1,24 +1,11 @@
-"""What would bring a live object to the desired one, if anything? Answered from the cache alone,
-so that a reconcile of a job whose objects are as they should be sends nothing.
-
-The live object is what the API server stored: our fields after its defaulting, plus fields it
-defaulted (a Service's ``type``, ``sessionAffinity``, ``ipFamilies``...) and fields other writers
-set. Something is to be done when
-
-* a field we set is missing or different — where "missing" does not count for Go zero values
-  (``false``, ``0``, ``""``, empty lists and maps), which the server drops from ``omitempty``
-  fields (a Service's ``publishNotReadyAddresses: false`` is stored as nothing): an apply;
-* a map the API treats as one value (``+mapType=atomic``: a Service's ``selector``, a
-  NetworkPolicy's ``podSelector``) holds other keys: an apply replaces it;
-* our field manager owns a field the desired object no longer has: it is removed. Objects are
-  created with a POST (it cannot take over an object someone else made), so what it set is owned
-  by our manager's *update* entry, which an apply never removes; a merge patch does. That entry
-  also holds what the server defaulted, so only data keys, labels and annotations are read from it
-  (:data:`UPDATE_MAPS`): a spec field a POST set and the desired object later drops stays (our
-  plugins always set the same spec fields).
-
-Lists are atomic (compared whole) except the associative lists we set, merged by key:
-``metadata.ownerReferences`` by ``uid`` — another owner's reference is not ours to remove.
+"""What would bring a live object to the desired one, answered from the cache alone (so a job whose
+objects are in order costs no request). The live object is what the API server stored: our fields
+after its defaulting, and fields others set. An apply is due when a field we set is missing or
+different — Go zero values aside, which the server drops from ``omitempty`` fields — or an atomic
+map holds other keys; what our field manager owns and the desired object no longer has is removed
+(created by a POST, our fields sit in an *update* entry an apply never removes; of it only data keys,
+labels and annotations are read, :data:`UPDATE_MAPS`). Lists are atomic but ``ownerReferences``,
+merged by ``uid``.
 """
 
 from __future__ import annotations

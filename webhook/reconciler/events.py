@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 from volcano_job_webhook.kube.records import JobRecord
@@ -20,14 +19,12 @@ COMPONENT = "volcano-job-webhook-reconciler"
 
 
 class EventRecorder:
-    """Records Warning Events on Jobs while ``may_record()``; a warning already said on a Job (by
-    uid) with the same message is not said again — a job's status changes many times while its
-    Pods start, and none of that makes the warning news."""
+    """Records Warning Events on Jobs; a warning already said on a Job (by uid) with the same message
+    is not said again — a job's status changes many times while its Pods start, none of it news."""
 
-    def __init__(self, rest: Rest, metrics: ReconcilerMetrics, may_record: Callable[[], bool]) -> None:
+    def __init__(self, rest: Rest, metrics: ReconcilerMetrics) -> None:
         self.rest = rest
         self.metrics = metrics
-        self.may_record = may_record
         # What was said, by (job's key, reason, subject): the job's kind and uid with the message.
         self._said: dict[tuple[tuple[str, str], str, str], str] = {}
         self._lock = threading.Lock()
@@ -39,8 +36,6 @@ class EventRecorder:
             if self._said.get((job.key, reason, subject)) == said:
                 return
             self._said[(job.key, reason, subject)] = said
-        if not self.may_record():
-            return
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": EVENT.api_version, "kind": EVENT.kind,

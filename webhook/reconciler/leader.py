@@ -1,25 +1,14 @@
 """Leader election through a ``coordination.k8s.io/v1`` Lease, as client-go's ``leaderelection``.
 
 A candidate takes the Lease when it is free or its holder stopped renewing for ``lease_duration``,
-renews it every ``retry_period``, and steps down (``is_leader`` false at once) when it could not renew
-within ``renew_deadline``. Updates carry the Lease's ``resourceVersion``, so of two candidates racing
-for an expired Lease exactly one wins (the other gets 409 Conflict). On stop the leader releases the
-Lease so a standby takes over without waiting out the duration.
+renews it every ``retry_period``, and stops leading (``is_leader`` false at once) when it could not
+renew within ``renew_deadline``; each update carries the Lease's ``resourceVersion``, so of two
+candidates racing one wins. Time is this process's own monotonic clock, never the times written in
+the Lease: a holder's Lease expires ``lease_duration`` after this process saw it change, and a leader
+counts its renewal from when it sent it, so it stops before any other candidate can have taken over.
 
-Time is only ever measured on this process's own monotonic clock, never compared with the times
-written in the Lease (the holder's clock may be off by any amount):
-
-* a holder's Lease expires ``leaseDurationSeconds`` after this process *observed* the record change
-  (client-go's ``observedTime``), however old or new its ``renewTime`` looks here;
-* a leader counts its renewal from the moment it *sent* it, and stops leading ``renew_deadline``
-  later unless a renewal succeeded meanwhile. With ``renew_deadline < lease_duration``, it has
-  stopped writing before any other candidate can have seen its Lease expire.
-
-Why not the client's ``kubernetes.leaderelection`` (with its ``LeaseLock``): its ``run()`` leads once
-and returns (a replica that lost the Lease cannot stand by for it again without a new elector); it
-cannot be stopped (its loops sleep, and ``acquire`` never returns while another holds the Lease), so
-it can neither release the Lease on SIGTERM nor let the process stop within two seconds; it measures
-on the wall clock; and it has no "am I leading now" that the writers can ask before each attempt.
+Not the client's ``kubernetes.leaderelection``: it leads once and returns, cannot be stopped (so
+cannot release the Lease on SIGTERM within two seconds), and measures on the wall clock.
 """
 
 from __future__ import annotations
@@ -41,7 +30,6 @@ from volcano_job_webhook.plugins.kinds import LEASE
 log = logging.getLogger(__name__)
 
 
-
 def _now() -> str:
     """The time as a Lease's ``MicroTime`` is written (RFC 3339, microseconds, UTC)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -53,19 +41,9 @@ def _record(spec: dict[str, Any]) -> tuple[Any, ...]:
 
 
 class LeaderElector:
-    def __init__(
-        self,
-        api: client.ApiClient,
-        name: str,
-        namespace: str,
-        identity: str,
-        *,
-        lease_duration: float = 15.0,
-        renew_deadline: float = 10.0,
-        retry_period: float = 2.0,
-        on_change: Callable[[bool], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, api: client.ApiClient, name: str, namespace: str, identity: str, *, lease_duration: float = 15.0,
+                 renew_deadline: float = 10.0, retry_period: float = 2.0, on_change: Callable[[bool], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not lease_duration > renew_deadline > retry_period > 0:
             raise ValueError("need lease_duration > renew_deadline > retry_period > 0")
         self.name, self.namespace, self.identity = name, namespace, identity

@@ -1,106 +1,91 @@
-"""``volcano-webhook reconcile``'s controllers, in controller-runtime's shape.
-
-:class:`Manager` holds the caches every controller shares — one informer per kind of the table
-(:mod:`volcano_job_webhook.plugins.kinds`), made on first use with what the kind's ``cached``
-column says is kept of it (:data:`TRANSFORMS`) — and starts, stops and resyncs them and the
-controllers together. :func:`build` is the builder: ``build(manager, for_=kind, owns=kinds,
-reconcile=...)`` is ``For(kind).Owns(kinds...).Complete(reconcile)``. An owned kind's one cache
-routes each event, by the kind of the object's controller reference, to the one controller for
-that kind (``EnqueueRequestForOwner``): one dict lookup per event, whatever the number of
-controllers.
-
-:class:`Reconciler` is the process's: a controller for Volcano Jobs and one for each workload kind
-that may opt in (Indexed Jobs, JobSets: docs/workloads.md), each ``For(kind).Owns(ConfigMap, Secret,
-Service, NetworkPolicy)`` with a :class:`~.jobs.JobReconciler`, sharing the writer and the event
-recorder.
+"""``volcano-webhook reconcile``'s controllers, in controller-runtime's shape: a :class:`Manager` of shared
+caches (on every replica) and controllers (on the leader), :func:`build` (``For(kind).Owns(kinds...)``,
+an owned object's event routed by its controller reference, ``EnqueueRequestForOwner``), and the
+process's :class:`Reconciler`.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
+from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.informer import EventHandler, Informer
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.kube.rest import Rest, widen_pool
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.kinds import OWNED, SECRET, VOLCANO_JOB, Cached, Kind, ObjectKey, by_resource
 
-from .controller import Controller, OwnedObserver, Reconcile
+from .controller import Controller, Reconcile
 from .events import EventRecorder
 from .jobs import JobReconciler
-from .kinds import MANAGED_SELECTOR, OwnedRecord, controlling
+from .kinds import MANAGED_SELECTOR, OwnedRecord, WorkloadRecord, controlling
 from .metrics import ReconcilerMetrics
-from .workloads import WorkloadRecord
-from .workqueue import WorkQueue
 from .writer import ObjectWriter
 
-log = logging.getLogger(__name__)
-
 # What a cache keeps of each kind, by the table's ``cached`` column: the one place kinds meet records.
-TRANSFORMS: dict[Cached, Callable[[dict[str, Any]], Any]] = {
-    Cached.JOB: JobRecord,
-    Cached.WORKLOAD: WorkloadRecord,
-    Cached.OWNED: OwnedRecord,
-}
+TRANSFORMS: dict[Cached, Callable[[dict[str, Any]], Any]] = {Cached.JOB: JobRecord, Cached.WORKLOAD: WorkloadRecord, Cached.OWNED: OwnedRecord}
+# Told of an owned object's event before its owner's key is queued: (owned kind, event, object, owner).
+OwnedObserver = Callable[[str, str, Any, ObjectKey], None]
 
 
 class Manager:
-    """The shared caches, by kind, and the controllers built on them (:func:`build`). ``is_leader``
-    gates every controller's work; ``on_synced`` is called once, when every cache has listed."""
+    """The shared caches and the controllers on them; ``on_synced`` is called once every cache has listed."""
 
-    def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), *, is_leader: Callable[[], bool] = lambda: True,
-                 metrics: ReconcilerMetrics | None = None, on_synced: Callable[[], None] | None = None) -> None:
+    def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), *, on_synced: Callable[[], None] | None = None) -> None:
         self.api = api
         self.namespaces = list(namespaces)
-        self.is_leader = is_leader
-        self.metrics = metrics or ReconcilerMetrics()
         self.on_synced = on_synced
         self.caches: dict[Kind, Informer[Any]] = {}
-        self.controllers: dict[Kind, Controller] = {}
+        self.informers: list[Informer[Any]] = []
+        self.controllers: list[Controller] = []
         # By owned kind: the controller each of its objects' controlling kind routes to.
         self._owners: dict[Kind, dict[Kind, OwnedObserver]] = {}
-        self._synced = False
         self._lock = threading.Lock()
-        self.metrics.queue_depth.set_function(lambda: sum(len(c.queue) for c in self.controllers.values()))
+        self._synced = self._leading = False
+
+    def informer(self, kind: Kind, namespaces: Iterable[str] | None = None, **options: Any) -> Informer[Any]:
+        """A new cache of ``kind`` (in ``namespaces``, by default the manager's), started with the others."""
+        found: Informer[Any] = Informer(self.api, kind, self.namespaces if namespaces is None else namespaces,
+                                        on_synced=self._cache_synced, **options)
+        self.informers.append(found)
+        return found
 
     def cache(self, kind: Kind) -> Informer[Any]:
-        """``kind``'s cache, made the first time it is asked for (not started: :meth:`start` does)."""
+        """The shared cache of a kind of the table, made the first time it is asked for."""
         found = self.caches.get(kind)
-        if found is not None:
-            return found
-        if kind.cached is Cached.OWNED:
-            # Only our labelled objects, indexed by the workload that controls them. A deleted
-            # Secret's last state is reported too: an SSH Secret comes back with the keys the
-            # job's running Pods hold (jobs.py).
-            found = Informer(self.api, kind, self.namespaces, transform=OwnedRecord, label_selector=MANAGED_SELECTOR,
-                             index=_owner, deleted_objects=kind is SECRET)
-            found.add_event_handler(self._enqueue_for_owner(kind))
-        else:
-            found = Informer(self.api, kind, self.namespaces, transform=TRANSFORMS[kind.cached])
-        self.caches[kind] = found
+        if found is None:
+            if kind.cached is Cached.OWNED:
+                # Only our labelled objects, indexed by the workload that controls them. A deleted
+                # Secret comes as it was: an SSH Secret comes back with the keys the job's Pods hold.
+                found = self.informer(kind, transform=OwnedRecord, label_selector=MANAGED_SELECTOR, index=_owner,
+                                      deleted_objects=kind is SECRET)
+                found.add_event_handler(self._enqueue_for_owner(kind))
+            else:
+                found = self.informer(kind, transform=TRANSFORMS[kind.cached])
+            self.caches[kind] = found
+        return found
+
+    def controller(self, name: str, caches: Iterable[Informer[Any]], reconcile: Reconcile, **options: Any) -> Controller:
+        """A controller on these caches, started when this replica leads."""
+        found = Controller(name, list(caches), reconcile, **options)
+        self.controllers.append(found)
         return found
 
     def _enqueue_for_owner(self, kind: Kind) -> EventHandler:
         """An owned cache's one handler: each event to the controller for the kind of the object's
         controller reference, with that object's key (controller-runtime's EnqueueRequestForOwner)."""
         routes = self._owners.setdefault(kind, {})
-        name = kind.kind
 
         def on_event(event: str, obj: Any) -> None:
-            if isinstance(obj, OwnedRecord):
-                owner_kind, owner = obj.owner_kind, obj.owner
-            else:  # a deleted object as it was (deleted_objects)
-                owner_kind, owner, _ = controlling(obj)
+            owner_kind, owner = (obj.owner_kind, obj.owner) if isinstance(obj, OwnedRecord) else controlling(obj)[:2]
             route = routes.get(owner_kind) if owner_kind is not None else None
             if route is not None and owner is not None:
-                route(name, event, obj, owner)
+                route(kind.kind, event, obj, owner)
         return on_event
 
     def owners(self, kind: Kind) -> set[ObjectKey]:
@@ -110,9 +95,9 @@ class Manager:
 
     @property
     def ready(self) -> bool:
-        return all(controller.ready for controller in self.controllers.values())
+        return all(informer.synced for informer in self.informers)
 
-    def _controller_synced(self) -> None:
+    def _cache_synced(self) -> None:
         with self._lock:
             if self._synced or not self.ready:
                 return
@@ -121,125 +106,79 @@ class Manager:
             self.on_synced()
 
     def start(self) -> None:
-        for cache in self.caches.values():
-            cache.start()
-        for controller in self.controllers.values():
+        """Start the caches (every replica)."""
+        for informer in self.informers:
+            informer.start()
+
+    def lead(self) -> None:
+        """Start the controllers, once (the leader only: a replica that loses the lease exits)."""
+        with self._lock:
+            leading, self._leading = self._leading, True
+        for controller in [] if leading else self.controllers:
             controller.start()
 
     def stop(self, timeout: float = 1.5) -> None:
         """Stop taking work and watching at once; give in-flight reconciles ``timeout`` to finish."""
         deadline = time.monotonic() + timeout
-        for controller in self.controllers.values():
-            controller.cancel()
-        for cache in self.caches.values():
-            cache.cancel()
-        for controller in self.controllers.values():
-            controller.join(deadline)
-        for cache in self.caches.values():
-            cache.join(deadline)
-
-    def leadership_changed(self, leading: bool) -> None:
-        for controller in self.controllers.values():
-            controller.leadership_changed(leading)
+        everything: tuple[Any, ...] = (*self.controllers, *self.informers)  # each has cancel() and join(deadline)
+        for running in everything:
+            running.cancel()
+        for running in everything:
+            running.join(deadline)
 
     def resync(self) -> int:
-        return sum(controller.resync() for controller in self.controllers.values())
+        return sum(controller.resync() for controller in self.controllers)
 
 
 def build(manager: Manager, for_: Kind, owns: Iterable[Kind], reconcile: Reconcile, *, observe: OwnedObserver | None = None,
-          workers: int = 4, resync_seconds: float = 300.0) -> Controller:
+          **options: Any) -> Controller:
     """controller-runtime's builder, ``For(for_).Owns(owns...).Complete(reconcile)``: a controller
-    on the manager's caches of ``for_`` and of each owned kind, whose queue takes the key of every
-    object of ``for_`` that changes and of every one that controls an owned object that changes
-    (``observe`` is told of the latter first)."""
-    if for_ in manager.controllers:
-        raise ValueError(f"a controller for {for_.resource} is built already")
+    whose queue takes the key of every object of ``for_`` that changes and of every one that controls
+    an owned object that changes (``observe`` is told of the latter first); ``options`` are the
+    :class:`Controller`'s."""
     owns = list(owns)
+    if any(c.name == for_.resource for c in manager.controllers):
+        raise ValueError(f"a controller for {for_.resource} is built already")
     for kind in owns:
         if kind.cached is not Cached.OWNED:
             raise ValueError(f"{kind.resource} is not a kind the table says is owned")
     primary = manager.cache(for_)
-    controller = Controller(for_, primary, [manager.cache(kind) for kind in owns], reconcile, observe=observe,
-                            owners=lambda: manager.owners(for_), resync_seconds=resync_seconds, workers=workers,
-                            is_leader=manager.is_leader, metrics=manager.metrics, on_synced=manager._controller_synced)
-    primary.add_event_handler(controller.on_primary)
+    controller = manager.controller(for_.resource, [primary, *map(manager.cache, owns)], reconcile,
+                                    keys=lambda: {record.key for record in primary.items()} | manager.owners(for_), **options)
+    primary.add_event_handler(lambda event, record: controller.enqueue(record.key, event))
+
+    def on_owned(kind: str, event: str, obj: Any, owner: ObjectKey) -> None:
+        if observe is not None:
+            observe(kind, event, obj, owner)
+        controller.enqueue(owner, event)
+
     for kind in owns:
-        manager._owners[kind][for_] = controller.on_owned
-    manager.controllers[for_] = controller
+        manager._owners[kind][for_] = on_owned
     return controller
 
 
-def served_workloads(api: client.ApiClient, kinds: Iterable[str], attempts: int = 3, pause: float = 1.0) -> list[str]:
-    """The workload kinds of ``kinds`` (resource names, as the setting ``workloads`` holds them) the
-    API server serves (JobSet's CRD may not be installed: its cache would never fill). A kind whose
-    discovery keeps failing otherwise (the API server away at start) is kept: its cache lists once
-    the server answers."""
-    rest, served = Rest(api), []
-    for name in kinds:
-        kind = by_resource(name)
-        for attempt in range(attempts):
-            try:
-                rest.call("GET", f"/apis/{kind.api_version}")
-            except ApiException as exc:
-                if exc.status == 404:
-                    log.warning("%s is not served by the API server: %s are not reconciled (restart once it is "
-                                "installed)", kind.api_version, name)
-                    break
-                problem: Exception = exc
-            except Exception as exc:  # the API server unreachable
-                problem = exc
-            else:
-                served.append(name)
-                break
-            if attempt + 1 == attempts:
-                log.warning("could not ask whether %s is served (%s): %s are reconciled as if it were",
-                            kind.api_version, problem, name)
-                served.append(name)
-            else:
-                time.sleep(pause)
-    return served
-
-
 class Reconciler:
-    """The process's controllers: ``For(kind).Owns(ConfigMap, Secret, Service, NetworkPolicy)`` with
-    a :class:`~.jobs.JobReconciler` for Volcano Jobs and for each of ``workloads`` (resource names),
-    on one :class:`Manager`. ``is_leader`` gates every write."""
+    """The process's controllers on one :class:`Manager`: ``For(kind).Owns(OWNED)`` with a
+    :class:`~.jobs.JobReconciler` for Volcano Jobs and each of the settings' ``workloads``."""
 
-    def __init__(
-        self,
-        api: client.ApiClient,
-        chain: Chain | None = None,
-        *,
-        namespaces: Iterable[str] = (),
-        resync_seconds: float = 300.0,
-        workers: int = 4,
-        is_leader: Callable[[], bool] = lambda: True,
-        metrics: ReconcilerMetrics | None = None,
-        on_synced: Callable[[], None] | None = None,
-        workloads: Iterable[str] = (),
-    ) -> None:
+    def __init__(self, api: client.ApiClient, settings: WebhookSettings, chain: Chain | None = None, *,
+                 metrics: ReconcilerMetrics | None = None, on_synced: Callable[[], None] | None = None) -> None:
         self.metrics = metrics = metrics or ReconcilerMetrics()
-        kinds = list(dict.fromkeys([VOLCANO_JOB, *map(by_resource, workloads)]))
-        namespaces = list(namespaces)
-        # Every watch holds a connection for its life; each controller's workers write several objects at once.
-        widen_pool(api, len(namespaces or [""]) * (len(kinds) + len(OWNED)) + workers * 4 * len(kinds) + 4)
-        rest = Rest(api)
-        self._stopping = threading.Event()
-
-        def may_write() -> bool:
-            # Stopping: a reconcile with many writes left ends at its next one (the next leader redoes it).
-            return not self._stopping.is_set() and is_leader()
-
-        self.manager = manager = Manager(api, namespaces, is_leader=is_leader, metrics=metrics, on_synced=on_synced)
+        kinds = list(dict.fromkeys([VOLCANO_JOB, *map(by_resource, settings.workloads)]))
+        # Every watch holds a connection for its life (the registration's few too); each controller's
+        # workers write several objects at once.
+        widen_pool(api, len(settings.namespaces or [""]) * (len(kinds) + len(OWNED)) + settings.workers * 4 * len(kinds) + 12)
+        self.manager = manager = Manager(api, settings.namespaces, on_synced=on_synced)
         owned = {kind.kind: manager.cache(kind) for kind in OWNED}
-        self.events = EventRecorder(rest, metrics, is_leader)
-        self.writer = ObjectWriter(rest, owned, metrics, self.events, may_write, threads=workers * 4)
-        chain = chain or Chain()
+        self.events = EventRecorder(Rest(api), metrics)
+        self.writer = ObjectWriter(Rest(api), metrics, self.events, threads=settings.workers * 4)
+        chain = chain or settings.chain(on_cluster=True)
         for kind in kinds:
-            reconciler = JobReconciler(kind, manager.cache(kind), owned, chain, self.writer, self.events, metrics, may_write)
+            reconciler = JobReconciler(kind, manager.cache(kind), owned, chain, self.writer, self.events, metrics)
             build(manager, for_=kind, owns=OWNED, reconcile=reconciler.reconcile, observe=reconciler.on_owned,
-                  workers=workers, resync_seconds=resync_seconds)
+                  workers=settings.workers, resync_seconds=settings.resync_seconds, metrics=metrics)
         metrics.cached_jobs.set_function(lambda: len(self.jobs))
+        metrics.queue_depth.set_function(lambda: sum(len(c.queue) for c in manager.controllers))
         for name, cache in owned.items():
             metrics.cached_objects.labels(name).set_function(cache.__len__)
 
@@ -249,29 +188,31 @@ class Reconciler:
         return self.manager.caches[VOLCANO_JOB]
 
     @property
-    def queue(self) -> WorkQueue[ObjectKey]:
+    def queue(self) -> Any:
         """The Volcano Jobs' work queue."""
-        return self.manager.controllers[VOLCANO_JOB].queue
+        return self.manager.controllers[0].queue
 
     @property
     def ready(self) -> bool:
         return self.manager.ready
 
-    def start(self) -> None:
+    def start(self, leading: bool = True) -> None:
+        """Start the caches, and the controllers too unless this replica waits for the lease (:meth:`lead`)."""
         self.manager.start()
+        if leading:
+            self.lead()
+
+    def lead(self) -> None:
+        self.manager.lead()
 
     def stop(self, timeout: float = 1.5) -> None:
         """Stop taking work and writing at once; give in-flight reconciles ``timeout`` to finish."""
-        self._stopping.set()
-        self.manager.stop(timeout)
         self.writer.close()
-
-    def leadership_changed(self, leading: bool) -> None:
-        self.manager.leadership_changed(leading)
+        self.manager.stop(timeout)
 
     def resync(self) -> int:
         return self.manager.resync()
 
 
-def _owner(record: OwnedRecord) -> ObjectKey | None:
+def _owner(record: OwnedRecord) -> Hashable | None:
     return record.owner

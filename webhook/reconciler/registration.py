@@ -1,16 +1,12 @@
-"""The webhook's registration with the API server: made once the webhook serves, never before, and
-kept from then on.
+"""The webhook's registration with the API server: made once the webhook serves, never before, then kept.
 
-A fail-closed webhook registered in the same instant as its Deployment refuses every Volcano Pod
-until a replica serves (image pulled, certificates made), and Volcano's controller ends a job whose
-Pods keep being refused. So the configurations (``webhook_configurations``) are applied by the
-reconciler's leader, as Volcano's webhook manager and Kyverno register theirs, once what they name
-answers: the Service has a ready endpoint (``clientConfig.service``) or the URL's ``/readyz`` answers
-(``clientConfig.url``). From then on they are kept — ``caBundle`` follows the serving Secret's
-``ca.crt``, drift is repaired — and stay when the endpoints go: a crash still refuses an unwired Pod,
-and Volcano retries. Each carries an owner reference to a ClusterRole of the install
-(``registration_owner``), so deleting the install makes the garbage collector delete them, whatever
-the order; with that ClusterRole gone or going, nothing is (re)registered.
+A fail-closed webhook registered with its Deployment would refuse every Volcano Pod until a replica
+serves. So the leader applies ``webhook_configurations`` once what they name answers (a ready
+endpoint of the Service, or the URL's ``/readyz``), as Volcano's webhook manager and Kyverno do, and
+keeps them — ``caBundle`` from the serving Secret's ``ca.crt``, drift repaired — even when the
+endpoints go (fail-closed stays so). Each is owned by the install's ClusterRole
+(``registration_owner``): deleting the install deletes them, and with it gone or going nothing is
+registered. What it reads is watched, on the reconciler's manager: a change wakes it.
 """
 
 from __future__ import annotations
@@ -18,30 +14,36 @@ from __future__ import annotations
 import base64
 import logging
 import ssl
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
-from kubernetes.client.rest import ApiException
 
-from volcano_job_webhook.certs.cluster import WEBHOOK_CONFIGURATIONS, CertsError
+from volcano_job_webhook.certs.cluster import WEBHOOK_CONFIGURATIONS
 from volcano_job_webhook.config import ConfigError
+from volcano_job_webhook.kube.informer import Informer
+from volcano_job_webhook.kube.records import ObjectRecord
 from volcano_job_webhook.kube.rest import Rest
-from volcano_job_webhook.plugins.kinds import CLUSTER_ROLE, ENDPOINT_SLICE
+from volcano_job_webhook.plugins.kinds import CLUSTER_ROLE, ENDPOINT_SLICE, SECRET, Kind
 
 from .compare import covered
-from .kinds import OWNED
+from .manager import Manager
+from .metrics import ReconcilerMetrics
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "volcano-job-webhook-registration"
+KEY = "registration"
+# The certificates' step is due this often; a URL that does not answer yet is asked again this often.
+CERTIFICATES_EVERY = 60.0
+URL_EVERY = 2.0
+# Every change it reads comes by watch: the resync is only a safety net.
+RESYNC = 600.0
 
 
 def load_configurations(path: Path) -> list[dict[str, Any]]:
@@ -107,69 +109,65 @@ def url_serves(url: str, ca_bundle: bytes, timeout: float = 2.0) -> bool:
         return False
 
 
-@dataclass
 class Registrar:
-    """Keeps the configurations of ``templates`` registered, writing only while ``is_leader()``."""
+    """Keeps the configurations of ``templates`` registered: a controller of one key on ``manager`` (so
+    the leader's), woken by the watches of what it reads; ``certificates``, the self-managed
+    certificates' step (certs.cluster.sync), runs first when due: the Secret it writes is what the
+    registration trusts."""
 
-    rest: Rest
-    templates: list[dict[str, Any]]
-    secret_namespace: str
-    secret_name: str
-    owner: str | None
-    is_leader: Callable[[], bool]
-    interval: float = 2.0
-    on_write: Callable[[str, str], None] = lambda kind, name: None
-    # The self-managed certificates' one step (certs.cluster.sync), run first in a pass when due: the
-    # serving Secret it writes is what the registration then trusts.
-    certificates: Callable[[], object] | None = None
-    certificates_interval: float = 60.0
-
-    def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="registration", daemon=True)
-        self.registered: set[tuple[str, str]] = set()
+    def __init__(self, manager: Manager, rest: Rest, templates: list[dict[str, Any]], namespace: str, secret: str, owner: str | None,
+                 *, certificates: Callable[[], object] | None = None, metrics: ReconcilerMetrics | None = None) -> None:
+        self.rest = rest
+        self.templates = templates
+        self.certificates = certificates
+        self.metrics = metrics
         self._certificates_due = 0.0
+        self.registered: set[tuple[str, str]] = set()
+        self.waiting = False
 
-    def start(self) -> None:
-        self._thread.start()
+        def named(kind: Kind, name: str, namespace: str = "", transform: Callable[[Any], ObjectRecord] = ObjectRecord) -> Informer[ObjectRecord]:
+            return manager.informer(kind, [namespace], transform=transform, field_selector=f"metadata.name={name}")
 
-    def stop(self, timeout: float = 1.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout)
+        # Of the serving Secret only its ca.crt: its key is serve's, not this process's to hold.
+        self.secret = named(SECRET, secret, namespace, lambda obj: ObjectRecord({**obj, "data": {"ca.crt": (obj.get("data") or {}).get("ca.crt")}}))
+        self.owner = named(CLUSTER_ROLE, owner) if owner is not None else None
+        self.live = {(t["kind"], t["metadata"]["name"]): named(WEBHOOK_CONFIGURATIONS[t["kind"]], t["metadata"]["name"])
+                     for t in templates}
+        services, self.urls = targets(templates)
+        self.slices = {(ns, name): manager.informer(ENDPOINT_SLICE, [ns], transform=ObjectRecord,
+                                                    label_selector=f"kubernetes.io/service-name={name}") for ns, name in services}
+        caches = [self.secret, *([self.owner] if self.owner else []), *self.live.values(), *self.slices.values()]
+        self.controller = manager.controller("registration", caches, self.reconcile, keys=lambda: [KEY], workers=1,
+                                             resync_seconds=RESYNC)
+        for cache in caches:
+            cache.add_event_handler(lambda event, record: self.controller.enqueue(KEY))
 
-    def _loop(self) -> None:
-        # A poll, not watches: four small GETs every two seconds, and the answer to "does it serve?"
-        # must be asked again anyway for a URL.
-        while not self._stop.is_set():
-            if self.is_leader():
-                try:
-                    self.sync()
-                except ApiException as exc:
-                    log.warning("registration: the API server answered %s %s", exc.status, exc.reason)
-                except (OSError, CertsError) as exc:
-                    log.warning("registration: %s", exc)
-            self._stop.wait(self.interval)
-
-    def sync(self) -> list[str]:
-        """One pass: certificates made or renewed when due, then register what is due, repair what
-        drifted; the names of the configurations written."""
+    def reconcile(self, key: object = KEY) -> float | None:
+        """Certificates when due, then :meth:`sync`; when to look again without a change (for the
+        certificates, or a URL that does not answer yet)."""
         if self.certificates is not None and time.monotonic() >= self._certificates_due:
             self.certificates()
-            self._certificates_due = time.monotonic() + self.certificates_interval
-        secret = self.rest.get(OWNED["Secret"], self.secret_namespace, self.secret_name)
+            self._certificates_due = time.monotonic() + CERTIFICATES_EVERY
+        self.sync()
+        waits = [*([CERTIFICATES_EVERY] if self.certificates else []), *([URL_EVERY] if self.waiting and self.urls else [])]
+        return min(waits, default=None)
+
+    def sync(self) -> list[str]:
+        """Register what is due, repair what drifted, from the caches; the names of the configurations written."""
+        secret = _only(self.secret)
         ca_bundle = base64.b64decode(((secret or {}).get("data") or {}).get("ca.crt") or "")
+        self.waiting = False
         if not ca_bundle:
-            log.info("registration: waiting for ca.crt in Secret %s/%s", self.secret_namespace, self.secret_name)
+            log.info("registration: waiting for ca.crt in the serving Secret")
             return []
         owner = None
         if self.owner is not None:
-            owner = self.rest.get(CLUSTER_ROLE, "", self.owner)
+            owner = _only(self.owner)
             if owner is None or owner["metadata"].get("deletionTimestamp"):
                 # The install is being deleted: what is registered goes with its owner.
-                log.info("registration: ClusterRole %s is gone or going; registering nothing", self.owner)
+                log.info("registration: the owner ClusterRole is gone or going; registering nothing")
                 return []
-        live = {(t["kind"], t["metadata"]["name"]): self.rest.get(WEBHOOK_CONFIGURATIONS[t["kind"]], "", t["metadata"]["name"])
-                for t in self.templates}
+        live = {key: _only(cache) for key, cache in self.live.items()}
         missing = [t for t in self.templates if live[t["kind"], t["metadata"]["name"]] is None]
         serving = not missing or self._serving(missing, ca_bundle)
         written = []
@@ -183,19 +181,23 @@ class Registrar:
                 continue
             self.rest.apply(WEBHOOK_CONFIGURATIONS[key[0]], want, FIELD_MANAGER)
             log.info("registration: %s %s %s", "applied" if live[key] is not None else "registered", *key)
-            self.on_write(*key)
+            if self.metrics is not None:
+                self.metrics.writes.labels(key[0], "apply").inc()
             self.registered.add(key)
             written.append(key[1])
         if missing and not serving:
+            self.waiting = True
             log.info("registration: waiting for the webhook to serve before registering %s",
                      ", ".join(f"{t['kind']} {t['metadata']['name']}" for t in missing))
         return written
 
     def _serving(self, templates: list[dict[str, Any]], ca_bundle: bytes) -> bool:
         services, urls = targets(templates)
-        for namespace, name in services:
-            slices = self.rest.call("GET", ENDPOINT_SLICE.path(namespace),
-                                    query=[("labelSelector", f"kubernetes.io/service-name={name}")]).get("items") or []
-            if not has_ready_endpoint(slices):
-                return False
-        return all(url_serves(url, ca_bundle) for url in urls)
+        return (all(has_ready_endpoint(r.object for r in self.slices[service].items()) for service in services)
+                and all(url_serves(url, ca_bundle) for url in urls))
+
+
+def _only(cache: Informer[ObjectRecord]) -> dict[str, Any] | None:
+    """The one object a cache of one name holds, if any."""
+    found = cache.items()
+    return found[0].object if found else None

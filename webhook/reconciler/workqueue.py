@@ -1,27 +1,25 @@
-"""A work queue of job keys, as client-go's: a key waits in the queue at most once, is handled by one
-worker at a time, and a key added while it is being handled is handled again afterwards. Failed keys
-come back after an exponential, jittered delay.
-
-Two priorities, as controller-runtime's priority queue: keys from watch events go before keys from a
-resync (``low=True``), so that a new job is served while thousands of unchanged ones are looked over.
-A waiting low key added again normally moves up.
+"""client-go's rate-limited work queue: a key waits at most once, is handled by one worker at a time,
+is handled again after :meth:`WorkQueue.done` when added meanwhile, and a failed one comes back after
+a growing delay. Two priorities, as controller-runtime's priority queue: watch events' keys go before
+a resync's (``low``), so a new job is served while thousands of unchanged ones are looked over.
 """
 
 from __future__ import annotations
 
 import heapq
-import random
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
+from volcano_job_webhook.kube.backoff import delay
+
 K = TypeVar("K", bound=Hashable)
 
 
 class WorkQueue(Generic[K]):
-    """The queue of one controller's keys (:class:`~volcano_job_webhook.plugins.kinds.ObjectKey`)."""
+    """The queue of one controller's keys."""
 
     def __init__(self, base_delay: float = 0.05, max_delay: float = 60.0) -> None:
         self._cond = threading.Condition()
@@ -64,15 +62,15 @@ class WorkQueue(Generic[K]):
             heapq.heappush(self._delayed, (time.monotonic() + delay, self._counter, key))
             self._cond.notify()
 
-    def add_rate_limited(self, key: K) -> float:
-        """Re-add a failed key after ``base * 2**failures`` seconds (jittered, capped); returns the delay."""
+    def add_rate_limited(self, key: K, at_least: float = 0.0) -> float:
+        """Re-add a failed key after the backoff of its failures in a row (or ``at_least``, what a
+        ``Retry-After`` asked); returns the delay."""
         with self._cond:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
-        delay = min(self.max_delay, self.base_delay * (2**failures))
-        delay = random.uniform(delay / 2, delay)
-        self.add_after(key, delay)
-        return delay
+        wait = max(at_least, delay(failures, self.base_delay, self.max_delay))
+        self.add_after(key, wait)
+        return wait
 
     def forget(self, key: K) -> None:
         with self._cond:
