@@ -1,7 +1,5 @@
-"""The benchmark's server: the real ``serve`` app plus two endpoints that parse the AdmissionReview
-and answer allowed with no patch: ``/baseline`` as a FastAPI route (the issue's baseline, every
-figure's ratio is to it) and ``/floor`` through the same plain-ASGI path as ``/mutate`` (what
-``/mutate`` costs beyond parsing and answering).
+"""The benchmark's server: the real ``serve`` app plus ``/baseline``, a FastAPI route that parses the
+AdmissionReview and answers allowed with no patch (every figure's ratio is to it).
 
 Run as ``python bench/server.py JOBS_DIR CERTS_DIR PORT``; it is pinned to one core by the caller.
 """
@@ -19,10 +17,10 @@ from volcano_job_webhook import logs
 from volcano_job_webhook.certs import ensure_certs
 from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.server.app import AdmissionEndpoint, create_app
-from volcano_job_webhook.server.https import serve
+from volcano_job_webhook.server.app import create_app
+from volcano_job_webhook.server.https import build_server
 from volcano_job_webhook.server.jobs import DirectoryJobSource
-from volcano_job_webhook.server.review import AdmissionRequest, AdmissionResponse, parse_review, review_response
+from volcano_job_webhook.server.review import AdmissionResponse, read_review, review_response
 from volcano_job_webhook.server.run import connection_limits, server_options
 
 
@@ -31,19 +29,15 @@ def main() -> None:
     logs.configure("info")  # serve's default level, as in production
     app = create_app(DirectoryJobSource(jobs_dir), Chain())
 
-    @app.api.post("/baseline")
+    @app.post("/baseline")
     async def baseline(request: Request) -> Response:
-        review = parse_review(orjson.loads(await request.body()))
+        review = read_review(await request.body())
         return Response(orjson.dumps(review_response(review, AdmissionResponse.allow())), media_type="application/json")
 
-    async def allow(review: AdmissionRequest) -> AdmissionResponse:
-        return AdmissionResponse.allow()
-
-    app.endpoints["/floor"] = AdmissionEndpoint("floor", allow, app.endpoints["/mutate"].metrics, 3 * 1024 * 1024)
     paths = ensure_certs(certs_dir, "volcano-job-webhook", "volcano-job-webhook")
     # serve's connection limits at their defaults, as in production (guarded listener and protocol).
     _, options = server_options(connection_limits(load_settings()))
-    serve(app, "127.0.0.1", port, paths.cert, paths.key, **options)
+    build_server(app, "127.0.0.1", port, paths.cert, paths.key, **options).run()
 
 
 if __name__ == "__main__":

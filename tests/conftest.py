@@ -49,7 +49,7 @@ async def client(jobs_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
     """The app over ``jobs_dir``, through httpx's ASGI transport, lifespan included."""
     source = DirectoryJobSource(jobs_dir, interval=0)
     app = create_app(source, Chain(), max_body_bytes=64 * 1024)
-    async with app.lifespan():
+    async with app.router.lifespan_context(app):
         await source.loaded()  # the first load runs in a worker thread; the tests want it done
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook.test") as c:
             c.app = app  # type: ignore[attr-defined]

@@ -143,12 +143,12 @@ async def test_duplicate_env_names_in_the_pod(bad_client):
 @pytest.mark.parametrize(
     ("body", "status", "answer"),
     [
-        (b"{not json", 400, {"error": "not an AdmissionReview: not JSON: invalid at character 1"}),
-        (b'{"hello": "world"}', 400, {"error": "not an AdmissionReview: kind must be AdmissionReview, got None"}),
+        (b"{not json", 400, {"error": "not an AdmissionReview: not JSON: key must be a string at line 1 column 2"}),
+        (b'{"hello": "world"}', 400, {"error": "not an AdmissionReview: apiVersion: Field required"}),
         (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"kind": {"kind": "Pod"}, "operation": "CREATE"}}',
-         400, {"error": "not an AdmissionReview: request.uid must be a non-empty string"}),
+         400, {"error": "not an AdmissionReview: request.uid: Field required"}),
         (b"[" * 100_000, 413, {"error": "body over the limit of 65536 bytes"}),
-        (b"[" * 2000 + b"]" * 2000, 400, {"error": "not an AdmissionReview: not JSON: nested more than 1024 levels deep"}),
+        (b"[" * 2000 + b"]" * 2000, 400, {"error": "not an AdmissionReview: not JSON: recursion limit exceeded at line 1 column 202"}),
     ],
 )
 async def test_envelope_errors(bad_client, body, status, answer):
@@ -175,14 +175,16 @@ def nested(depth: int) -> dict:
     return value  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("depth", [101, 600, 1000])
+@pytest.mark.parametrize("depth", [101, 150, 600, 1000])
 async def test_a_pod_nested_too_deep_is_refused_with_400(bad_client, depth):
     deep = pod("dup-env", "worker", 0)
     deep["spec"]["containers"][0]["x-deep"] = "DEEP"
-    # orjson reads up to 1,024 levels (it writes only 254), so the review reaches the handler.
     body = orjson.dumps(admission_review(deep, uid="deep")).replace(b'"DEEP"', b'{"a":' * depth + b'"x"' + b"}" * depth)
-    response = (await bad_client.post("/mutate", content=body, headers={"content-type": "application/json"})).json()["response"]
-    assert response == denied("deep", "request.object: nested more than 100 levels deep", code=400)
+    reply = await bad_client.post("/mutate", content=body, headers={"content-type": "application/json"})
+    if depth > 190:  # past what the JSON reader nests (200 levels, the envelope's included): refused unread
+        assert reply.status_code == 400 and reply.json()["error"].startswith("not an AdmissionReview: not JSON: recursion limit exceeded")
+    else:
+        assert reply.json()["response"] == denied("deep", "request.object: nested more than 100 levels deep", code=400)
 
 
 async def test_a_pod_just_under_the_depth_limit_is_wired(bad_client):

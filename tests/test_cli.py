@@ -248,7 +248,7 @@ def test_the_cluster_view_is_what_serve_and_reconcile_do_beside_volcano(capsys, 
     async def answer() -> dict:
         source = DirectoryJobSource(jobs, interval=0)
         app = create_app(source, load_settings(str(config)).chain())
-        async with app.lifespan():
+        async with app.router.lifespan_context(app):
             await source.loaded()
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
                 return (await c.post("/mutate", json=review)).json()["response"]

@@ -228,8 +228,8 @@ def test_bad_pods_and_reviews_exit_2_with_one_line(capsys, tmp_path):
     cases = {
         "configmap-review.json": ({**review, "request": {**review["request"], "kind": {"group": "", "version": "v1", "kind": "ConfigMap"}}},
                                   "the AdmissionReview is for a ConfigMap, not a Pod"),
-        "no-request.json": ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "request is missing or not an object"),
-        "v2.json": ({**review, "apiVersion": "admission.k8s.io/v2"}, "apiVersion must be one of"),
+        "no-request.json": ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "request: Field required"),
+        "v2.json": ({**review, "apiVersion": "admission.k8s.io/v2"}, "apiVersion: Input should be 'admission.k8s.io/v1' or"),
         "no-object.json": ({**review, "request": {**review["request"], "object": None}}, "request.object: missing or not a Pod"),
         "bad-shape.json": ({"kind": "Pod", "spec": {"containers": "main"}}, "spec.containers: must be a list of objects"),
     }

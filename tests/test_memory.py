@@ -1,6 +1,6 @@
 """The processes' memory settings (webhook/memory.py: the collector off while the caches load, then
 what they made frozen; the collector on a clock in serve) and the heap handed back to the OS after
-clients leave (server/memory.py). Their effect under attack is measured by bench/fuzz.py."""
+clients leave (server/connections.py). Their effect under attack is measured by bench/fuzz.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import pytest
 from tests.envtest import eventually, wait_until
 from volcano_job_webhook import memory
 from volcano_job_webhook.memory import CollectorPacer
-from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits
-from volcano_job_webhook.server.memory import MemoryTrimmer
+from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, MemoryTrimmer
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +55,7 @@ async def test_the_pacer_frees_reference_cycles():
 
 
 async def test_the_trimmer_trims_after_connections_go_and_not_on_a_quiet_server(monkeypatch):
-    import volcano_job_webhook.server.memory as server_memory
+    import volcano_job_webhook.server.connections as server_memory
 
     calls = []
     monkeypatch.setattr(server_memory, "trim", lambda: calls.append(1) or True)

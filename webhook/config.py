@@ -98,15 +98,23 @@ class WebhookSettings(BaseSettings):
         False, description="serve reads its certificate from tls_secret through the API (into certs_dir) rather than from files",
     )
 
+    # The reconciler (webhook/reconciler/): read by reconcile.
+    resync_seconds: float = Field(300.0, gt=0, description="how often reconcile looks at every job anyway (changes are seen at once)")
+    workers: int = Field(4, ge=1, description="jobs reconciled at once; one job is never in two workers")
+    health_port: int = Field(8081, ge=0, le=65535, description="reconcile's plain-HTTP /healthz, /readyz and /metrics (0: any free port)")
+    leader_elect: bool = Field(False, description="reconcile works only while it holds the Lease, and exits when it loses it")
+    lease_name: str = Field("volcano-job-webhook-reconciler", description="the Lease of the leader election")
+    lease_namespace: str | None = Field(None, description="its namespace (default: $POD_NAMESPACE, else service_namespace)")
+
     max_body_bytes: int = Field(3 * 1024 * 1024, ge=1024, description="largest AdmissionReview accepted")
     # What one client can hold (webhook/server/connections.py); docs/install.md, "Limits".
     header_timeout_seconds: float = Field(10.0, gt=0, description="time for a request's headers, from connection or first byte")
     body_timeout_seconds: float = Field(10.0, gt=0, description="time for a request's body, from its headers")
     idle_timeout_seconds: float = Field(30.0, gt=0, description="an idle keep-alive connection is closed after this")
+    drain_seconds: float = Field(3.0, ge=0, description="after SIGTERM, requests are answered this long with Connection: close before the server stops")
     tls_handshake_timeout_seconds: float = Field(10.0, gt=0, description="time for the TLS handshake (and TLS shutdown)")
     max_connections: int = Field(1024, ge=1, description="open connections; past it the longest-waiting one is closed")
     max_tls_handshakes: int = Field(16, ge=1, description="TLS handshakes under way at once; more connections wait to be accepted")
-    max_header_bytes: int = Field(32 * 1024, ge=1024, description="request line and headers of one request")
     max_buffered_body_bytes: int = Field(
         32 * 1024 * 1024, ge=1024, description="request bodies held across all connections; past it the longest-waiting are dropped"
     )

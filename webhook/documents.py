@@ -1,12 +1,7 @@
-"""Reading Kubernetes objects from YAML or JSON files, or standard input (``-``), within bounds.
-
-Whoever writes the file may be hostile (a jobs directory, a file handed to the CLI), so reading
-never takes more than :data:`MAX_INPUT_BYTES` (a special file such as ``/dev/zero`` or a FIFO is
-refused before it is read, a terminal on standard input too), and parsing refuses a document
-nested more than :data:`MAX_DEPTH` levels deep or whose aliases would add more than
-:data:`MAX_ALIAS_NODES` nodes (a "billion laughs" file is 1 KB of YAML and 387 million strings
-once expanded). Each is one :class:`DocumentError` line.
-"""
+"""Kubernetes objects from YAML or JSON files or standard input (``-``), within bounds, because
+whoever writes the file may be hostile: at most :data:`MAX_INPUT_BYTES` of a regular file or a pipe,
+:data:`MAX_DEPTH` levels, and :data:`MAX_ALIAS_NODES` nodes added by aliases; each refusal is one
+:class:`DocumentError` line."""
 
 from __future__ import annotations
 
@@ -34,12 +29,9 @@ class _Refused(yaml.YAMLError):
 
 
 class _JsonLoader(yaml.SafeLoader):
-    """YAML as Kubernetes reads it: ``2024-01-01T00:00:00Z`` stays a string (Kubernetes objects are
-    JSON, and a parsed ``datetime`` would compare unequal to the string the API server sends).
-
-    Bounded: composing (PyYAML's only recursion) stops past :data:`MAX_DEPTH` levels, and a
-    document with aliases is measured as it would be once expanded (shared nodes counted each time
-    they are used, a node that contains itself as endless) before anything is built from it."""
+    """YAML as Kubernetes reads it (a timestamp stays a string, as the API server sends it), composing
+    (PyYAML's only recursion) at most :data:`MAX_DEPTH` levels deep, and a document with aliases
+    measured as it would be once expanded before anything is built from it."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -64,7 +56,7 @@ class _JsonLoader(yaml.SafeLoader):
         self._aliases = 0
         node = super().compose_document()
         if self._aliases:
-            added = _expanded_size(node) - _distinct_size(node)
+            added = _added_by_aliases(node)
             if added == float("inf"):
                 raise _Refused("a YAML alias refers to a node that contains it")
             if added > MAX_ALIAS_NODES:
@@ -80,19 +72,8 @@ def _children(node: Any) -> list[Any]:
     return []
 
 
-def _distinct_size(root: Any) -> int:
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if id(node) not in seen:
-            seen.add(id(node))
-            stack.extend(_children(node))
-    return len(seen)
-
-
-def _expanded_size(root: Any) -> float:
-    """Nodes in ``root`` with every alias expanded; ``inf`` for a node that contains itself."""
+def _added_by_aliases(root: Any) -> float:
+    """Nodes ``root``'s aliases add once expanded; ``inf`` for a node that contains itself."""
     sizes: dict[int, float] = {}
     stack: list[tuple[Any, bool]] = [(root, False)]
     on_path: set[int] = set()
@@ -110,7 +91,7 @@ def _expanded_size(root: Any) -> float:
         on_path.add(key)
         stack.append((node, True))
         stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
-    return sizes[id(root)]
+    return sizes[id(root)] - len(sizes)  # every distinct node is in sizes once
 
 
 _JsonLoader.yaml_implicit_resolvers = {
@@ -124,9 +105,8 @@ def _over(source: str, limit: int) -> DocumentError:
 
 
 def read_file(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes. Opened without blocking (a FIFO
-    with no writer would hang ``open``) and checked on the open descriptor, so a file swapped for
-    something else after a ``stat`` is still caught."""
+    """The bytes of a regular file of at most ``limit`` bytes, opened without blocking (a FIFO would
+    hang ``open``) and checked on the open descriptor."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
@@ -155,8 +135,7 @@ def read_file(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
 
 
 def read_stdin(limit: int = MAX_INPUT_BYTES, idle: float = STDIN_IDLE_SECONDS) -> bytes:
-    """Standard input, up to ``limit`` bytes; refused when it is a terminal (nobody is typing a Job
-    in) or sends nothing for ``idle`` seconds."""
+    """Standard input, up to ``limit`` bytes; refused when it is a terminal or silent for ``idle`` seconds."""
     try:
         fd = sys.stdin.fileno()
     except (AttributeError, OSError, ValueError):  # replaced by an in-memory stream (tests, embedding)
@@ -184,8 +163,7 @@ def read_stdin(limit: int = MAX_INPUT_BYTES, idle: float = STDIN_IDLE_SECONDS) -
 
 
 def read_text(source: str, limit: int = MAX_INPUT_BYTES) -> str:
-    """``source`` (a path, or ``-`` for standard input) as UTF-8 text, within :func:`read_file`'s
-    and :func:`read_stdin`'s bounds."""
+    """``source`` (a path, or ``-`` for standard input) as UTF-8 text, within the bounds above."""
     data = read_stdin(limit) if source == "-" else read_file(source, limit)
     try:
         return data.decode("utf-8")
@@ -224,8 +202,7 @@ def load_object(source: str, kind: str | tuple[str, ...]) -> dict[str, Any]:
 
 
 class _BlockDumper(yaml.SafeDumper):
-    """Writes multi-line strings (host files, ssh config) as ``|`` blocks, readable as files, and an
-    object used twice in full both times (no ``&id001`` anchors: Kubernetes objects are JSON)."""
+    """Multi-line strings as ``|`` blocks, and no ``&id001`` anchors (Kubernetes objects are JSON)."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True

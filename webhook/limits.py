@@ -1,6 +1,5 @@
 """Bounds on what the webhook and the CLI take in, so that no input makes them recurse, build or read
-without end. Connection limits are elsewhere (:mod:`.server.connections`, settings in :mod:`.config`).
-"""
+without end (connection limits: :mod:`.server.connections`)."""
 
 from __future__ import annotations
 
@@ -10,21 +9,19 @@ from volcano_job_webhook.plugins import Job, PluginError
 
 # Kubernetes stores no object over 1.5 MiB (etcd's request limit); a file may hold several.
 MAX_INPUT_BYTES = 4 * 1024 * 1024
-# Lists and objects nested in one another. A real Pod or Volcano Job is under 20 levels; JSON
-# decoders take up to 1,024, past the depth at which copying and diffing (recursive) fail.
+# Lists and objects nested in one another: a real Pod or Volcano Job is under 20 levels, and copying
+# and diffing (recursive) must stay far from Python's recursion limit.
 MAX_DEPTH = 100
-# Nodes YAML aliases may add to one document once expanded ("billion laughs": 1 KB of YAML, 387
-# million strings).
+# Nodes YAML aliases may add to one document once expanded (a "billion laughs" file).
 MAX_ALIAS_NODES = 100_000
-# Pods of one job in all that the offline commands build for: Kubernetes' documented scalability
-# limit for a whole cluster, so no job that can run is refused. The webhook itself has no such limit:
-# the plugins size what they would build from the replica counts (plugins/budget.py) first.
+# Pods of one job in all that the offline commands build: Kubernetes' limit for a whole cluster
+# (the webhook sizes what it builds from the replica counts first: plugins/budget.py).
 MAX_JOB_REPLICAS = 150_000
 
 
 def nested_deeper_than(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """True when ``value`` has lists or objects nested more than ``limit`` levels deep (the value
-    itself is level 1). Iterative: it is the check that keeps recursion away from such values."""
+    """True when ``value`` nests lists or objects more than ``limit`` levels deep (itself level 1);
+    iterative, as it keeps recursion away from such values."""
     if type(value) is not dict and type(value) is not list:
         return False
     stack = [(value, 1)]

@@ -1,11 +1,6 @@
-"""The admission webhook: AdmissionReview in, JSON patch out.
-
-A request flows one way: :mod:`.review` parses it, a :mod:`.handlers` handler checks the object's
-shape (:mod:`.shape`), looks the job up in a job source (:mod:`.jobs`), runs the plugin chain and
-diffs the Pod (:mod:`.patch`); :mod:`.app` serves it over HTTP with :mod:`.metrics`; :mod:`.run`
-starts the whole process: the HTTPS-only uvicorn server of :mod:`.https`, accepting connections
-under the limits of :mod:`.connections` and handing memory back with :mod:`.memory`.
-"""
+"""The admission webhook (``volcano-webhook serve``): :mod:`.review` parses an AdmissionReview, a
+:mod:`.handlers` handler looks its job up (:mod:`.jobs`), runs the chain and diffs the Pod
+(:mod:`.patch`), :mod:`.app` serves it and :mod:`.https` runs the HTTPS server."""
 
 from importlib import import_module
 from typing import Any
@@ -13,12 +8,12 @@ from typing import Any
 # Re-exported lazily (PEP 562), so that the offline commands, which use only .patch and .review,
 # do not load FastAPI, uvicorn and the server's modules.
 _EXPORTS = {
-    "AdmissionEndpoint": ".app", "WebhookServer": ".app", "create_app": ".app",
+    "create_app": ".app",
     "Handler": ".handlers", "JobCache": ".handlers", "JobValidator": ".handlers", "PodMutator": ".handlers",
     "DirectoryJobSource": ".jobs", "JobSource": ".jobs",
     "make_patch": ".patch",
-    "AdmissionRequest": ".review", "AdmissionResponse": ".review", "ReviewError": ".review",
-    "admission_review": ".review", "parse_review": ".review", "review_response": ".review",
+    "AdmissionRequest": ".review", "AdmissionResponse": ".review", "AdmissionReview": ".review", "ReviewError": ".review",
+    "admission_review": ".review", "parse_review": ".review", "read_review": ".review", "review_response": ".review",
 }
 
 
@@ -29,21 +24,4 @@ def __getattr__(name: str) -> Any:
     return getattr(import_module(module, __name__), name)
 
 
-__all__ = [
-    "AdmissionEndpoint",
-    "AdmissionRequest",
-    "AdmissionResponse",
-    "DirectoryJobSource",
-    "Handler",
-    "JobCache",
-    "JobSource",
-    "JobValidator",
-    "PodMutator",
-    "ReviewError",
-    "WebhookServer",
-    "admission_review",
-    "create_app",
-    "make_patch",
-    "parse_review",
-    "review_response",
-]
+__all__ = sorted(_EXPORTS)

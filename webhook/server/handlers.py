@@ -1,9 +1,6 @@
-"""The two admission decisions, free of HTTP: wire a Pod (``/mutate``), check a Job (``/validate``).
-
-Each is a :class:`Handler` — one ``async __call__(request) -> response``, the shape of
-controller-runtime's ``admission.Handler``. Data flows one way: request, job lookup, plugin chain,
-patch, response. Neither has side effects, so ``dryRun`` requests get the same answer as real ones.
-"""
+"""The two admission decisions, free of HTTP: wire a Pod (``/mutate``), check a Job (``/validate``),
+each a :class:`Handler` as controller-runtime's ``admission.Handler``; neither has side effects, so
+``dryRun`` requests get the same answer."""
 
 from __future__ import annotations
 
@@ -36,13 +33,9 @@ class Handler(Protocol):
 
 
 class JobCache:
-    """Jobs prepared for the chain, keyed by ``(uid, resourceVersion)``, least recently used out.
-
-    Every Pod of a job reuses one :class:`PreparedJob` (plugins built, arguments parsed, names
-    checked) until the Job changes; a Job without both keys (a file with no uid) is keyed by its
-    namespace and name and the identity of the object its source returned, which stays the same
-    until the file changes.
-    """
+    """One :class:`PreparedJob` per Job version, ``(uid, resourceVersion)``, shared by its Pods, least
+    recently used out; a Job without both (a file's) is keyed by its name and the object's identity,
+    which its source keeps until the file changes."""
 
     def __init__(self, chain: Chain, size: int = 4096) -> None:
         self.chain = chain
@@ -86,10 +79,8 @@ def _object_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def workload_of(pod: Mapping[str, Any]) -> tuple[Kind, Any, str | None] | None:
-    """Which workload ``pod`` belongs to: its kind, its name as labelled, and the uid the Pod says
-    it has; or None for a Pod of none we wire. Found as the table says (:data:`~kinds.WORKLOADS`, in
-    order): a Volcano Job's Pods by Volcano's label; an Indexed Job's and a JobSet's only when their
-    template opts in (docs/workloads.md), by the labels their controllers set."""
+    """The workload ``pod`` belongs to (its kind, name and the uid the Pod names), by the labels of
+    :data:`~kinds.WORKLOADS` in order (an Indexed Job's and a JobSet's Pods only when opted in); or None."""
     labels = _object_meta(pod).get("labels")
     if not isinstance(labels, Mapping):
         return None
@@ -113,13 +104,9 @@ def uid_of(obj: Mapping[str, Any]) -> str | None:
 
 
 class PodMutator:
-    """Wires a Pod of a Volcano job with the plugins we run (Volcano's controller has wired it with
-    its own before it reaches us). Anything that is not the CREATE of a labelled Pod passes unchanged.
-
-    Never silent: a lookup that fails is an error (the API server's ``failurePolicy`` applies and
-    Volcano's controller retries the Pod); a Pod whose job does not exist passes unwired with a
-    warning, a log line and a count; a Pod we cannot wire is denied, or passes with a warning when
-    ``audit`` is on (docs/install.md#rolling-out-on-a-cluster-with-running-jobs)."""
+    """Wires the CREATE of a workload's Pod with the plugins we run; anything else passes unchanged.
+    Never silent: a failed lookup is an error (``failurePolicy`` applies, the controller retries), a
+    Pod of a missing job passes with a warning, one we cannot wire is denied (warned, with ``audit``)."""
 
     def __init__(self, source: JobSource, jobs: JobCache, metrics: WebhookMetrics, *, audit: bool = False) -> None:
         self.source = source
@@ -233,14 +220,10 @@ def _typed(obj: Mapping[str, Any], req: AdmissionRequest) -> Mapping[str, Any]:
 
 
 class JobValidator:
-    """Denies a Volcano Job whose plugins would fail, with the message its Pods would get; and an
-    Indexed Job or JobSet that names plugins in our annotation, the same way, or whose Pod template
-    does not opt in (docs/workloads.md). Indexed Jobs and JobSets without the annotation pass.
-
-    A CREATE is judged whole. An UPDATE is judged only when it changes what the plugins read (the
-    tasks, ``spec.plugins``, our annotations), and refused only for a problem the old Job did not
-    have: a running job Volcano tolerates is never locked against ``kubectl label``. A Job being
-    deleted passes. With ``audit`` on, a denial becomes a warning."""
+    """Denies a workload whose plugins would fail, with the message its Pods would get (an Indexed
+    Job or JobSet only when it names plugins, and also when it does not opt in). An UPDATE is judged
+    only when it changes what the plugins read, and refused only for a problem the old object did
+    not have, so a running job is never locked against ``kubectl label``; ``audit`` warns instead."""
 
     def __init__(self, chain: Chain, *, audit: bool = False) -> None:
         self.chain = chain

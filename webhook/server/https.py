@@ -1,12 +1,7 @@
-"""The HTTPS-only uvicorn server: :class:`HTTPSServer`, :func:`build_server`, :func:`serve`.
-
-It binds its listening sockets itself (a port taken is a :class:`ListenError`, said in one line) and
-hands them to ``uvicorn.Server.serve(sockets=...)``, where :func:`.connections.accepting` accepts
-on them under a :class:`~.connections.ConnectionGuard` and wraps every connection in the context of a
-:class:`~volcano_job_webhook.certs.reload.CertReloader`: no plaintext listener is ever opened.
-uvicorn's own ``ssl_context_factory`` returns that same context, so nothing uvicorn could open
-itself would be plaintext either.
-"""
+"""The HTTPS-only uvicorn server: sockets bound here (a port taken is one line, :class:`ListenError`),
+served by ``uvicorn.Server.serve(sockets=...)`` under the :class:`~.connections.ConnectionGuard` and
+only over the :class:`~volcano_job_webhook.certs.reload.CertReloader`'s context, so no plaintext
+listener is ever opened."""
 
 from __future__ import annotations
 
@@ -16,6 +11,7 @@ import errno
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -29,8 +25,7 @@ log = logging.getLogger(__name__)
 
 
 class ListenError(Exception):
-    """The listening socket could not be opened (the port taken, an address not this host's); the
-    message says which address and port, and what to do."""
+    """The listening socket could not be opened; the message says where, why and what to do."""
 
     def __init__(self, host: str, port: int, error: OSError) -> None:
         self.host, self.port, self.error = host, port, error
@@ -66,6 +61,27 @@ def listen(host: str, port: int, backlog: int, receive_buffer: int) -> list[sock
     return sockets
 
 
+class Draining:
+    """ASGI wrapper: once :attr:`draining`, every response says ``Connection: close``. The API server
+    keeps reusing its kept-alive connections to a replica that has left the Service's endpoints; one
+    closed idle under its request is an EOF it does not retry, a refused Pod (1 in 105 in an upgrade,
+    tests/on_node/test_operations.py), while one closed by this header is never reused."""
+
+    def __init__(self, app: Any) -> None:
+        self.app, self.draining = app, False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not self.draining or scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def closing(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        return await self.app(scope, receive, closing)
+
+
 class HTTPSServer(uvicorn.Server):
     """uvicorn's server on sockets of its own, accepting under :attr:`guard` and serving only over
     :attr:`reloader`'s context, with the reloader's watch and the ``background`` coroutines running
@@ -73,12 +89,27 @@ class HTTPSServer(uvicorn.Server):
     to stop gracefully."""
 
     def __init__(self, config: uvicorn.Config, reloader: CertReloader, guard: ConnectionGuard,
-                 background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = ()) -> None:
+                 background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (), drain_seconds: float = 0.0) -> None:
         super().__init__(config)
         self.reloader = reloader
         self.guard = guard
         self.background = background
         self.sockets: list[socket.socket] = []
+        self.drain_seconds = drain_seconds
+        self._exit_at: float | None = None
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """The first SIGTERM/SIGINT drains for ``drain_seconds`` (:class:`Draining`), then stops as uvicorn does."""
+        if self._exit_at is None and self.drain_seconds > 0 and isinstance(self.config.app, Draining):
+            self.config.app.draining = True
+            self._exit_at = time.monotonic() + self.drain_seconds
+            return
+        super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._exit_at is not None and time.monotonic() >= self._exit_at:
+            self.should_exit = True
+        return await super().on_tick(counter)
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         if sockets is not None:
@@ -125,18 +156,14 @@ def build_server(
     reload_interval: float = 10.0,
     log_config: dict[str, Any] | str | None = None,
     background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
+    drain_seconds: float = 0.0,
     **uvicorn_kwargs: Any,
 ) -> HTTPSServer:
-    """A configured, not yet started, HTTPS-only uvicorn server for ``app`` (its reloader is
-    ``server.reloader``). ``port=0`` picks a free port (see :attr:`HTTPSServer.addresses`).
-
-    ``guard`` (default: one with :class:`~.connections.ConnectionLimits`' defaults) bounds what
-    clients can hold; ``log_config=None`` leaves logging to the application (uvicorn's loggers
-    propagate to it); ``background``: see :class:`HTTPSServer`. TLS and the HTTP protocol are
-    configured here only: ``ssl_*``, ``http``, ``ws`` and ``timeout_keep_alive`` keywords are
-    refused. Raises ``ssl.SSLError``/``OSError`` when the certificate pair or the client CA does
-    not load.
-    """
+    """A configured, not yet started, HTTPS-only uvicorn server for ``app`` (``port=0``: a free port,
+    see :attr:`HTTPSServer.addresses`), clients bounded by ``guard``; TLS and the HTTP protocol are
+    set here only (``ssl_*``, ``http``, ``ws`` and ``timeout_keep_alive`` keywords are refused).
+    ``log_config=None`` leaves logging to the application. Raises ``ssl.SSLError``/``OSError`` when
+    the certificate pair or the client CA does not load."""
     ours = sorted(k for k in uvicorn_kwargs if k.startswith("ssl_") or k in ("http", "ws", "timeout_keep_alive"))
     if ours:
         raise TypeError(f"TLS and the HTTP protocol are configured by build_server itself; unexpected {', '.join(ours)}")
@@ -145,7 +172,7 @@ def build_server(
     reloader = CertReloader(cert_file, key_file, client_ca_file, reload_interval)
     uvicorn_kwargs.setdefault("timeout_graceful_shutdown", 10)
     config = uvicorn.Config(
-        app,
+        Draining(app) if drain_seconds > 0 else app,
         host=host,
         port=port,
         http=guard.protocol,
@@ -155,12 +182,5 @@ def build_server(
         log_config=log_config,
         **uvicorn_kwargs,
     )
-    return HTTPSServer(config, reloader, guard, background)
+    return HTTPSServer(config, reloader, guard, background, drain_seconds)
 
-
-def serve(
-    app: Any, host: str, port: int, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str], **options: Any
-) -> None:
-    """Serve ``app`` over HTTPS until SIGINT/SIGTERM (uvicorn stops gracefully on both); blocks.
-    ``options`` are :func:`build_server`'s keywords."""
-    build_server(app, host, port, cert_file, key_file, **options).run()

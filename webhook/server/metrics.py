@@ -49,10 +49,8 @@ class WebhookMetrics:
         self.certificate_expiry: Gauge | None = None
 
     def watch_certificate(self, expiry_seconds: Callable[[], float]) -> None:
-        """Export ``volcano_webhook_certificate_expiry_seconds``, read from ``expiry_seconds`` at
-        each scrape (the TLS reloader's, which follows every reload). Registered only once there is
-        a certificate: an app served without TLS (tests, a proxy in front) shows no such series
-        rather than a 0 that would read as "expired now"."""
+        """Export ``volcano_webhook_certificate_expiry_seconds`` from ``expiry_seconds`` at each scrape;
+        registered only once there is a certificate, so an app without TLS shows no "expired now" 0."""
         if self.certificate_expiry is None:
             self.certificate_expiry = Gauge(
                 "volcano_webhook_certificate_expiry_seconds",

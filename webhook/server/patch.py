@@ -1,11 +1,6 @@
-"""RFC 6902 JSON patches that address only what changed.
-
-The chain returns a whole mutated Pod; the API server wants operations. Diffing structurally keeps
-each operation on the field it changes — lists are appended to with ``/-`` (or inserted into at the
-front, when that takes fewer operations), missing lists and maps are added whole, changed values are
-replaced in place — so changes other mutating webhooks made to the same Pod survive
-(docs/volcano-behaviour.md#admission-answer).
-"""
+"""RFC 6902 JSON patches that address only what changed (lists appended to with ``/-``, values
+replaced in place), so changes other mutating webhooks made to the Pod survive
+(docs/volcano-behaviour.md#admission-answer)."""
 
 from __future__ import annotations
 

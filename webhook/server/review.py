@@ -1,19 +1,16 @@
-"""A thin, typed layer over ``AdmissionReview`` (``admission.k8s.io/v1`` and ``v1beta1``).
-
-Like controller-runtime's ``pkg/webhook/admission``: :func:`parse_review` turns a decoded body into
-an :class:`AdmissionRequest` or raises :class:`ReviewError`; handlers return an
-:class:`AdmissionResponse`; :func:`review_response` wraps it in the request's API version with the
-``uid`` echoed. A response with no change carries no patch fields at all (never a ``null`` patch).
-"""
+"""AdmissionReview ``admission.k8s.io/v1`` and ``v1beta1`` as pydantic models: what the routes
+parse, what their OpenAPI schema shows, and the answer with the request's ``uid`` echoed (a
+response with no change carries no patch fields at all, never a ``null`` patch)."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 # The API server shows at most this many bytes per warning; longer ones are cut there anyway.
@@ -24,29 +21,51 @@ class ReviewError(ValueError):
     """The body is not an AdmissionReview we can answer (HTTP 400)."""
 
 
-@dataclass(frozen=True)
-class GroupVersionKind:
-    group: str
-    version: str
-    kind: str
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
 
-@dataclass(frozen=True)
-class AdmissionRequest:
-    """The fields of ``request`` the handlers use; ``object`` is the raw decoded object."""
+class GroupVersionKind(_Model):
+    group: str = ""
+    version: str = ""
+    kind: str = Field(min_length=1)
 
-    api_version: str
-    uid: str
+
+class AdmissionRequest(_Model):
+    """The fields of ``request`` the handlers read; ``object`` and ``oldObject`` as decoded."""
+
+    uid: str = Field(min_length=1)
     kind: GroupVersionKind
-    resource: str
-    sub_resource: str
-    operation: str
-    namespace: str
-    name: str
-    object: Any
-    dry_run: bool
-    # The object before an UPDATE (None for CREATE).
+    sub_resource: str = ""
+    operation: str = Field(min_length=1)
+    namespace: str = ""
+    name: str = ""
+    object: Any = None
     old_object: Any = None
+
+
+class ReviewStatus(_Model):
+    status: Literal["Failure"]
+    code: int
+    message: str
+
+
+class ReviewResponse(_Model):
+    uid: str
+    allowed: bool
+    patch_type: Literal["JSONPatch"] | None = None
+    patch: str | None = Field(None, description="the JSON patch, base64")
+    status: ReviewStatus | None = None
+    warnings: list[str] | None = None
+
+
+class AdmissionReview(_Model):
+    """The API server sends ``request``; the webhook answers ``response``."""
+
+    api_version: Literal["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
+    kind: Literal["AdmissionReview"]
+    request: AdmissionRequest | None = None
+    response: ReviewResponse | None = None
 
 
 @dataclass
@@ -71,61 +90,39 @@ class AdmissionResponse:
 
     @classmethod
     def errored(cls, message: str, code: int = 500, result: str = "error") -> AdmissionResponse:
-        """Not decided: the API server treats it as a failed call (``failurePolicy``), and Volcano's
-        controller retries the Pod's creation."""
+        """Not decided: a failed call to the API server (``failurePolicy``); the controller retries."""
         return cls(allowed=False, message=message, code=code, result=result)
 
 
-def _str(value: Any, where: str, *, required: bool = False) -> str:
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str) or (required and not value):
-        raise ReviewError(f"{where} must be a non-empty string" if required else f"{where} must be a string")
-    return value
+def read_review(body: bytes | Any) -> AdmissionReview:
+    """The AdmissionReview in ``body`` (JSON, or already decoded), with a ``request``; raises
+    :class:`ReviewError` naming the field."""
+    try:
+        if isinstance(body, bytes):
+            review = AdmissionReview.model_validate_json(body)
+        else:
+            review = AdmissionReview.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        if error["type"] == "json_invalid":
+            raise ReviewError(f"not JSON: {error['msg'].removeprefix('Invalid JSON: ')}") from None
+        raise ReviewError(f"{'.'.join(map(str, error['loc'])) or 'body'}: {error['msg']}") from None
+    if review.request is None:
+        raise ReviewError("request: Field required")
+    return review
 
 
 def parse_review(body: Any) -> AdmissionRequest:
-    """Validate the envelope of a decoded AdmissionReview. Raises :class:`ReviewError` naming the field."""
-    if not isinstance(body, Mapping):
-        raise ReviewError("body must be a JSON object (an AdmissionReview)")
-    api_version = body.get("apiVersion")
-    if body.get("kind") != "AdmissionReview":
-        raise ReviewError(f"kind must be AdmissionReview, got {body.get('kind')!r}")
-    if api_version not in API_VERSIONS:
-        raise ReviewError(f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {api_version!r}")
-    request = body.get("request")
-    if not isinstance(request, Mapping):
-        raise ReviewError("request is missing or not an object")
-    kind = request.get("kind")
-    if not isinstance(kind, Mapping):
-        raise ReviewError("request.kind is missing or not an object")
-    resource = request.get("resource")
-    resource = resource if isinstance(resource, Mapping) else {}
-    dry_run = request.get("dryRun")
-    if dry_run is not None and not isinstance(dry_run, bool):
-        raise ReviewError("request.dryRun must be a boolean")
-    return AdmissionRequest(
-        api_version=api_version,
-        uid=_str(request.get("uid"), "request.uid", required=True),
-        kind=GroupVersionKind(
-            _str(kind.get("group"), "request.kind.group"),
-            _str(kind.get("version"), "request.kind.version"),
-            _str(kind.get("kind"), "request.kind.kind", required=True),
-        ),
-        resource=_str(resource.get("resource"), "request.resource.resource"),
-        sub_resource=_str(request.get("subResource"), "request.subResource"),
-        operation=_str(request.get("operation"), "request.operation", required=True),
-        namespace=_str(request.get("namespace"), "request.namespace"),
-        name=_str(request.get("name"), "request.name"),
-        object=request.get("object"),
-        dry_run=bool(dry_run),
-        old_object=request.get("oldObject"),
-    )
+    """The ``request`` of a decoded AdmissionReview; raises :class:`ReviewError` naming the field."""
+    request = read_review(body).request
+    assert request is not None
+    return request
 
 
-def review_response(request: AdmissionRequest, response: AdmissionResponse) -> dict[str, Any]:
+def review_response(review: AdmissionReview, response: AdmissionResponse) -> dict[str, Any]:
     """The AdmissionReview to send back, in the request's API version."""
-    out: dict[str, Any] = {"uid": request.uid, "allowed": response.allowed}
+    assert review.request is not None
+    out: dict[str, Any] = {"uid": review.request.uid, "allowed": response.allowed}
     if response.allowed and response.patch:
         out["patchType"] = "JSONPatch"
         out["patch"] = base64.b64encode(orjson.dumps(response.patch)).decode()
@@ -133,9 +130,7 @@ def review_response(request: AdmissionRequest, response: AdmissionResponse) -> d
         out["status"] = {"status": "Failure", "code": response.code, "message": response.message}
     if response.warnings:
         out["warnings"] = [w if len(w) <= WARNING_MAX else w[: WARNING_MAX - 3] + "..." for w in response.warnings]
-    return {"apiVersion": request.api_version, "kind": "AdmissionReview", "response": out}
-
-
+    return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": out}
 def admission_review(obj: dict[str, Any], *, api_version: str = API_VERSIONS[0], uid: str, operation: str = "CREATE",
                      old: dict[str, Any] | None = None) -> dict[str, Any]:
     """The AdmissionReview the API server sends for ``obj`` (a Pod or a Volcano Job); ``old`` is

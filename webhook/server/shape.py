@@ -1,12 +1,6 @@
-"""The types a Pod's fields must have before the plugin chain touches them.
-
-The API server decodes every Pod into typed structs before calling a webhook, so a real review never
-has ``spec.containers: "x"``; but the webhook's port is reachable by anyone, and the plugins (pure
-functions over dicts) take the Pod's shape on trust: fuzzing found about one damaged Pod in 200
-answered "internal error" (an ``AttributeError`` deep in a plugin). Checked here first, such a Pod
-gets a 400 naming the field, as the API server itself would refuse it. Only the fields the plugins
-read or write are checked, with the types of the Kubernetes Pod API.
-"""
+"""The types of the Pod fields the plugins read or write, checked before the chain: the webhook's
+port is reachable by anyone and the plugins take the Pod's shape on trust, so a damaged Pod gets a
+400 naming the field rather than an internal error."""
 
 from __future__ import annotations
 

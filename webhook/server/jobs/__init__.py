@@ -1,11 +1,6 @@
-"""Where the webhook finds Volcano Jobs: one small interface, two sources.
-
-* :class:`~.files.DirectoryJobSource` (the embedded default): Job YAML/JSON files in a directory;
-* :class:`~.kube.KubeJobSource`: a watch-backed cache of the cluster's Jobs in the watched
-  namespaces (imported from :mod:`.kube`, which needs the ``kubernetes`` client).
-
-Admission never waits on a list: ``get`` answers from memory, and a kube cache miss costs one GET.
-"""
+"""Where the webhook finds Jobs: :class:`JobSource`, kept by job files
+(:class:`~.files.DirectoryJobSource`) and by the cluster's cache (:class:`~.kube.KubeJobSource`,
+imported from :mod:`.kube` only, as it needs the ``kubernetes`` client)."""
 
 from __future__ import annotations
 
@@ -26,30 +21,24 @@ class NamespaceNotWatched(LookupError):
         self.namespace = namespace
 
 
-
 class JobSource(Protocol):
-    """What the webhook needs from a store of Volcano Jobs."""
+    """What the webhook needs from a store of Jobs: ``start`` returns at once and ``ready`` turns
+    true once the first load is done; ``status`` is for ``/readyz``."""
 
-    def start(self) -> None:
-        """Begin loading; returns at once (``ready`` turns true when the first load is done)."""
+    def start(self) -> None: ...
 
-    def stop(self) -> None:
-        """Stop background work."""
+    def stop(self) -> None: ...
 
     @property
     def ready(self) -> bool:
         """True once the source holds a complete view (``/readyz``)."""
 
-    def __len__(self) -> int:
-        """Jobs held in memory."""
+    def __len__(self) -> int: ...
 
-    def status(self) -> dict[str, Any]:
-        """Details for ``/readyz``."""
+    def status(self) -> dict[str, Any]: ...
 
     async def get(self, namespace: str, name: str, uid: str | None = None, kind: Kind = VOLCANO_JOB) -> dict[str, Any] | None:
-        """The Job object, or None when there is no such Job; raises :class:`NamespaceNotWatched`
-        for a namespace the source does not serve. ``uid`` is the one the caller expects (a Pod's
-        owner): a held Job of another uid is a predecessor of the same name, so a source that can
-        asks again rather than answer with it. ``kind`` (a workload row of the table of kinds) asks
-        for an Indexed Job or a JobSet instead."""
+        """The workload of ``kind`` (a Volcano Job unless said), or None; :class:`NamespaceNotWatched`
+        for a namespace the source does not serve. A held Job of another ``uid`` than the one
+        expected (a Pod's owner) is a predecessor of the same name: a source that can asks again."""
 

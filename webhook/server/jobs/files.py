@@ -1,13 +1,6 @@
-"""Jobs (Volcano Jobs, Indexed Jobs, JobSets) from files in a directory: the embedded default source, for a server with no cluster.
-
-Files are read and parsed off the event loop: a 50 MB YAML file dropped into the directory once
-froze the server, ``/healthz`` included, for minutes. One worker thread looks at the directory and
-reads small files itself; a file over ``child_bytes`` is parsed by a child process
-(:mod:`volcano_job_webhook.jobfiles`), because pure-Python YAML parsing in a thread holds the GIL
-the event loop needs. The worker builds a new table and swaps it in whole, so a lookup sees the
-old jobs or the new ones, never half of each; ``start`` returns at once and the server answers
-``/healthz`` (and ``/readyz``: not ready) while the first load runs.
-"""
+"""Jobs (Volcano Jobs, Indexed Jobs, JobSets) from files in a directory: the development source
+(the chart runs ``--job-source=kube``). One worker thread reads and parses the files, each within
+``max_file_bytes``, and swaps the new table in whole, so the event loop never parses."""
 
 from __future__ import annotations
 
@@ -19,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from volcano_job_webhook.documents import DocumentError, parse_documents, read_text
-from volcano_job_webhook.jobfiles import ParseDelayed, ParserProcess
 from volcano_job_webhook.limits import MAX_INPUT_BYTES
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, WORKLOADS, Kind, kind_of
 
@@ -29,40 +21,29 @@ log = logging.getLogger(__name__)
 FileKey = tuple[Kind, str, str]
 
 JOB_SUFFIXES = (".yaml", ".yml", ".json")
-# Files up to this size are parsed in the worker thread (about 40 ms of GIL); larger ones by the child.
-CHILD_BYTES = 16 * 1024
+# A look that re-reads only files this small (a few milliseconds of parsing) is waited for by a lookup.
+SMALL_BYTES = 16 * 1024
 Signature = dict[Path, tuple[int, int]]
 
 
 class DirectoryJobSource:
-    """Jobs read from ``*.yaml``, ``*.yml`` and ``*.json`` files in one directory.
+    """Jobs read from ``*.yaml``, ``*.yml`` and ``*.json`` files in one directory, a missing namespace
+    meaning ``default``; the directory is listed again at a lookup ``interval`` seconds after the
+    last look, and changed files are re-read. A file that cannot be read or parsed (over
+    ``max_file_bytes``, not a regular file, too deep, an alias bomb) gets one warning naming it and
+    keeps its last good jobs; so does a job a file earlier in name order holds already.
 
-    A file may hold several documents; only Volcano Jobs, Indexed Jobs and JobSets are kept and a missing namespace
-    means ``default``. A lookup lists the directory again when ``interval`` seconds have passed
-    since the last look; files whose names, sizes or modification times changed are re-read in the
-    worker, and a file that no longer parses keeps its last good Jobs (logged), so an
-    editor's half-saved file never drops jobs. A file over ``max_file_bytes``, not a regular file,
-    unreadable, nested too deep or holding an alias bomb is skipped with one warning naming it, as
-    is a file that holds no job, and a job whose kind, namespace and name a file earlier in name
-    order holds already (the warning names that file). A file the parser child got too little CPU
-    to finish (a busy machine, not the file) keeps its last good jobs and is read again at the next
-    look. Each load ends with one line: how many jobs from which directory, and how many files skipped.
-
-    A lookup answers from the current table at once, except while a look it started re-reads only
-    small files, or when the job is not in the table and a look is under way: then it waits for
-    that look (at most ``miss_wait`` seconds), so a Job file written a moment before its Pods is
-    found, as it was when files were read on the event loop.
+    A lookup answers from the current table, except when a look under way re-reads only small
+    files, or the job is missing: then it waits for that look (at most ``miss_wait`` seconds), so a
+    Job file written a moment before its Pods is found.
     """
 
     def __init__(self, directory: Path, interval: float = 1.0, *, max_file_bytes: int = MAX_INPUT_BYTES,
-                 miss_wait: float = 1.0, child_bytes: int = CHILD_BYTES, parse_cpu_seconds: int = 60,
-                 parse_wall_seconds: float | None = None) -> None:
+                 miss_wait: float = 1.0) -> None:
         self.directory = Path(directory)
         self.interval = interval
         self.max_file_bytes = max_file_bytes
         self.miss_wait = miss_wait
-        self.child_bytes = child_bytes
-        self.parser = ParserProcess(parse_cpu_seconds, parse_wall_seconds)
         self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-files")
         self._look: concurrent.futures.Future[bool] | None = None
         self._checked = float("-inf")
@@ -84,7 +65,6 @@ class DirectoryJobSource:
     def stop(self) -> None:
         self._stopped = True
         self._worker.shutdown(wait=False, cancel_futures=True)
-        self.parser.close()
 
     @property
     def ready(self) -> bool:
@@ -100,9 +80,6 @@ class DirectoryJobSource:
         # Files are matched by name alone: a file stands for the job of that name, whatever its uid.
         look, small = self._schedule()
         job = self._jobs.get((kind, namespace, name))
-        # Wait for a look under way when the job is not there, or when it only re-reads small files
-        # (a few milliseconds): a Job written a moment before its Pods is then seen. A large file
-        # being parsed never holds up a lookup the current table answers.
         if look is not None and not look.done() and (job is None or small):
             try:
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(look)), self.miss_wait)
@@ -118,9 +95,8 @@ class DirectoryJobSource:
             await asyncio.wrap_future(look)
 
     def _schedule(self, force: bool = False) -> tuple[concurrent.futures.Future[bool] | None, bool]:
-        """The look at the directory under way, or a new one when ``interval`` has passed and the
-        directory changed (names, sizes, modification times: a listing, as cheap as before the
-        worker); and whether it only re-reads files small enough for the worker thread itself."""
+        """The look under way, or a new one when ``interval`` has passed and the listing (names,
+        sizes, modification times) changed; and whether it re-reads only small files."""
         look = self._look
         if look is not None and not look.done():
             return look, False
@@ -135,35 +111,21 @@ class DirectoryJobSource:
             return None, False
         if signature == self._signature and self._ready and not force:
             return None, False
-        small = all(sig[1] <= self.child_bytes for path, sig in signature.items() if self._signature.get(path) != sig)
+        small = all(sig[1] <= SMALL_BYTES for path, sig in signature.items() if self._signature.get(path) != sig)
         try:
             self._look = self._worker.submit(self.refresh, signature)
         except RuntimeError:  # stopped
             return None, False
         return self._look, small
 
-    def refresh(self, signature: Signature | None = None) -> bool:
-        """Re-read the files whose ``signature`` changed (listed now when not given), in the worker
-        thread; True when the set of Jobs may have changed."""
-        if signature is None:
-            try:
-                signature = self._list()
-            except OSError as exc:
-                log.error("cannot list jobs directory %s: %s", self.directory, exc)
-                return False
+    def refresh(self, signature: Signature) -> bool:
+        """Re-read the files whose ``signature`` changed, in the worker; True when the Jobs may have changed."""
         if signature == self._signature and self._ready:
             return False
         by_file = {path: jobs for path, jobs in self._by_file.items() if path in signature}
-        delayed: set[Path] = set()  # the parser had too little CPU for them: read again at the next look
         for path, sig in signature.items():
             if self._signature.get(path) != sig or path not in by_file:
-                try:
-                    loaded = self._load(path, sig)
-                except ParseDelayed as exc:
-                    delayed.add(path)
-                    log.warning("jobs file %s: %s; trying again at the next look",
-                                "keeping its last good jobs" if path in by_file else "not loaded yet", exc)
-                    continue
+                loaded = self._load(path, sig)
                 if loaded is not None:
                     by_file[path] = loaded
         if self._stopped:  # a look that outlived the server (one that could not listen, say): it says nothing more
@@ -188,9 +150,7 @@ class DirectoryJobSource:
                 log.warning("%s", note)
         self._said = notes
         self._empty = {path: why for path, why in self._empty.items() if path in signature}
-        # A delayed file left out of the signature makes the next look's listing differ, so it reads it again.
-        self._signature = {path: sig for path, sig in signature.items() if path not in delayed}
-        self._by_file = by_file
+        self._signature, self._by_file = signature, by_file
         self._jobs = jobs  # one assignment: readers see the old table or the new one
         self._ready = True
         skipped = len(signature.keys() - set(origin.values()))
@@ -213,15 +173,9 @@ class DirectoryJobSource:
 
     def _load(self, path: Path, sig: tuple[int, int]) -> dict[FileKey, dict[str, Any]] | None:
         try:
-            if self.child_bytes < sig[1] <= self.max_file_bytes:  # larger ones are refused unread, here
-                docs = self.parser.parse(str(path), self.max_file_bytes)
-            else:
-                docs = parse_documents(read_text(str(path), self.max_file_bytes), str(path))
-        except ParseDelayed:
-            raise  # not the file's fault: the caller reads it again later
+            docs = parse_documents(read_text(str(path), self.max_file_bytes), str(path))
         except DocumentError as exc:
-            # Said once per version of the file, not on every look.
-            if self._skipped.get(path) != sig:
+            if self._skipped.get(path) != sig:  # said once per version of the file, not on every look
                 kept = "keeping its last good jobs" if path in self._by_file else "skipped"
                 log.warning("jobs file %s: %s", kept, exc)
             self._skipped[path] = sig
@@ -231,7 +185,7 @@ class DirectoryJobSource:
         others: list[str] = []
         for doc in docs:
             kind = kind_of(doc) if isinstance(doc, dict) else None
-            if kind in WORKLOADS:
+            if kind is not None and kind in WORKLOADS:
                 meta = doc.get("metadata") or {}
                 if isinstance(meta, dict) and isinstance(meta.get("name"), str):
                     jobs[(kind, meta.get("namespace") or "default", meta["name"])] = doc
@@ -249,8 +203,7 @@ class DirectoryJobSource:
         return jobs
 
 
-_TITLES = [kind.title for kind in WORKLOADS]
-_WORKLOAD_TITLES = f"{', '.join(_TITLES[:-1])} or {_TITLES[-1]}"
+_WORKLOAD_TITLES = f"{', '.join(kind.title for kind in WORKLOADS[:-1])} or {WORKLOADS[-1].title}"
 
 
 def _duplicates(path: Path, duplicates: list[tuple[FileKey, Path]], *, whole: bool) -> str:

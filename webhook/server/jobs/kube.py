@@ -22,23 +22,13 @@ LookupKey = tuple[Kind, str, str]
 
 
 class KubeJobSource:
-    """The webhook's view of the cluster's Jobs: the informer's cache, with a live GET on a miss (a Job
-    created a moment ago may reach us through its first Pod before its watch event).
-
-    Only the namespaces the informer watches are served: a lookup elsewhere raises
-    :class:`NamespaceNotWatched` without asking the API server (the webhook's RBAC may not even
-    allow it, and nothing would ever tell us the Job changed or went away).
-
-    Identity is the uid: a lookup that names the uid it expects (a Pod's owner) and finds a held Job
-    of another uid — a Job deleted and created again under the same name, the watch not yet caught
-    up — asks the API server. A live GET's answer is never put in the informer's cache (a Job deleted
-    while the GET was in flight could stay there for good); a Job it found is reused for
-    ``lookup_ttl`` seconds, a 404 only for lookups that name no uid and only for ``not_found_ttl``
-    (a Pod's owner exists, or existed a moment ago: its Job is always asked for). Indexed Jobs and
-    JobSets (docs/workloads.md) are not cached by an informer: they are always looked up this way,
-    a GET per ``lookup_ttl`` while their Pods come in. Lookups of the
-    same Job while a GET is under way wait for that one GET. At most ``max_fetched`` answers are held
-    (the oldest go first): Pods naming made-up jobs cannot grow the cache.
+    """The informer's cache of the cluster's Jobs, with a live GET on a miss (a Job created a moment
+    ago may reach us through its first Pod before its watch event), one GET for every Pod asking at
+    once. A namespace the informer does not watch raises :class:`NamespaceNotWatched` unasked; a
+    held Job of another uid than the Pod's owner is asked again. A GET's answer never enters the
+    informer's cache: a found Job is reused for ``lookup_ttl`` seconds, a 404 for ``not_found_ttl``
+    and only for lookups naming no uid, at most ``max_fetched`` of them. Indexed Jobs and JobSets
+    are always looked up this way.
     """
 
     def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), get_timeout: float = 2.0,
