@@ -239,7 +239,8 @@ def test_settings_schema_covers_the_settings_the_chart_does_not_set() -> None:
 
     chart_sets = {"service_name", "service_namespace", "tls_secret", "webhook_configurations", "registration_owner",
                   "enforcement", "ca_secret", "certs_from_secret"}
-    per_process = {"host", "port", "certs_dir", "client_ca_file", "job_source", "jobs_dir", "kubeconfig", "max_job_file_bytes"}
+    per_process = {"host", "port", "certs_dir", "client_ca_file", "job_source", "jobs_dir", "kubeconfig", "max_job_file_bytes",
+                   "health_port", "leader_elect", "lease_name", "lease_namespace"}
     fields = set(WebhookSettings.model_fields)
     assert chart_sets | per_process <= fields
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["settings"]
@@ -386,10 +387,11 @@ def test_certificates_mode() -> None:
     assert sorted(o["metadata"]["name"] for o in find(theirs, "Issuer")) == [f"{RELEASE}-ca", f"{RELEASE}-selfsigned"]
     def secret_rules(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in find_one(objects, "Role", f"{RELEASE}-registration")["rules"] if r["resources"] == ["secrets"]]
+    watched = {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{RELEASE}-tls"], "verbs": ["list", "watch"]}
     assert secret_rules(mine) == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
                                   {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{RELEASE}-tls", f"{RELEASE}-ca"],
-                                   "verbs": ["get", "update"]}]
-    assert secret_rules(theirs) == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{RELEASE}-tls"], "verbs": ["get"]}]
+                                   "verbs": ["get", "update"]}, watched]
+    assert secret_rules(theirs) == [watched]
     for objects in (mine, theirs):
         assert not find(objects, "Job") and not find(objects, "CronJob")
 
