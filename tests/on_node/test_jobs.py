@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -175,6 +176,19 @@ def run_job(cluster: Cluster, job: Obj, *, files: Mapping[str, Path] = {}, until
     return volcano, wait_phase(cluster, volcano, job, started, until, timeout)
 
 
+def run_with_a_late_task(cluster: Cluster, example: str, programs: Mapping[str, Sequence[str]], late: str,
+                         figures: Figures, files: Mapping[str, Path] = {}) -> list[VolcanoCluster]:
+    """The example twice at once, in two namespaces: as it is, and with task ``late`` starting
+    :data:`LATE_SECONDS` later; both must complete. Returns the two namespaces' views."""
+    jobs = {"together": runnable(example, programs), f"{late}_late": runnable(example, programs, late=late)}
+    submitted = {key: (job, *submit(cluster, job, files)) for key, job in jobs.items()}
+    views = []
+    for key, (job, volcano, started) in submitted.items():
+        record(figures, f"{example}_{key}", wait_phase(cluster, volcano, job, started))
+        views.append(volcano)
+    return views
+
+
 def logs(cluster: Cluster, volcano: VolcanoCluster, pod: str) -> str:
     """The Pod's main container's output so far ("" while it has none to show)."""
     try:
@@ -188,10 +202,50 @@ def record(figures: Figures, key: str, times: Mapping[str, float]) -> None:
         figures[f"{key}_{what}_s"] = seconds
 
 
-# The jobs -------------------------------------------------------------------------------------------
-
 MPI_PROGRAMS = {"mpimaster": ["/bin/sh", "-c", "mpiexec --allow-run-as-root --host ${MPI_HOST} -np 2 hostname"],
                 "mpiworker": ["/bin/sh", "-c", "mkdir -p /run/sshd && exec /usr/sbin/sshd -D"]}
+
+
+# What it costs a job ----------------------------------------------------------------------------------
+
+COST_RUNS = 5
+
+
+def admission_seconds(cluster: Cluster) -> tuple[float, float]:
+    """The API server's own count and sum of seconds for calls to our webhook."""
+    text = cluster.kubectl("get", "--raw", "/metrics")
+    count = total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_admission_webhook_admission_duration_seconds_") and f'{RELEASE}.io"' in line:
+            value = float(line.rsplit(" ", 1)[1])
+            if "_count{" in line:
+                count += value
+            elif "_sum{" in line:
+                total += value
+    return count, total
+
+
+def test_cost(cluster: Cluster, figures: Figures, request: pytest.FixtureRequest) -> None:
+    """The MPI example (plugins Volcano runs itself) from creation to all Pods Running and to
+    Completed, without the webhook and then with it installed, on the same node in one run; the API
+    server's view of our webhook's admission time. Figures only: the target is docs/benchmarks.md's."""
+    assert not registered(cluster), "runs first in this module, before the product is installed"
+    without = [run_job(cluster, runnable("mpi", MPI_PROGRAMS))[1] for _ in range(COST_RUNS)]
+    request.getfixturevalue("installed")
+    before = admission_seconds(cluster)
+    with_webhook = [run_job(cluster, runnable("mpi", MPI_PROGRAMS))[1] for _ in range(COST_RUNS)]
+    after = admission_seconds(cluster)
+    for key in ("running", "done"):
+        plain = sorted(t[key] for t in without)[COST_RUNS // 2]
+        wired = sorted(t[key] for t in with_webhook)[COST_RUNS // 2]
+        figures[f"cost_{key}_without_s"], figures[f"cost_{key}_with_s"] = plain, wired
+        figures[f"cost_{key}_ratio"] = wired / plain
+    calls = after[0] - before[0]
+    figures["cost_admission_calls"] = calls
+    figures["cost_admission_mean_ms"] = 1000 * (after[1] - before[1]) / calls if calls else None
+
+
+# The jobs -------------------------------------------------------------------------------------------
 
 
 def test_env(installed: Cluster, figures: Figures) -> None:
@@ -228,15 +282,13 @@ def test_mpi_with_late_workers_starts_once_with_waitfor(installed: Cluster, figu
 
 
 @needs("torch")
-@pytest.mark.parametrize("late", [None, "worker"], ids=["together", "workers-late"])
-def test_torchrun(installed: Cluster, figures: Figures, late: str | None) -> None:
+def test_torchrun(installed: Cluster, figures: Figures) -> None:
     """Bare ``torchrun train.py`` on every Pod (our torchrun plugin's PET_*): the example's DDP script
-    all-reduces its gradients across the three ranks."""
-    volcano, times = run_job(installed, runnable("torchrun", late=late),
-                             files={"torchrun-demo-train": EXAMPLES / "torchrun" / "train.py"})
-    record(figures, f"torchrun_{late or 'together'}", times)
-    out = logs(installed, volcano, "torchrun-demo-master-0")
-    assert "(world size 3)" in out and "done" in out, out
+    all-reduces its gradients across the three ranks, also with the workers 30 s late."""
+    for volcano in run_with_a_late_task(installed, "torchrun", {}, "worker", figures,
+                                        {"torchrun-demo-train": EXAMPLES / "torchrun" / "train.py"}):
+        out = logs(installed, volcano, "torchrun-demo-master-0")
+        assert "(world size 3)" in out and "done" in out, out
 
 
 def lose_a_pod(cluster: Cluster, volcano: VolcanoCluster, job: Obj, pod: str, meanwhile: Callable[[], object] = bool) -> Obj:
@@ -292,6 +344,35 @@ def test_torchrun_restarts_when_a_worker_is_lost(installed: Cluster, figures: Fi
 
 
 @needs("torch")
+def test_elastic_torchrun_loses_a_node_and_finishes(installed: Cluster, figures: Figures) -> None:
+    """docs/plugins.md's elastic torchrun (2 to 3 nodes), without the job restart policy: a worker
+    deleted mid-training is made again by Volcano's controller, the agents restart their workers into
+    a new round that the replacement joins, and training runs to its end in a world of 3."""
+    job = runnable("torchrun")
+    job["metadata"]["annotations"]["volcano-job-webhook/plugins"] = json.dumps(
+        {"torchrun": ["--master=master", "--worker=worker", "--nproc-per-node=1", "--min-nodes=2", "--max-nodes=3",
+                      "--max-restarts=3"]})
+    job["spec"].pop("policies")
+    for task in job["spec"]["tasks"]:
+        task["template"]["spec"]["containers"][0]["env"].append({"name": "STEP_SECONDS", "value": "1"})
+    volcano, started = submit(installed, job, {"torchrun-demo-train": EXAMPLES / "torchrun" / "train.py"})
+    # With c10d the rendezvous ranks the nodes: rank 0, which prints, may be any Pod.
+    def everyone() -> str:
+        return "\n".join(logs(installed, volcano, p["metadata"]["name"]) for p in volcano.pods("torchrun-demo"))
+
+    wait_until(lambda: "step 0:" in everyone(), 180, "training to start", interval=1)
+    lost = (volcano.get("Pod", "torchrun-demo-worker-0") or {})["metadata"]["uid"]
+    installed.kubectl("-n", volcano.namespace, "delete", "pod", "torchrun-demo-worker-0", "--wait=false")
+    deleted = time.monotonic()
+    wait_phase(installed, volcano, job, started)
+    figures["torchrun_elastic_lost_to_completed_s"] = time.monotonic() - deleted
+    assert (volcano.get("Pod", "torchrun-demo-worker-0") or {})["metadata"]["uid"] != lost
+    assert (volcano.get("Job", "torchrun-demo") or {})["status"].get("retryCount", 0) == 0, "the job was restarted whole"
+    out = everyone()
+    assert "(world size 3)" in out and "done" in out, out
+
+
+@needs("torch")
 def test_pytorch(installed: Cluster, figures: Figures) -> None:
     """Volcano's pytorch plugin (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, the wait for the
     master): the torchrun example's DDP script, run as ``python train.py``, reads them through env://."""
@@ -315,15 +396,14 @@ print("ALLREDUCE", float(strategy.experimental_local_results(strategy.run(step))
 
 
 @needs("tensorflow")
-@pytest.mark.parametrize("late", [None, "chief"], ids=["together", "chief-late"])
-def test_tensorflow(installed: Cluster, figures: Figures, late: str | None) -> None:
+def test_tensorflow(installed: Cluster, figures: Figures) -> None:
     """The tensorflow plugin's TF_CONFIG: the chief and the workers join one
-    MultiWorkerMirroredStrategy and all-reduce in sync (1 + 2 + 3 = 6 on every Pod)."""
-    volcano, times = run_job(installed, runnable("tensorflow", {t: ["python", "-c", TF_TRAIN] for t in ("chief", "worker")},
-                                                 late=late))
-    record(figures, f"tensorflow_{late or 'together'}", times)
-    for pod in volcano.pods("tf-demo"):
-        assert "ALLREDUCE 6.0" in logs(installed, volcano, pod["metadata"]["name"])
+    MultiWorkerMirroredStrategy and all-reduce in sync (1 + 2 + 3 = 6 on every Pod), also with the
+    chief 30 s late."""
+    programs = {t: ["python", "-c", TF_TRAIN] for t in ("chief", "worker")}
+    for volcano in run_with_a_late_task(installed, "tensorflow", programs, "chief", figures):
+        for pod in volcano.pods("tf-demo"):
+            assert "ALLREDUCE 6.0" in logs(installed, volcano, pod["metadata"]["name"])
 
 
 RAY_DRIVER = """
@@ -370,15 +450,14 @@ JAX_PROGRAM = ("import os, jax; jax.distributed.initialize(num_processes=int(os.
 
 
 @needs("jax")
-@pytest.mark.parametrize("late", [None, "leader"], ids=["together", "leader-late"])
-def test_jax(installed: Cluster, figures: Figures, late: str | None) -> None:
+def test_jax(installed: Cluster, figures: Figures) -> None:
     """Our jax plugin: ``jax.distributed.initialize`` with the process count and id from its
-    variables (the coordinator address from JAX_COORDINATOR_ADDRESS) joins the four processes."""
-    volcano, times = run_job(installed, runnable("jax", {t: ["python", "-c", JAX_PROGRAM] for t in ("leader", "worker")},
-                                                 late=late))
-    record(figures, f"jax_{late or 'together'}", times)
-    out = logs(installed, volcano, "jax-demo-leader-0")
-    assert "JAX 0 4 4" in out, out
+    variables (the coordinator address from JAX_COORDINATOR_ADDRESS) joins the four processes,
+    also with the leader 30 s late."""
+    programs = {t: ["python", "-c", JAX_PROGRAM] for t in ("leader", "worker")}
+    for volcano in run_with_a_late_task(installed, "jax", programs, "leader", figures):
+        out = logs(installed, volcano, "jax-demo-leader-0")
+        assert "JAX 0 4 4" in out, out
 
 
 @needs("xgboost")
@@ -390,41 +469,3 @@ def test_xgboost(installed: Cluster, figures: Figures) -> None:
     models = {line.rsplit(" ", 1)[1] for pod in volcano.pods("xgboost-demo")
               for line in logs(installed, volcano, pod["metadata"]["name"]).splitlines() if line.startswith("worker ")}
     assert len(models) == 1, f"the four workers did not train one model together: {models}"
-
-
-# What it costs a job ----------------------------------------------------------------------------------
-
-COST_RUNS = 5
-
-
-def admission_seconds(cluster: Cluster) -> tuple[float, float]:
-    """The API server's own count and sum of seconds for calls to our webhook."""
-    text = cluster.kubectl("get", "--raw", "/metrics")
-    count = total = 0.0
-    for line in text.splitlines():
-        if line.startswith("apiserver_admission_webhook_admission_duration_seconds_") and f'{RELEASE}.io"' in line:
-            value = float(line.rsplit(" ", 1)[1])
-            if "_count{" in line:
-                count += value
-            elif "_sum{" in line:
-                total += value
-    return count, total
-
-
-def test_cost(cluster: Cluster, figures: Figures, request: pytest.FixtureRequest) -> None:
-    """The MPI example (plugins Volcano runs itself) from creation to all Pods Running and to
-    Completed, without the webhook and then with it installed, on the same node in one run; the API
-    server's view of our webhook's admission time. Figures only: the target is docs/benchmarks.md's."""
-    without = [run_job(cluster, runnable("mpi", MPI_PROGRAMS))[1] for _ in range(COST_RUNS)]
-    request.getfixturevalue("installed")
-    before = admission_seconds(cluster)
-    with_webhook = [run_job(cluster, runnable("mpi", MPI_PROGRAMS))[1] for _ in range(COST_RUNS)]
-    after = admission_seconds(cluster)
-    for key in ("running", "done"):
-        plain = sorted(t[key] for t in without)[COST_RUNS // 2]
-        wired = sorted(t[key] for t in with_webhook)[COST_RUNS // 2]
-        figures[f"cost_{key}_without_s"], figures[f"cost_{key}_with_s"] = plain, wired
-        figures[f"cost_{key}_ratio"] = wired / plain
-    calls = after[0] - before[0]
-    figures["cost_admission_calls"] = calls
-    figures["cost_admission_mean_ms"] = 1000 * (after[1] - before[1]) / calls if calls else None
