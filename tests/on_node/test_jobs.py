@@ -78,7 +78,8 @@ def installed(cluster: Cluster) -> Iterator[Cluster]:
     yield cluster
     cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", timeout=180)
     cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
-    wait_until(lambda: not registered(cluster), 60, "the registration gone")
+    wait_until(lambda: not registered(cluster) and not read(cluster.admin, "v1", "Namespace", NAMESPACE), 120,
+               "the registration and the namespace gone (the next install makes it again)")
 
 
 # A job as a user runs it -----------------------------------------------------------------------------

@@ -145,6 +145,8 @@ def wait_installed(cluster: Cluster, *deployments: str) -> None:
 
 
 def install(cluster: Cluster, chart: Path, *values: str) -> None:
+    # An install an earlier module took away may still be terminating its namespace.
+    wait_until(lambda: not read(cluster.admin, "v1", "Namespace", NAMESPACE), 180, f"namespace {NAMESPACE} gone", interval=0.5)
     cluster.helm("install", RELEASE, str(chart), "-n", NAMESPACE, "--create-namespace", *IMAGE_VALUES, *values)
     wait_installed(cluster, DEPLOYMENT)
 
