@@ -178,7 +178,9 @@ class Reconciler:
             build(manager, for_=kind, owns=OWNED, reconcile=reconciler.reconcile, observe=reconciler.on_owned,
                   workers=settings.workers, resync_seconds=settings.resync_seconds, metrics=metrics)
         metrics.cached_jobs.set_function(lambda: len(self.jobs))
-        metrics.queue_depth.set_function(lambda: sum(len(c.queue) for c in manager.controllers))
+        # Ready keys only: a key held back on purpose (a backoff, a registration's next look) is no
+        # stalled work, and VolcanoJobWebhookReconcilerStalled read it as such on a healthy install.
+        metrics.queue_depth.set_function(lambda: sum(c.queue.ready for c in manager.controllers))
         for name, cache in owned.items():
             metrics.cached_objects.labels(name).set_function(cache.__len__)
 

@@ -122,6 +122,13 @@ class WorkQueue(Generic[K]):
         with self._cond:
             return len(self._high) + len(self._low) + len(self._delayed)
 
+    @property
+    def ready(self) -> int:
+        """Keys to be handled now: not those held back for a backoff or a later look."""
+        with self._cond:
+            self._promote_due()
+            return len(self._high) + len(self._low)
+
     def shutdown(self) -> None:
         with self._cond:
             self._shutdown = True
