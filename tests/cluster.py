@@ -537,7 +537,7 @@ def whole_volcano(api: client.ApiClient, kubeconfig: Path, workdir: Path,
             environ[SCHEDULER_ENV], f"--kubeconfig={kubeconfig}", "--leader-elect=false",
             f"--scheduler-conf={workdir / 'scheduler.conf'}", f"--listen-address=127.0.0.1:{free_port()}"],
             workdir / "vc-scheduler.log")
-        wait_until(lambda: _running(scheduler) and read(api, API_VERSIONS["Queue"], "Queue", "default"), WAIT,
+        wait_until(lambda: scheduler.running() and read(api, API_VERSIONS["Queue"], "Queue", "default"), WAIT,
                    "vc-scheduler to make the Queue default", log=lambda: scheduler.log(tail=30))
         # The queue controller too: Volcano's admission takes Jobs only into an Open Queue.
         processes["vc-controller-manager"] = start_controller(
@@ -556,7 +556,7 @@ def whole_volcano(api: client.ApiClient, kubeconfig: Path, workdir: Path,
             apply(api, obj)
 
         def patched() -> bool:
-            return _running(admission) and all(
+            return admission.running() and all(
                 (read(api, o["apiVersion"], o["kind"], o["metadata"]["name"]) or {}).get("webhooks", [{}])[0]
                 .get("clientConfig", {}).get("caBundle") for o in configurations)
 
@@ -568,11 +568,6 @@ def whole_volcano(api: client.ApiClient, kubeconfig: Path, workdir: Path,
             delete(api, obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
         for process in reversed(processes.values()):
             process.stop(grace=3.0)
-
-
-def _running(process: Process) -> bool:
-    assert process.alive, f"{process.name} exited ({process.popen.returncode}):\n{process.log(tail=40)}"
-    return True
 
 
 def product_webhook(cluster: VolcanoCluster, workdir: Path, *args: str, timeout: float = WAIT,

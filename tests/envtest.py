@@ -248,6 +248,11 @@ class Process:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
+    def running(self) -> bool:
+        """True while it runs; AssertionError with its last lines once it has exited (for a wait's predicate)."""
+        assert self.alive, f"{self.name} exited ({self.popen.returncode}):\n{self.log(tail=40)}"
+        return True
+
     def log(self, tail: int | None = None) -> str:
         """The output so far (the last ``tail`` lines when given)."""
         text = self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""

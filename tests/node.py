@@ -727,7 +727,7 @@ class Node:
             str(self.node_assets / "kube-scheduler"), f"--kubeconfig={self.envtest.kubeconfig(SCHEDULER_USER)}",
             "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
         ])
-        wait_until(lambda: self._alive(scheduler) and _https_ok(f"https://127.0.0.1:{port}/healthz"), 30,
+        wait_until(lambda: scheduler.running() and _https_ok(f"https://127.0.0.1:{port}/healthz"), 30,
                    "kube-scheduler's /healthz", log=lambda: scheduler.log(tail=30))
         if self.coredns is not None:
             self._cluster_dns(self.coredns)
@@ -753,7 +753,7 @@ cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{
 }}
 """)
         dns = self._start("coredns", [str(binary), "-conf", str(corefile)])
-        wait_until(lambda: self._alive(dns) and "CoreDNS-" in dns.log(), 30, "CoreDNS to serve", log=lambda: dns.log(tail=30))
+        wait_until(lambda: dns.running() and "CoreDNS-" in dns.log(), 30, "CoreDNS to serve", log=lambda: dns.log(tail=30))
 
     def _start(self, name: str, argv: Sequence[str], *, namespaced: bool = False) -> Process:
         """A process of the node: in its mount namespace (then :func:`erase` kills it), or of the
@@ -766,11 +766,6 @@ cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{
         if not namespaced:
             self._stack.callback(process.stop)
         return process
-
-    @staticmethod
-    def _alive(process: Process) -> bool:
-        assert process.alive, f"{process.name} exited ({process.popen.returncode}):\n{process.log(tail=40)}"
-        return True
 
     # The node's runtime --------------------------------------------------------------------------
 
@@ -801,7 +796,7 @@ cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{
         )
         self._holder = holder = self._start(
             "mount-namespace", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
-        wait_until(lambda: self._alive(holder) and ready.exists(), 10, "the mount namespace", log=lambda: holder.log())
+        wait_until(lambda: holder.running() and ready.exists(), 10, "the mount namespace", log=lambda: holder.log())
         fp.namespace_inode = os.stat(f"/proc/{holder.popen.pid}/ns/mnt").st_ino
         fp.save()
 
@@ -862,7 +857,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         containerd = self._start("containerd", ["containerd", f"--config={config}", "--log-level=warn"], namespaced=True)
 
         def up() -> bool:
-            self._alive(containerd)
+            containerd.running()
             return self.socket.exists() and self.ctr("version", check=False).returncode == 0
 
         wait_until(up, 30, "containerd's socket", log=lambda: containerd.log(tail=30))
@@ -904,7 +899,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             f"--root-dir={r / 'kubelet'}", f"--cert-dir={r / 'kubelet' / 'pki'}", f"--hostname-override={NODE_NAME}",
             f"--node-ip={self.address}", "-v=1",
         ], namespaced=True)
-        wait_until(lambda: self._alive(kubelet) and self._http_ok(f"http://127.0.0.1:{health}/healthz"), 60,
+        wait_until(lambda: kubelet.running() and self._http_ok(f"http://127.0.0.1:{health}/healthz"), 60,
                    "kubelet's /healthz", log=lambda: kubelet.log(tail=40))
 
     def _kube_proxy(self) -> None:
@@ -922,7 +917,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
         def synced() -> bool:
             # Its /healthz answers before the first sync: the kubernetes Service's rule is the sign.
-            self._alive(proxy)
+            proxy.running()
             done = run("iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES", check=False)
             return done.returncode == 0 and "default/kubernetes:https" in done.stdout
 
@@ -941,7 +936,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
         def ready() -> bool:
             for name in ("kubelet", "kube-proxy", "containerd"):
-                self._alive(self.processes[name])
+                self.processes[name].running()
             node = read(api, "v1", "Node", NODE_NAME) or {}
             conditions = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
             return conditions.get("Ready") == "True" and not (node.get("spec") or {}).get("taints") and bool(

@@ -35,16 +35,15 @@ import yaml
 
 from tests.cluster import VolcanoCluster
 from tests.conftest import EXAMPLES
-from tests.envtest import read, wait_until
+from tests.envtest import wait_until
 from tests.helm import CHART
 from tests.node import PAUSE_IMAGE
 from tests.on_node.conftest import JOBS_IMAGE, Cluster, Figures, figures_fixture
-from tests.test_image import TAG
+from tests.on_node.test_install import RELEASE, registrations
+from tests.on_node.test_operations import install, uninstall
 from volcano_job_webhook.plugins.builtin.pytorch import DEFAULT_WAIT_IMAGE
 
 Obj = dict[str, Any]
-NAMESPACE = RELEASE = "volcano-job-webhook"  # as the README installs it
-REPOSITORY, _, IMAGE_TAG = TAG.rpartition(":")
 HOST_PYTHON = tuple(dict.fromkeys((sys.base_prefix, sys.prefix)))  # the interpreter's tree and the virtualenv
 PATH = f"{sys.prefix}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LATE_SECONDS = 30
@@ -61,25 +60,15 @@ def needs(extra: str, module: str | None = None) -> pytest.MarkDecorator:
 # The install ----------------------------------------------------------------------------------------
 
 
-def registered(cluster: Cluster) -> bool:
-    return bool(read(cluster.admin, "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", RELEASE))
-
-
 @pytest.fixture(scope="module")
 def installed(cluster: Cluster) -> Iterator[Cluster]:
-    """The chart installed as the README says (``helm install``, rollout status, the registration
-    once a replica serves); uninstalled at the end. waitfor's image, busybox, is the node's."""
+    """The chart installed as the README says, until a replica serves and the webhooks are registered
+    (test_operations' install); uninstalled at the end. waitfor's image, busybox, is the node's."""
     cluster.node.ctr("images", "tag", "--force", PAUSE_IMAGE, f"docker.io/library/{DEFAULT_WAIT_IMAGE}")
-    cluster.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
-                 f"--set=image.repository={REPOSITORY}", f"--set=image.tag={IMAGE_TAG}", "--set=image.pullPolicy=Never")
-    cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{RELEASE}", "--timeout=120s", timeout=150)
-    wait_until(lambda: registered(cluster), 60, "the webhook's registration", log=lambda: cluster.kubectl("-n", NAMESPACE, "get", "all,events"))
+    install(cluster, CHART)
     time.sleep(1.0)  # a new registration takes about a second to take effect
     yield cluster
-    cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", timeout=180)
-    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
-    wait_until(lambda: not registered(cluster) and not read(cluster.admin, "v1", "Namespace", NAMESPACE), 120,
-               "the registration and the namespace gone (the next install makes it again)")
+    uninstall(cluster)
 
 
 # A job as a user runs it -----------------------------------------------------------------------------
@@ -230,7 +219,7 @@ def test_cost(cluster: Cluster, figures: Figures, request: pytest.FixtureRequest
     """The MPI example (plugins Volcano runs itself) from creation to all Pods Running and to
     Completed, without the webhook and then with it installed, on the same node in one run; the API
     server's view of our webhook's admission time. Figures only: the target is docs/benchmarks.md's."""
-    assert not registered(cluster), "runs first in this module, before the product is installed"
+    assert set(registrations(cluster).values()) == {None}, "runs first in this module, before the product is installed"
     without = [run_job(cluster, runnable("mpi", MPI_PROGRAMS))[1] for _ in range(COST_RUNS)]
     request.getfixturevalue("installed")
     before = admission_seconds(cluster)
