@@ -9,8 +9,8 @@ placement ``first`` (the job's annotation ``volcano-job-webhook/env-placement`` 
 reference to one expands, for every example job; those of the plugins Volcano's controller runs
 stay where it writes them. The patch inserts rather than rewrites, a wired Pod gives an empty patch,
 and the API server stores the Pods as the chain makes them: on an API server with the webhook
-(envtest), and beside Volcano's controller (the real one, or its emulation). A real kubelet prints
-what it started a container with (the one-node cluster of tests/node.py; skipped without it). Why the
+(envtest), and beside Volcano's controller (the real one, or its emulation). What a real kubelet
+starts the container with: tests/on_node/test_kubelet_expansion.py. Why the
 API double: the emulation of Volcano's controller runs on it (coverage without the real parts).
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -31,9 +30,9 @@ from kubernetes import client as kube_client
 from pydantic import ValidationError
 
 from tests.cluster import VolcanoCluster, product_webhook
-from tests.envtest import create, read, wait_until
+from tests.envtest import create, read
 from tests.expansion import container_env, expand, mapping_func_for
-from tests.jobs import EXAMPLES, scheduled_job, volcano_job
+from tests.jobs import EXAMPLES, scheduled_job
 from tests.test_envtest_admission import (  # noqa: F401 (webhook, registered: that module's fixtures, used here)
     Registered,
     comparable,
@@ -441,52 +440,3 @@ def test_beside_volcanos_controller_ours_go_first_and_its_stay_where_it_writes_t
         started = container_env(pod, pod["spec"]["containers"][0], config_maps={"pj-svc": svc["data"]})
         rank = 0 if task == "master" else index + 1
         assert (started["NODE_RANK"], started["INDEX"]) == (str(rank), "$(VC_TASK_INDEX)")
-
-
-# ---------------------------------------------------------------------------------------------------
-# A real kubelet
-
-
-def test_a_real_kubelet_starts_the_container_with_them_expanded(tmp_path: Path) -> None:
-    """Worker 1 of a job running env, svc and torchrun, once with placement first and once with the
-    default, on the one-node cluster of tests/node.py: the container prints what it runs with."""
-    from tests import node as node_module
-
-    reason = node_module.missing() or ("not root" if os.geteuid() != 0 else None)
-    if reason:
-        pytest.skip(f"no one-node cluster here: {reason}")
-    assets, node_assets = node_module.find_assets(), node_module.find_node_assets()
-    assert assets is not None and node_assets is not None
-    own = [{"name": "NODE_RANK", "value": "$(PET_NODE_RANK)"}, {"name": "MY_HOST", "value": "worker-$(VC_TASK_INDEX)"},
-           {"name": "PEERS", "value": "$(VC_WORKER_HOSTS)"}]
-    printed: dict[str, dict[str, str]] = {}
-    with node_module.Node(assets, node_assets, tmp_path / "node") as node:
-        api = node.api_client()
-        for name, placement in (("kf", "first"), ("kl", None)):
-            obj = volcano_job(name, plugins={"env": []}, annotation={"torchrun": ["--nproc-per-node=1"]}, uid=f"uid-{name}",
-                              image=node_module.PAUSE_IMAGE, pod={"restartPolicy": "Never", "containers": [{
-                                  "name": "main", "image": node_module.PAUSE_IMAGE, "imagePullPolicy": "Never",
-                                  "command": ["/bin/busybox", "env"], "env": own}]})
-            job = Job.from_object(with_placement(obj, placement))
-            for side in Chain().resources(job):
-                if side["kind"] == "ConfigMap":
-                    side["metadata"].pop("ownerReferences")  # no Job object here: the collector would delete it
-                    create(api, side)
-            pod = Chain().mutate(job, make_pod(job, "worker", 1)).pod
-            pod["metadata"].pop("ownerReferences")
-            pod["spec"].pop("schedulerName")  # Volcano's scheduler does not run here; kube-scheduler does
-            create(api, pod)
-            pod_name = pod["metadata"]["name"]
-
-            def finished(pod_name: str = pod_name) -> str:
-                phase = ((read(api, "v1", "Pod", pod_name, "default") or {}).get("status") or {}).get("phase")
-                return str(phase) if phase in ("Succeeded", "Failed") else ""
-
-            assert wait_until(finished, 60, f"Pod {pod_name} to finish",
-                              log=lambda pod_name=pod_name: f"{read(api, 'v1', 'Pod', pod_name, 'default')}\n{node.logs()}") == "Succeeded"
-            log = kube_client.CoreV1Api(api).read_namespaced_pod_log(pod_name, "default")
-            printed[name] = dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
-    assert not node.leftovers(), f"left on this machine: {node.leftovers()}"
-    hosts = "kf-worker-0.kf,kf-worker-1.kf"
-    assert {k: printed["kf"][k] for k in ("NODE_RANK", "MY_HOST", "PEERS")} == {"NODE_RANK": "2", "MY_HOST": "worker-1", "PEERS": hosts}
-    assert {k: printed["kl"][k] for k in ("NODE_RANK", "MY_HOST", "PEERS")} == {e["name"]: e["value"] for e in own}

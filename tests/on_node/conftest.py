@@ -1,7 +1,8 @@
 """The one-node cluster the tests in this folder share: real parts (tests/node.py), cluster DNS
 (CoreDNS), a whole Volcano (tests/cluster.py's ``whole_volcano``: scheduler, controllers, admission),
-the product's image and the jobs' image in the node's containerd. Brought up once a session (about a
-minute), torn down at its end; each test installs and uninstalls the product itself.
+the product's image and the jobs' image in the node's containerd. Brought up once for this folder
+(about a minute) and torn down after its last test, since a machine holds one node; each test
+installs and uninstalls the product itself.
 
 Skips, naming what is missing, without root, the node's parts (``KUBEBUILDER_ASSETS``,
 ``KUBE_NODE_ASSETS``, Debian's containerd, runc, CNI plugins, iptables...), Volcano's three binaries
@@ -133,7 +134,7 @@ def jobs_image(base: str) -> str:
     return JOBS_IMAGE
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The node with cluster DNS and a whole Volcano, the product's and the jobs' images imported."""
     requirements_or_skip()
