@@ -267,7 +267,7 @@ def bulk_loaded(port: int, ca: Path) -> int:
 def giant_attack(port: int, ca: Path, jobs: Path, review: bytes, gen: Generator, tmp: Path, core: str | None) -> dict[str, Any]:
     from volcano_job_webhook.plugins import Job
     from volcano_job_webhook.plugins.podgen import make_pod
-    from volcano_job_webhook.server.review import admission_review
+    from volcano_job_webhook.server.admission import admission_review
 
     job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
            "metadata": {"name": "giant", "namespace": "default", "uid": "uid-giant", "resourceVersion": "1"},

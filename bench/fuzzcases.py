@@ -22,7 +22,7 @@ import yaml
 from volcano_job_webhook.plugins import Job, PluginError, default_registry
 from volcano_job_webhook.plugins.keys import PLUGINS_ANNOTATION
 from volcano_job_webhook.plugins.podgen import make_pod
-from volcano_job_webhook.server.review import admission_review
+from volcano_job_webhook.server.admission import admission_review
 
 TASK_NAMES = ("master", "worker", "ps", "chief", "head", "mpimaster", "mpiworker", "node", "trainer", "w", "evaluator")
 BAD_NAMES = ("Worker", "wörker", "bad_name", "-w", "w" * 70, "", "a.b")

@@ -47,7 +47,7 @@ from volcano_job_webhook.kube.informer import Informer  # noqa: E402
 from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
 from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair  # noqa: E402
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB  # noqa: E402
-from volcano_job_webhook.reconciler.kinds import MANAGED_SELECTOR, OWNED, OwnedRecord  # noqa: E402
+from volcano_job_webhook.reconciler.owned import MANAGED_SELECTOR, OWNED, OwnedRecord  # noqa: E402
 
 JOBS = VOLCANO_JOB
 OBJECTS_PER_JOB = 4

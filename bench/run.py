@@ -36,8 +36,8 @@ from processes import pinned, wait_ready  # noqa: E402
 from volcano_job_webhook.certs import ensure_certs  # noqa: E402
 from volcano_job_webhook.plugins import Chain, Job, PluginError  # noqa: E402
 from volcano_job_webhook.plugins.podgen import make_pod  # noqa: E402
+from volcano_job_webhook.server.admission import admission_review  # noqa: E402
 from volcano_job_webhook.server.patch import make_patch  # noqa: E402
-from volcano_job_webhook.server.review import admission_review  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 REPLICAS = (1, 10, 100, 1_000, 10_000)

@@ -71,11 +71,11 @@ from tests.envtest import (  # noqa: E402
 from volcano_job_webhook.certs import ensure_certs  # noqa: E402
 from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
 from volcano_job_webhook.plugins import Job  # noqa: E402
-from volcano_job_webhook.plugins.kinds import NAMESPACE  # noqa: E402
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB as JOB  # noqa: E402
+from volcano_job_webhook.plugins.kinds import Kind  # noqa: E402
 from volcano_job_webhook.plugins.podgen import make_pod  # noqa: E402
-from volcano_job_webhook.reconciler.kinds import FIELD_MANAGER, OWNED  # noqa: E402
-from volcano_job_webhook.server.review import admission_review  # noqa: E402
+from volcano_job_webhook.reconciler.owned import FIELD_MANAGER, OWNED  # noqa: E402
+from volcano_job_webhook.server.admission import admission_review  # noqa: E402
 
 Obj = dict[str, Any]
 RESULTS = ROOT / "bench" / "results"
@@ -83,6 +83,7 @@ TWO_CORES = (os.cpu_count() or 1) >= 2
 SERVE_CORE = RECONCILE_CORE = "0" if TWO_CORES else None
 CLIENT_CORE = API_CORE = "1" if TWO_CORES else None
 PLURALS = {r.kind: r.plural for r in OWNED.values()}
+NAMESPACE = Kind("", "v1", "Namespace", "namespaces", "Namespace")
 # KB = 1,000 bytes, MB = 1,000,000 bytes (the stricter reading of the targets).
 TARGETS = {
     "serve_bytes_per_job": 2_500,

@@ -17,10 +17,10 @@ from volcano_job_webhook import logs
 from volcano_job_webhook.certs import ensure_certs
 from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.server.admission import AdmissionResponse, read_review, review_response
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.https import build_server
 from volcano_job_webhook.server.jobs import DirectoryJobSource
-from volcano_job_webhook.server.review import AdmissionResponse, read_review, review_response
 from volcano_job_webhook.server.run import connection_limits, server_options
 
 

@@ -1,15 +1,13 @@
-"""Volcano's job plugins as pure functions of a job and a Pod.
-
-This package's ``__all__`` is the public API, for running the chain and for writing a plugin
-(docs/plugins.md#third-party-plugins): import from here, not from the modules behind it, which may
-move as the built-ins moved to ``builtin/``.
+"""Volcano's job plugins as pure functions of a job and a Pod. ``__all__`` is the public API, for running
+the chain and for writing a plugin (docs/plugins.md#third-party-plugins): import from here, not from
+the modules behind it, which may move.
 
 >>> chain = Chain()
 >>> result = chain.mutate(Job.from_object(job_dict), pod_dict)   # result.pod, result.warnings
 >>> objects = chain.resources(Job.from_object(job_dict))         # ConfigMaps, Services, ...
 """
 
-from .base import Digest, Existing, Mount, Plugin, PodContext, Settings
+from .base import Existing, Mount, Plugin, PodContext, Settings
 from .chain import Chain, ChainConfig, Mutation, PreparedJob
 from .errors import FlagError, PluginError
 from .flags import Flag, port_flag
@@ -40,7 +38,6 @@ __all__ = [
     "PLUGINS_ANNOTATION",
     "Chain",
     "ChainConfig",
-    "Digest",
     "Existing",
     "Flag",
     "FlagError",

@@ -1,20 +1,6 @@
-"""The contract every plugin keeps, built-in or third-party.
-
-A plugin is a class with a ``name``, its Go-style ``flags`` and the plugins it ``requires`` (added
-like Volcano's job admission adds svc and ssh). The chain builds one per job, as
-``cls(job, args, settings, peers=...)``, and calls its hooks:
-
-* ``check()``: job-level validation, run at ``/validate`` and before every Pod; raises
-  :class:`PluginError`, returns warnings;
-* ``mutate(ctx)``: change one Pod of the job in place, idempotently;
-* ``resources(existing)``: the side objects the job needs (ConfigMaps, Services, ...), as the reconciler
-  will create them;
-* ``injected_init_containers()`` and ``mounts()``: what the chain must know of it before any Pod
-  (init containers other plugins leave alone, mount paths no other plugin may take).
-
-An instance holds no state between calls and does no I/O. What plugins use besides the contract
-(errors naming the job, template checks, a peer's arguments) is in :mod:`.helpers`.
-"""
+"""The contract every plugin keeps, built-in or third-party (docs/plugins.md#third-party-plugins): the
+chain builds one :class:`Plugin` per job and calls its hooks; an instance holds no state between
+calls and does no I/O."""
 
 from __future__ import annotations
 
@@ -28,16 +14,14 @@ from .job import Job, Task
 from .pod import Obj, containers
 
 DEFAULT_HOSTS_ENV_LIMIT = 100_000
-# Live side objects the reconciler found for a job, by (kind, name); only ones this project manages.
-# The reconciler does not hold long values of their ``data`` (host files, SSH keys): such a value
-# is a :class:`Digest` in its place. A plugin that keeps a live value returns it as it is.
+# The job's live side objects this project manages, by (kind, name). A long ``data`` value may be a
+# :class:`Digest` in its place: a plugin that keeps a live value returns it as it is.
 Existing = Mapping[tuple[str, str], Obj]
 
 
 class Digest(str):
-    """Stands in ``existing`` for a long ``data`` value the reconciler does not keep in memory:
-    equal to the digest of the same value, never to the value. Returned as it is in a plugin's
-    object, it means "keep what is there"; the reconciler puts the value back before it writes."""
+    """A long ``data`` value of ``existing`` that the reconciler keeps only as a digest; returned as it
+    is, it means "keep what is there"."""
 
     __slots__ = ()
 
@@ -49,13 +33,11 @@ class Settings:
     # Longest VC_<TASK>_HOSTS value injected; None for no limit below the kernel's
     # (budget.ENV_STRING_LIMIT), which always applies.
     hosts_env_limit: int | None = DEFAULT_HOSTS_ENV_LIMIT
-    # The cluster's DNS domain (kubelet's --cluster-domain, "cluster.local"): host names the plugins
-    # we run write become <host>.<subdomain>.<namespace>.svc.<domain>; None keeps Volcano's short
-    # <host>.<subdomain>. Never applied to what Volcano's controller runs (as_volcano).
+    # The cluster's DNS domain (kubelet's --cluster-domain) the host names of the plugins we run are
+    # qualified in; None keeps Volcano's short ones, as its controller always does (as_volcano).
     cluster_domain: str | None = None
-    # Where the variables the chain's own plugins inject go in each container's env, for jobs
-    # whose annotation does not say (keys.ENV_PLACEMENT_ANNOTATION): "last" (after the container's
-    # own, as Volcano appends) or "first" (before them, so that $(NAME) in them expands).
+    # Where our plugins' variables go in a container's env when the job's annotation does not say:
+    # after its own, as Volcano appends, or first, so that $(NAME) in its own expands.
     env_placement: Literal["last", "first"] = "last"
 
     def as_volcano(self) -> Settings:

@@ -1,30 +1,6 @@
-"""Size budgets: how large a value made from a job's host lists would be, from replica counts and name
-lengths alone, so that a plugin can leave it out or refuse the job *before* building it.
-
-Building ``MPI_HOST`` or ``TF_CONFIG`` for ``replicas: 1000000000`` (a legal int32) takes tens of
-seconds and gigabytes, on a webhook whose ``failurePolicy`` is ``Fail``; the arithmetic below is
-O(tasks) whatever the replicas. Every size is exact (tests compare it with the built string).
-
-The limits, as measured against kube-apiserver v1.36 and etcd 3.6 (docs/volcano-behaviour.md#limits):
-
-* ``ENV_STRING_LIMIT``: Linux ``MAX_ARG_STRLEN`` (32 pages of 4 KiB) bounds each ``NAME=value\\0``
-  string ``execve`` passes, and each argument with its NUL; one byte more and the container cannot
-  start (``E2BIG``).
-* ``DATA_LIMIT``: the values of a ConfigMap's or Secret's data together (keys not counted); one byte
-  more and the API server answers 422 "Too long: may not be more than 1048576 bytes".
-* ``STORE_LIMIT``: etcd's default ``--max-request-bytes``; a larger object is refused with
-  "etcdserver: request is too large". The API server stores protobuf, never larger than the JSON, so
-  a JSON size under this limit is safe (for a Pod this is the limit that bites first: the 3 MiB
-  request-body limit applies to what the controller sent, before our patch).
-* ``GENERATED_LIMIT``: ours, not Kubernetes': the most host-file bytes svc has each Pod's init
-  container write past its ConfigMap (``plugins/builtin/svc.py``). Kubernetes documents clusters of at most
-  150,000 Pods; 32 MiB holds the host files of any job of up to 262,144 Pods whatever its names (a
-  domain name is at most 63 + 1 + 63 bytes, plus its newline), so the limit refuses only jobs no
-  cluster runs, while bounding what every Pod writes to its node's disk and how long its start
-  waits for it (0.6-1.1 s under busybox at the limit, 0.2-0.5 s for 100,000 Pods: bench/svc_hosts.py).
-  Fully qualified names (the ``cluster_domain`` setting) are longer, at most 253 bytes, so the same
-  limit holds any job of up to 132,104 Pods.
-"""
+"""Size budgets: how large a value built from a job's host lists would be, exactly, from replica counts
+and name lengths alone, so that a plugin can leave it out or refuse the job before building it:
+``replicas: 1000000000`` is a legal job on a fail-closed webhook (docs/volcano-behaviour.md#limits)."""
 
 from __future__ import annotations
 
@@ -34,6 +10,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the job views size their names with digits_below
     from .job import Job, Task
 
+# Measured against kube-apiserver v1.36 and etcd 3.6. A Pod's compact JSON is weighed against
+# STORE_LIMIT: etcd stores protobuf, never larger. GENERATED_LIMIT is ours, far past any cluster's
+# Pods, to bound what each Pod writes and waits for.
 ENV_STRING_LIMIT = 32 * 4096
 DATA_LIMIT = 1024 * 1024
 STORE_LIMIT = 1536 * 1024
@@ -97,11 +76,6 @@ def task_hosts(job: Job, task: Task, *, every_replica: bool = False, cluster_dom
         count = task.replicas if every_replica else min(task.replicas, 1)
         return Hosts(count, count * len(task.hostname), suffix)
     return Hosts(task.replicas, job.host_label_chars(task), suffix)
-
-
-def env_string(name: str, value_length: int) -> int:
-    """Bytes ``execve`` counts for one variable: ``NAME=value`` and its terminating NUL."""
-    return len(name) + 1 + value_length + 1
 
 
 def env_value_limit(name: str) -> int:

@@ -1,13 +1,5 @@
-"""The plugin chain: which plugins a job runs, in which order, and what they make of a Pod.
-
-Plugin configuration (docs/volcano-behaviour.md#plugin-configuration) is the server's defaults, under the job's ``spec.plugins``,
-under the JSON object in the job annotation ``volcano-job-webhook/plugins``; then the dependencies
-Volcano's job admission adds (``requires``: svc for tensorflow, mpi, pytorch, ray; ssh for mpi).
-Plugins run in Volcano's registration order, third-party ones after, by name (docs/volcano-behaviour.md#plugin-order).
-The variables the plugins we run add go after a container's own, as Volcano's do, or before them
-when the job's annotation ``volcano-job-webhook/env-placement`` (else the ``env_placement`` setting)
-says ``first``, so ``$(NAME)`` in the container's own expands (docs/plugins.md#variables-first-name-references-that-expand).
-"""
+"""The plugin chain: which plugins a job runs, with what arguments and in what order, and what they make
+of a Pod (docs/volcano-behaviour.md#plugin-configuration, docs/volcano-behaviour.md#plugin-order)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Errors raised by the plugin chain.
-
-Every message names the job (``namespace/name``), the plugin and the argument or field at fault, so
-an admission denial or a CLI error can be acted on without reading our source.
-"""
+"""Errors of the plugin chain: each names the job, the plugin and the argument or field at fault, so
+that a denial can be acted on without reading our source."""
 
 from __future__ import annotations
 
@@ -11,11 +8,8 @@ from collections.abc import Callable, Iterable
 
 
 class PluginError(ValueError):
-    """A job's plugin configuration, or a Pod, cannot be wired.
-
-    ``job`` is ``namespace/name``; ``plugin`` the plugin name (or ``""`` for chain-level problems);
-    ``field`` the argument (``--port``) or object field (``spec.tasks``) at fault.
-    """
+    """A job's plugin configuration, or a Pod, cannot be wired: ``job`` is ``namespace/name``, ``plugin``
+    the plugin (``""`` for the chain's own problems), ``field`` the argument or object field at fault."""
 
     def __init__(self, job: str, plugin: str, field: str, reason: str) -> None:
         self.job = job
@@ -34,10 +28,8 @@ class PluginError(ValueError):
 
 
 class FlagError(ValueError):
-    """A plugin argument list does not parse; raised before the job and plugin are known.
-
-    The chain turns it into a :class:`PluginError` naming the job and the plugin.
-    """
+    """A plugin argument list that does not parse, raised before the job and plugin are known (the chain
+    turns it into a :class:`PluginError`)."""
 
     def __init__(self, flag: str, reason: str) -> None:
         self.flag = flag

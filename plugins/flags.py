@@ -1,15 +1,6 @@
-"""Go ``flag`` package syntax, parsed strictly.
-
-Volcano parses plugin arguments with Go's ``flag.FlagSet`` and only logs failures, so ``--port=abc``
-silently becomes port 0 (docs/volcano-behaviour.md#arguments). We accept exactly the same syntax and values —
-``--name=value``, ``-name=value``, ``--name value``, bare ``--bool``, Go integer literals such as
-``0x1F`` or ``010`` (octal), the last repeated flag wins — but every failure is an error
-(docs/volcano-behaviour.md#arguments).
-
-A ``list`` flag is Go's ``flag.Var`` with a value whose ``Set`` appends: each occurrence adds one
-value, so a value may itself hold commas (a label selector). Only flags of this project's own
-implementation are lists; Volcano's are all ``string``, ``int`` or ``bool``.
-"""
+"""Go ``flag`` package syntax, parsed strictly: what Volcano's ``flag.FlagSet`` accepts, but every failure
+it only logs is an error here (docs/volcano-behaviour.md#arguments). A ``list`` flag (ours only) is Go's
+``flag.Var`` that appends: one value per occurrence, which may hold commas."""
 
 from __future__ import annotations
 
@@ -40,14 +31,9 @@ _GO_INT = re.compile(
 
 @dataclass(frozen=True)
 class Flag:
-    """One flag of a plugin: its Go name, type, default and accepted range.
-
-    ``aliases`` are other spellings that set the same flag (ray's ``--clientServerPort``);
-    ``minimum``/``maximum`` bound integer values (ports are 1..65535). ``ours``: a flag this
-    project's implementation of one of Volcano's plugins has and Volcano's does not; where Volcano's
-    controller runs the plugin it is read as Volcano reads it, without these (:func:`volcano_flags`).
-    A ``list`` flag's value is a tuple of every occurrence's text, in order.
-    """
+    """One flag of a plugin: its Go name, type, default, other spellings and integer range. ``ours``: a
+    flag only our implementation of one of Volcano's plugins has, left out where Volcano's controller
+    runs it (:func:`volcano_flags`). A ``list`` flag's value is a tuple of every occurrence's text."""
 
     name: str
     kind: Kind
@@ -117,11 +103,8 @@ def _reason(exc: ValueError, value: str) -> str:
 
 
 def parse_flags(flags: Sequence[Flag], args: Sequence[str]) -> dict[str, Any]:
-    """Parse ``args`` (one token per list element) against ``flags``.
-
-    Returns every flag's value by its canonical name, defaults included. Raises :class:`FlagError`
-    naming the offending flag for anything Go's ``flag`` would reject or silently drop.
-    """
+    """Every flag's value by its canonical name, defaults included, from ``args`` (one token per list
+    element); :class:`FlagError` for anything Go's ``flag`` would reject or silently drop."""
     values, _, error = _parse(flags, args)
     if error is not None:
         raise error
@@ -129,12 +112,8 @@ def parse_flags(flags: Sequence[Flag], args: Sequence[str]) -> dict[str, Any]:
 
 
 def go_prefix(flags: Sequence[Flag], args: Sequence[str]) -> tuple[list[str], FlagError | None]:
-    """What Go's ``flag.Parse`` keeps of ``args`` when it fails: the flags before the first error,
-    and that error (None when everything parses).
-
-    Volcano's controller logs a parse error and runs the plugin with what was set before it
-    (docs/volcano-behaviour.md#arguments); parsing the prefix strictly gives the same values for
-    everything Go accepts."""
+    """What Go's ``flag.Parse`` keeps of ``args``, which Volcano's controller runs the plugin with: the
+    flags before the first error, and that error (None when everything parses)."""
     _, consumed, error = _parse(flags, args)
     return list(args[:consumed]), error
 

@@ -1,13 +1,9 @@
-"""What plugins use besides the contract: errors and warnings that name the job and the plugin,
-``check()``-time rules about the job's pod templates, and a peer plugin's arguments.
-
-Plain functions of the plugin (or of what they read), so that :class:`~.base.Plugin` stays the
-contract the chain calls; built-in and third-party plugins use the same ones.
-"""
+"""What plugins use besides the contract, as plain functions of the plugin so that :class:`~.base.Plugin`
+stays what the chain calls: errors naming the job, ``check()``-time template rules, a peer's arguments."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import names
@@ -31,6 +27,12 @@ def plugin_warning(plugin: Plugin, text: str) -> str:
 def task_hint(plugin: Plugin, name: str) -> str:
     """``"; did you mean 'worker'?"`` when ``name``, a task the job lacks, is close to one it has."""
     return did_you_mean(name, [t.name for t in plugin.job.tasks], repr)
+
+
+def name_taken(name: str, what: str) -> str:
+    """Why the container ``name`` (``what`` it is) cannot be added where a container has that name."""
+    return (f"a container is already named {name!r}, {what}; the API server requires container names to be unique "
+            "across containers and init containers")
 
 
 def require_name(plugin: Plugin, rule: str, value: str, what: str) -> None:
@@ -138,3 +140,16 @@ def peer_options(plugin: Plugin, peer: type[Plugin], *, field: str = "", reason:
         return parse_flags(peer.flags, list(args or []))
     except (FlagError, TypeError) as exc:
         raise plugin_error(plugin, field or f"plugin {peer.name}", f"{reason}: {exc}") from None
+
+
+def reject_reserved_env(plugin: Plugin, reserved: Callable[[str], bool], why: str, tasks: Iterable[Task] | None = None) -> None:
+    """Raise, naming the template field, when a regular container of ``tasks`` (every task's by
+    default) sets a variable name ``reserved`` says the plugin owns."""
+    for task in plugin.job.tasks if tasks is None else tasks:
+        for i, container in enumerate(task.containers):
+            env = container.get("env") if isinstance(container, Mapping) else None
+            for j, entry in enumerate(env if isinstance(env, list) else []):
+                name = entry.get("name") if isinstance(entry, Mapping) else None
+                if isinstance(name, str) and reserved(name):
+                    raise plugin_error(plugin, f"{task.template_path}.spec.containers[{i}].env[{j}]",
+                                       f"{name} is reserved: {why}; remove it from the template and use the plugin's flags")

@@ -1,13 +1,6 @@
-"""A read-only view of a Volcano Job (``batch.volcano.sh/v1alpha1``) for the plugins.
-
-Only the fields the plugins read are interpreted (docs/volcano-behaviour.md#the-job-object): name, namespace, uid, tasks with
-their replicas and pod-template hostname/subdomain, ``spec.plugins``. Host names are built exactly as
-Volcano's ``MakePodName``/``MakeDomainName``: ``<hostname or job-task-i>.<subdomain or job>``, with no
-namespace or cluster suffix (docs/volcano-behaviour.md#host-names); given a cluster domain (the
-``cluster_domain`` setting, for the plugins this project runs), fully qualified:
-``<host>.<subdomain>.<namespace>.svc.<domain>``. :meth:`Job.host_suffix` is the one place that
-says which.
-"""
+"""A read-only view of a Volcano Job for the plugins (docs/volcano-behaviour.md#the-job-object). Host
+names are Volcano's ``MakeDomainName`` (docs/volcano-behaviour.md#host-names); :meth:`Job.host_suffix`
+is the one place that qualifies them in a cluster domain."""
 
 from __future__ import annotations
 
@@ -95,10 +88,7 @@ class Job:
 
     @classmethod
     def from_object(cls, obj: Any) -> Job:
-        """Read a Job from its API object (a dict decoded from YAML or JSON).
-
-        Raises :class:`PluginError` naming the field for anything that is not shaped like a Job.
-        """
+        """A Job from its API object; :class:`PluginError` naming the field for anything not shaped like one."""
         if not isinstance(obj, Mapping):
             raise PluginError("?", "", "job", f"expected a Volcano Job object, got {type(obj).__name__}")
         meta = obj.get("metadata")

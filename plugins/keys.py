@@ -1,9 +1,5 @@
-"""Names shared across the package: the labels and annotations of Volcano, of Kubernetes' Job and
-JobSet controllers, and our own.
-
-The one home for these strings; the webhook, the reconciler and the plugins import them from here.
-The kinds themselves (group, version, plural) are the table's, in :mod:`.kinds`.
-"""
+"""The labels and annotations of Volcano, of Kubernetes' Job and JobSet controllers, and ours: one home
+for each string (the kinds themselves are :mod:`.kinds`')."""
 
 from __future__ import annotations
 
@@ -27,9 +23,7 @@ DEFAULT_TASK = "default"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "volcano-job-webhook"
 PLUGINS_ANNOTATION = "volcano-job-webhook/plugins"
-# Where the variables our plugins inject go in a container's env: after its own (last, Volcano's way)
-# or before them (first), so that $(NAME) in the container's own variables expands (the job's
-# annotation over the server's env_placement setting).
+# A job's choice of where our plugins' variables go, over the setting (Settings.env_placement).
 ENV_PLACEMENT_ANNOTATION = "volcano-job-webhook/env-placement"
 ENV_PLACEMENTS = ("last", "first")
 

@@ -1,12 +1,5 @@
-"""The table of kinds: every Kubernetes kind the package names, once — apimachinery's RESTMapper in
-our terms.
-
-A :class:`Kind` is a kind's group, version, plural (its REST path), the noun messages call it by,
-how its Pods are found (the workloads the webhook wires), and what the reconciler's caches keep of
-it (:class:`Cached`). The lookups: by resource (``jobs.batch``, what settings and job sources name),
-by the (group, kind) of an owner reference or an admission request, by the (apiVersion, kind) of an
-object. :class:`ObjectKey` is the key of one object in a cache or a work queue.
-"""
+"""The table of the kinds plugins read, make and wire, with its lookups (apimachinery's RESTMapper in
+our terms); a process's own kinds (its Lease, its Events) are defined where it uses them."""
 
 from __future__ import annotations
 
@@ -20,21 +13,13 @@ from .keys import BATCH_JOB_NAME_KEY, JOB_NAME_KEY, JOBSET_NAME_KEY, JOBSET_UID_
 
 __all__ = [
     "BATCH_JOB",
-    "CLUSTER_ROLE",
     "CONFIG_MAP",
-    "ENDPOINT_SLICE",
-    "EVENT",
     "JOBSET",
     "KINDS",
-    "LEASE",
-    "MUTATING_WEBHOOK_CONFIGURATION",
-    "NAMESPACE",
     "NETWORK_POLICY",
-    "OWNED",
     "POD",
     "SECRET",
     "SERVICE",
-    "VALIDATING_WEBHOOK_CONFIGURATION",
     "VOLCANO_JOB",
     "WORKLOADS",
     "Cached",
@@ -114,25 +99,11 @@ CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps", "ConfigMap", Cached.OWNED
 SECRET = Kind("", "v1", "Secret", "secrets", "Secret", Cached.OWNED)
 SERVICE = Kind("", "v1", "Service", "services", "Service", Cached.OWNED)
 NETWORK_POLICY = Kind("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "NetworkPolicy", Cached.OWNED)
-# What the webhook wires, and the reconciler's warnings on a workload.
+# What the plugins wire.
 POD = Kind("", "v1", "Pod", "pods", "Pod")
-EVENT = Kind("", "v1", "Event", "events", "Event")
-# What the processes read and write for themselves: the leader's Lease, the webhook configurations
-# the reconciler registers (owned by the install's ClusterRole), the webhook Service's endpoints;
-# a Namespace is what the benchmarks make.
-LEASE = Kind("coordination.k8s.io", "v1", "Lease", "leases", "Lease")
-MUTATING_WEBHOOK_CONFIGURATION = Kind("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration",
-                                      "mutatingwebhookconfigurations", "MutatingWebhookConfiguration")
-VALIDATING_WEBHOOK_CONFIGURATION = Kind("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration",
-                                        "validatingwebhookconfigurations", "ValidatingWebhookConfiguration")
-CLUSTER_ROLE = Kind("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "ClusterRole")
-ENDPOINT_SLICE = Kind("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "EndpointSlice")
-NAMESPACE = Kind("", "v1", "Namespace", "namespaces", "Namespace")
 
-KINDS = (VOLCANO_JOB, JOBSET, BATCH_JOB, CONFIG_MAP, SECRET, SERVICE, NETWORK_POLICY, POD, EVENT, LEASE,
-         MUTATING_WEBHOOK_CONFIGURATION, VALIDATING_WEBHOOK_CONFIGURATION, CLUSTER_ROLE, ENDPOINT_SLICE, NAMESPACE)
+KINDS = (VOLCANO_JOB, JOBSET, BATCH_JOB, CONFIG_MAP, SECRET, SERVICE, NETWORK_POLICY, POD)
 WORKLOADS = tuple(kind for kind in KINDS if kind.pod_label)
-OWNED = tuple(kind for kind in KINDS if kind.cached is Cached.OWNED)
 
 _BY_RESOURCE = {kind.resource: kind for kind in KINDS}
 _BY_GROUP_KIND: dict[tuple[str, Any], Kind] = {(kind.group, kind.kind): kind for kind in KINDS}

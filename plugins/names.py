@@ -1,8 +1,5 @@
-"""Kubernetes naming rules, as the API server's validation applies them.
-
-Volcano validates almost none of the names its plugins generate (docs/volcano-behaviour.md#name-limits); we check each one
-where it is made, so a bad job fails with the rule it broke instead of Pods the API server rejects.
-"""
+"""Kubernetes naming rules as the API server applies them, checked where each name is made: Volcano
+checks almost none (docs/volcano-behaviour.md#name-limits)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Idempotent edits of a Pod (a plain dict, as decoded from JSON).
-
-Volcano appends blindly because it runs once per Pod (docs/volcano-behaviour.md#idempotency). These helpers make the same
-change only when it is not already there, comparing by name and value rather than whole objects:
-the API server defaults fields (``protocol: TCP``, ``defaultMode: 420``) between Volcano's controller
-and this webhook, and those must not count as differences (docs/volcano-behaviour.md#idempotency).
-"""
+"""Idempotent edits of a Pod (a plain dict, as decoded from JSON): each change is made only when it is
+not there already, compared by name and value, since the API server defaults fields (``protocol: TCP``,
+``defaultMode: 420``) between Volcano's controller and us (docs/volcano-behaviour.md#idempotency)."""
 
 from __future__ import annotations
 
@@ -140,11 +136,8 @@ def _covers(existing: Any, desired: Any) -> bool:
 
 
 def ensure_volume(pod: Obj, volume: Obj) -> str | None:
-    """Add ``volume`` unless an equal one of the same name exists.
-
-    Returns None on success, or why the Pod already has a different volume of that name (the caller
-    turns it into an error: two volumes of one name make the Pod invalid).
-    """
+    """Add ``volume`` unless an equal one of the same name exists; else why the Pod already has a
+    different volume of that name, which would make it invalid."""
     volumes = spec(pod).setdefault("volumes", [])
     for current in volumes:
         if isinstance(current, dict) and current.get("name") == volume["name"]:

@@ -1,13 +1,6 @@
-"""Label selectors written as ``kubectl -l`` writes them, read into the API's ``LabelSelector``.
-
-The syntax is Kubernetes' own (``labels.Parse``): requirements joined by ``,`` and all of them
-must hold; ``key=value`` (or ``==``), ``key!=value``, ``key in (a,b)``, ``key notin (a,b)``, ``key``
-(the label exists) and ``!key`` (it does not). ``key>1`` and ``key<1`` parse in Kubernetes but have
-no ``LabelSelector`` form, so they are refused, as is anything the API server would refuse: keys and
-values are checked by its rules. ``key=value`` becomes ``matchLabels`` (a key's second equality, a
-different value, a ``matchExpressions`` entry ``In``, as both must hold); the rest become
-``matchExpressions`` in the order written.
-"""
+"""Label selectors in ``kubectl -l`` syntax (Kubernetes' ``labels.Parse``) read into the API's
+``LabelSelector``; ``key>1`` and ``key<1``, which have no ``LabelSelector`` form, are refused, as is
+anything the API server would refuse."""
 
 from __future__ import annotations
 
@@ -66,7 +59,7 @@ def parse_selector(text: str) -> dict[str, Any]:
                     raise ValueError(problem)
                 if following == "!=":
                     expressions.append({"key": key, "operator": "NotIn", "values": [value]})
-                elif labels.setdefault(key, value) != value:
+                elif labels.setdefault(key, value) != value:  # a key's second value: both must hold
                     expressions.append({"key": key, "operator": "In", "values": [value]})
                 i += 3 if value else 2
             elif following in _SET_OPERATORS:

@@ -1,18 +1,6 @@
-"""Kubernetes Indexed Jobs and JobSets as job views for the plugins (docs/workloads.md).
-
-Each is a :class:`~.job.Job` whose tasks, Pod names and selectors come from its own kind, so every
-plugin reads it as it reads a Volcano Job:
-
-* an Indexed ``batch/v1`` Job is one task (named after the Job, or ``volcano-job-webhook/task``) of
-  ``completions`` members; a Pod's index is its completion index, its host name ``<job>-<index>``
-  (the Job controller sets it) under the template's ``subdomain``, else the Job's name, as svc sets it;
-* a JobSet is one task per ``replicatedJobs[]`` entry of ``replicas × completions`` members; member
-  ``job-index × completions + completion-index`` is the Pod ``<jobset>-<rjob>-<job-index>-<completion-index>``
-  under ``spec.network.subdomain`` or the JobSet's name, whose headless Service JobSet makes itself.
-
-The spec is read as the API server keeps it after defaulting; only what the plugins need is checked,
-each problem naming its field.
-"""
+"""Kubernetes Indexed Jobs and JobSets as job views for the plugins (docs/workloads.md): each is a
+:class:`~.job.Job` whose tasks, Pod names and selectors come from its own kind, read from the spec as
+the API server keeps it after defaulting."""
 
 from __future__ import annotations
 

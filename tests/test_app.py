@@ -135,7 +135,7 @@ async def test_bad_plugin_configuration_is_denied(client, jobs_dir, plugins, exp
     assert response["status"]["message"].startswith(expected)
     # /validate says the same at kubectl apply time.
     job = yaml.safe_load((jobs_dir / "broken.yaml").read_text())
-    from volcano_job_webhook.server.review import admission_review
+    from volcano_job_webhook.server.admission import admission_review
 
     verdict = await post(client, admission_review(job, uid="v-1"), "/validate")
     assert verdict["allowed"] is False and verdict["status"]["message"] == response["status"]["message"]
@@ -160,7 +160,7 @@ async def test_validate_allows_a_good_job_without_a_word_and_denies_a_broken_one
 
 
 async def test_validate_allows_a_job_the_chain_warns_about_with_the_warnings(client):
-    from volcano_job_webhook.server.review import admission_review
+    from volcano_job_webhook.server.admission import admission_review
 
     job = volcano_job("tf-one", plugins={"tensorflow": []}, tasks=[("worker", 1)])
     response = await post(client, admission_review(job, uid="tf-one"), "/validate")

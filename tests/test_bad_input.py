@@ -11,7 +11,7 @@ import pytest
 
 from tests.jobs import volcano_job
 from volcano_job_webhook.plugins.registry import BUILTINS
-from volcano_job_webhook.server.review import admission_review
+from volcano_job_webhook.server.admission import admission_review
 
 pytestmark = pytest.mark.anyio
 

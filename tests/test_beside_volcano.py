@@ -26,9 +26,9 @@ from volcano_job_webhook.plugins import Chain, ChainConfig, Job, PluginError
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL, VOLCANO_PLUGINS
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.reconciler import Reconciler
+from volcano_job_webhook.server.admission import admission_review, parse_review
 from volcano_job_webhook.server.handlers import JobCache, JobValidator, PodMutator
 from volcano_job_webhook.server.metrics import WebhookMetrics
-from volcano_job_webhook.server.review import admission_review, parse_review
 
 BESIDE = Chain(config=ChainConfig(volcano_plugins=frozenset(VOLCANO_PLUGINS)))
 ALONE = Chain()

@@ -53,7 +53,7 @@ from volcano_job_webhook.plugins.builtin.waitfor import WaitforPlugin
 from volcano_job_webhook.plugins.builtin.xgboost import XGBoostPlugin
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.plugins.registry import BUILTINS
-from volcano_job_webhook.server.review import admission_review
+from volcano_job_webhook.server.admission import admission_review
 
 BILLION = 10**9
 MEMORY_BOUND = 4 * 1024 * 1024  # bytes of Python allocations at peak; the lists would be gigabytes

@@ -1,4 +1,4 @@
-"""What the caches hold (webhook/kube/records.py, reconciler/kinds.py): a Job as its identity and
+"""What the caches hold (webhook/kube/records.py, reconciler/owned.py): a Job as its identity and
 the fields plugins read, packed; a finished Job as its identity; an owned object without its long
 data values — and the reconciler still repairing drift in a value it holds only as a digest and
 sending nothing on a steady resync. Why the API double: its request log (which calls a repair makes),
@@ -28,7 +28,7 @@ from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.base import Digest
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, ObjectKey
 from volcano_job_webhook.reconciler import Reconciler
-from volcano_job_webhook.reconciler.kinds import DIGEST_OVER, OwnedRecord, digest
+from volcano_job_webhook.reconciler.owned import DIGEST_OVER, OwnedRecord, digest
 
 
 def training_job(name: str = "train", phase: str | None = None) -> dict[str, Any]:
@@ -99,7 +99,7 @@ def test_an_owned_record_holds_no_key_and_no_host_file():
                            "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "j", "uid": "ju", "controller": True}]},
               "data": {"id_rsa": base64.b64encode(key.encode()).decode(), "config": base64.b64encode(b"Port 22").decode()}}
     record = OwnedRecord(secret)
-    from volcano_job_webhook.reconciler.kinds import OBJECTS
+    from volcano_job_webhook.reconciler.owned import OBJECTS
 
     assert b"QUFBQUFB" not in orjson.dumps(OBJECTS.unpack(record._blob)), "the key itself is not kept"
     assert record.owner == ObjectKey("default", "j") and record.owner_kind is VOLCANO_JOB and record.owner_uid == "ju"
@@ -188,7 +188,7 @@ def test_a_relist_after_410_reports_what_was_missed(api_double: FakeApiServer, r
 def test_the_first_list_reports_listed_and_a_relist_reports_changes(api_double: FakeApiServer):
     server = api_double
     from volcano_job_webhook.kube.informer import LISTED, Informer
-    from volcano_job_webhook.reconciler.kinds import OWNED
+    from volcano_job_webhook.reconciler.owned import OWNED
 
     core = client.CoreV1Api(server.api_client())
     core.create_namespaced_config_map("default", {"metadata": {"name": "before"}})
@@ -211,7 +211,7 @@ def test_the_index_holds_one_key_or_several_and_follows_changes():
     from types import SimpleNamespace
 
     from volcano_job_webhook.kube.informer import Informer
-    from volcano_job_webhook.reconciler.kinds import OWNED
+    from volcano_job_webhook.reconciler.owned import OWNED
 
     informer = Informer(client.ApiClient(), OWNED["ConfigMap"], transform=lambda o: o, index=lambda r: r.owner)  # type: ignore[arg-type,return-value]
 

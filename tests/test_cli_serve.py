@@ -46,7 +46,7 @@ def test_a_port_already_taken_is_one_line_and_exit_2(tmp_path):
 
 @pytest.mark.anyio
 async def test_skipped_files_are_named_with_why_and_the_load_is_summed_up(tmp_path, caplog):
-    caplog.set_level("INFO", logger="volcano_job_webhook.server.jobs.files")
+    caplog.set_level("INFO", logger="volcano_job_webhook.server.jobs.directory")
     first = minimal_job("a")
     first["spec"]["tasks"][0]["replicas"] = 1
     second = minimal_job("a")
@@ -115,7 +115,7 @@ def test_serve_logs_how_many_jobs_it_loaded_from_where(tmp_path):
         process.wait(timeout=30)
         reader.join(timeout=30)
     seen = [json.loads(line) for line in lines if line.startswith("{")]
-    messages = [(e["level"], e["msg"]) for e in seen if e["logger"] == "volcano_job_webhook.server.jobs.files"]
+    messages = [(e["level"], e["msg"]) for e in seen if e["logger"] == "volcano_job_webhook.server.jobs.directory"]
     if not messages:
         pytest.fail(f"no job-file log lines: {seen}")
     assert messages == [

@@ -57,7 +57,7 @@ from tests.jobs import job_owner, volcano_job
 from tests.kustomize import MANIFESTS, build, kubectl_or_skip
 from volcano_job_webhook.plugins import Job
 from volcano_job_webhook.plugins.podgen import make_pod
-from volcano_job_webhook.server.review import admission_review
+from volcano_job_webhook.server.admission import admission_review
 
 NAMESPACE = "volcano-job-webhook"
 CONFIGURATIONS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")

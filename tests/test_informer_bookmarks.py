@@ -12,7 +12,7 @@ from kubernetes import client
 from tests.apiserver import FakeApiServer, RequestRecord
 from tests.envtest import wait_until
 from volcano_job_webhook.kube.informer import Informer
-from volcano_job_webhook.reconciler.kinds import OWNED, OwnedRecord
+from volcano_job_webhook.reconciler.owned import OWNED, OwnedRecord
 
 wait_for = functools.partial(wait_until, timeout=10.0, interval=0.02)
 

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from volcano_job_webhook.kube.informer import LISTED, Informer
 from volcano_job_webhook.kube.records import resource_version
-from volcano_job_webhook.reconciler.kinds import OWNED, OwnedRecord
+from volcano_job_webhook.reconciler.owned import OWNED, OwnedRecord
 
 
 def config_map(name: str, version: str, value: str = "") -> dict[str, Any]:

@@ -9,11 +9,9 @@ import pytest
 from volcano_job_webhook.plugins.kinds import (
     BATCH_JOB,
     CONFIG_MAP,
-    EVENT,
     JOBSET,
     KINDS,
     NETWORK_POLICY,
-    OWNED,
     VOLCANO_JOB,
     WORKLOADS,
     by_group_kind,
@@ -21,6 +19,7 @@ from volcano_job_webhook.plugins.kinds import (
     controller_of,
     kind_of,
 )
+from volcano_job_webhook.reconciler.owned import EVENT, OWNED
 
 
 def test_each_kind_names_its_rest_path_as_the_api_server_serves_it():
@@ -51,7 +50,7 @@ def test_an_objects_kind_by_its_api_version_and_kind():
 
 def test_the_workloads_and_what_is_owned():
     assert WORKLOADS == (VOLCANO_JOB, JOBSET, BATCH_JOB), "a JobSet's Pods, which carry its Jobs' labels, match the JobSet first"
-    assert [kind.kind for kind in OWNED] == ["ConfigMap", "Secret", "Service", "NetworkPolicy"]
+    assert list(OWNED) == ["ConfigMap", "Secret", "Service", "NetworkPolicy"]
     assert [kind.noun for kind in WORKLOADS] == ["job", "JobSet", "Job"]
     assert [kind.title for kind in WORKLOADS] == ["Volcano Job", "JobSet", "Indexed Job"], "what a list of several kinds calls each"
 

@@ -20,9 +20,9 @@ from tests.envtest import eventually
 from tests.jobs import example_job
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.podgen import make_pod
+from volcano_job_webhook.server.admission import admission_review
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.jobs.kube import KubeJobSource
-from volcano_job_webhook.server.review import admission_review
 
 pytestmark = pytest.mark.anyio
 

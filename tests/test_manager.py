@@ -13,9 +13,9 @@ from kubernetes import client
 from tests.jobs import volcano_job
 from volcano_job_webhook.kube.informer import LISTED
 from volcano_job_webhook.kube.records import JobRecord
-from volcano_job_webhook.plugins.kinds import BATCH_JOB, CONFIG_MAP, JOBSET, OWNED, SECRET, VOLCANO_JOB, Kind, ObjectKey
-from volcano_job_webhook.reconciler.kinds import OwnedRecord
+from volcano_job_webhook.plugins.kinds import BATCH_JOB, CONFIG_MAP, JOBSET, SECRET, VOLCANO_JOB, Kind, ObjectKey
 from volcano_job_webhook.reconciler.manager import Manager, build
+from volcano_job_webhook.reconciler.owned import OWNED, OwnedRecord
 
 
 def owned_by(kind: Kind, owner: str, name: str, what: Kind = CONFIG_MAP) -> dict[str, Any]:
@@ -25,7 +25,7 @@ def owned_by(kind: Kind, owner: str, name: str, what: Kind = CONFIG_MAP) -> dict
 
 
 def built(manager: Manager, for_: Kind, **options: Any) -> Any:
-    return build(manager, for_=for_, owns=OWNED, reconcile=lambda key: None, resync_seconds=3600, workers=1, **options)
+    return build(manager, for_=for_, owns=OWNED.values(), reconcile=lambda key: None, resync_seconds=3600, workers=1, **options)
 
 
 def drained(queue: Any) -> list[ObjectKey]:

@@ -20,7 +20,7 @@ from volcano_job_webhook.plugins import Job
 from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.plugins.registry import BUILTINS
-from volcano_job_webhook.server.review import admission_review
+from volcano_job_webhook.server.admission import admission_review
 
 pytestmark = pytest.mark.anyio
 

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from tests.jobs import volcano_job
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.podgen import make_pod
+from volcano_job_webhook.server.admission import admission_review
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.patch import make_patch
-from volcano_job_webhook.server.review import admission_review
 
 settings.register_profile("ci", max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", max_examples=20_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

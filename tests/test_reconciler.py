@@ -46,10 +46,10 @@ from tests.jobs import annotated, example_job, task, volcano_job
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.base import Plugin
+from volcano_job_webhook.plugins.budget import DATA_LIMIT
 from volcano_job_webhook.plugins.flags import Flag
 from volcano_job_webhook.plugins.registry import BUILTINS, Registry
 from volcano_job_webhook.reconciler import Reconciler
-from volcano_job_webhook.reconciler.limits import DATA_LIMIT
 
 MODES = {"default": (), "owner-references-enforced": (OWNER_REFERENCES_ENFORCEMENT,)}
 KINDS = {"ConfigMap": "v1", "Secret": "v1", "Service": "v1", "NetworkPolicy": "networking.k8s.io/v1"}
@@ -494,7 +494,7 @@ def test_the_reconcile_command_exits_non_zero_when_it_loses_its_lease(envtest: E
         process.stop()
 
 
-# The caches as records (webhook/kube/records.py, reconciler/kinds.py) -----------------------------
+# The caches as records (webhook/kube/records.py, reconciler/owned.py) -----------------------------
 
 
 def test_a_finished_job_keeps_no_objects_and_gets_none_again(envtest: EnvTest, kube_admin: Any, kube_namespace: str,

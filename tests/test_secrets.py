@@ -20,7 +20,7 @@ from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair
 from volcano_job_webhook.reconciler import Reconciler
-from volcano_job_webhook.server.review import admission_review
+from volcano_job_webhook.server.admission import admission_review
 
 pytestmark = pytest.mark.anyio
 

@@ -23,10 +23,10 @@ from volcano_job_webhook.plugins import Chain, IndexedJob, Job, JobSet, PluginEr
 from volcano_job_webhook.plugins.kinds import BATCH_JOB, JOBSET
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.plugins.workloads import opted_in, require_opt_in
+from volcano_job_webhook.server.admission import AdmissionRequest, parse_review
 from volcano_job_webhook.server.handlers import JobCache, JobValidator, PodMutator, workload_of
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 from volcano_job_webhook.server.metrics import WebhookMetrics
-from volcano_job_webhook.server.review import AdmissionRequest, parse_review
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "workloads"

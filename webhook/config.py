@@ -1,9 +1,5 @@
-"""Server configuration: command-line flags over ``VOLCANO_WEBHOOK_*`` environment variables over an
-optional YAML file over defaults.
-
-The YAML file is named by ``--config`` or ``VOLCANO_WEBHOOK_CONFIG``; its keys are the field names
-below (``port: 9443``, ``default_plugins: {env: []}``, ``plugin_order: [...]``).
-"""
+"""Server configuration: command-line flags over ``VOLCANO_WEBHOOK_*`` environment variables over a YAML
+file (``--config`` or ``VOLCANO_WEBHOOK_CONFIG``, keyed by the field names below) over defaults."""
 
 from __future__ import annotations
 
@@ -55,33 +51,27 @@ class WebhookSettings(BaseSettings):
         DEFAULT_HOSTS_ENV_LIMIT, ge=1, description="longest VC_<TASK>_HOSTS value injected; null for no limit"
     )
     env_placement: Literal["last", "first"] = Field(
-        "last", description="where the variables the plugins we run inject go in a container's env: last (after its own, "
-        "as Volcano appends) or first (before them, so $(RANK) in its own expands); a job's annotation "
-        "volcano-job-webhook/env-placement says otherwise",
+        "last", description="where our plugins' variables go in a container's env: last (as Volcano appends) or first (so "
+        "$(RANK) in its own expands); a job's annotation volcano-job-webhook/env-placement overrides it",
     )
     cluster_domain: str | None = Field(
-        None, description="the cluster's DNS domain (kubelet's --cluster-domain, e.g. cluster.local): host names the plugins "
-        "we run write become <host>.<subdomain>.<namespace>.svc.<domain>, resolvable from any namespace; null: "
-        "<host>.<subdomain>, as Volcano writes them",
+        None, description="kubelet's --cluster-domain (cluster.local): our plugins' host names become fully qualified, "
+        "resolvable from any namespace; null: <host>.<subdomain>, as Volcano writes them",
     )
     volcano_controller_plugins: list[str] | None = Field(
-        None,
-        description="plugins Volcano's own job controller runs when spec.plugins names them (their Pod wiring and "
-        "objects are Volcano's); default: its eight on a cluster (job_source=kube, reconcile), none for job files; "
-        "[] where it does not run them (docs/install.md#who-runs-what)",
+        None, description="plugins Volcano's job controller runs when spec.plugins names them; default: its eight on a "
+        "cluster, none for job files (docs/install.md#who-runs-what)",
     )
     workloads: list[Literal["jobs.batch", "jobsets.jobset.x-k8s.io"]] = Field(
         ["jobs.batch", "jobsets.jobset.x-k8s.io"],
-        description="Kubernetes workload kinds the reconciler makes side objects for when they opt in "
-        "(docs/workloads.md); a kind the API server does not serve is left out with a warning; [] for Volcano Jobs only",
+        description="kinds the reconciler also makes side objects for when they opt in (docs/workloads.md); one not served is skipped",
     )
     enforcement: Literal["deny", "audit"] = Field(
         "deny", description="audit: what would be denied is allowed with a warning (rolling out onto running jobs)"
     )
     # Registration (webhook/reconciler/registration.py, docs/install.md#registration): read by reconcile.
     webhook_configurations: Path | None = Field(
-        None, description="Mutating- and ValidatingWebhookConfigurations (a YAML list, no caBundle) that reconcile registers "
-        "once the webhook serves and keeps from then on; none: reconcile registers nothing",
+        None, description="webhook configurations (a YAML list, no caBundle) reconcile registers once the webhook serves",
     )
     registration_owner: str | None = Field(
         None, description="ClusterRole of the install every registration is owned by: deleting it deletes them",
@@ -91,8 +81,7 @@ class WebhookSettings(BaseSettings):
         "registration's caBundle; serve follows it with certs_from_secret",
     )
     ca_secret: str | None = Field(
-        None, description="reconcile keeps a self-managed CA in this Secret of service_namespace and the serving certificate "
-        "in tls_secret: made at once, renewed and rotated; none: another issuer (cert-manager) writes tls_secret",
+        None, description="Secret of the self-managed CA reconcile keeps with tls_secret; none: another issuer writes tls_secret",
     )
     certs_from_secret: bool = Field(
         False, description="serve reads its certificate from tls_secret through the API (into certs_dir) rather than from files",
@@ -167,28 +156,24 @@ class WebhookSettings(BaseSettings):
             sources.append(InitSettingsSource(settings_cls, init_kwargs=data))
         return tuple(sources)
 
-    def volcano_plugins(self, on_cluster: bool) -> frozenset[str]:
-        """The plugins Volcano's controller runs: as set, else its eight wherever it may run."""
-        if self.volcano_controller_plugins is not None:
-            return frozenset(self.volcano_controller_plugins)
-        return frozenset(VOLCANO_PLUGINS) if on_cluster else frozenset()
-
     def chain(self, on_cluster: bool | None = None) -> Chain:
-        """The plugin chain these settings make: the installed plugins, configured — the one way
-        every command (``serve``, ``reconcile`` and the offline ones) builds it."""
+        """The chain of the installed plugins, configured: how every command builds it."""
         return Chain(default_registry(), self.chain_config(on_cluster))
 
     def chain_config(self, on_cluster: bool | None = None) -> ChainConfig:
         """The chain's configuration. ``on_cluster``: Volcano's controller may run beside us (by
-        default when Jobs come from the cluster)."""
+        default when Jobs come from the cluster), running its eight plugins unless set otherwise."""
         on_cluster = self.job_source == "kube" if on_cluster is None else on_cluster
+        volcano = self.volcano_controller_plugins
+        if volcano is None:
+            volcano = list(VOLCANO_PLUGINS) if on_cluster else []
         return ChainConfig(
             order=tuple(self.plugin_order),
             allowed=frozenset(self.allowed_plugins) if self.allowed_plugins is not None else None,
             defaults=dict(self.default_plugins),
             settings=Settings(hosts_env_limit=self.hosts_env_limit, env_placement=self.env_placement,
                               cluster_domain=self.cluster_domain),
-            volcano_plugins=self.volcano_plugins(on_cluster),
+            volcano_plugins=frozenset(volcano),
         )
 
 

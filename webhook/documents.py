@@ -1,7 +1,5 @@
-"""Kubernetes objects from YAML or JSON files or standard input (``-``), within bounds, because
-whoever writes the file may be hostile: at most :data:`MAX_INPUT_BYTES` of a regular file or a pipe,
-:data:`MAX_DEPTH` levels, and :data:`MAX_ALIAS_NODES` nodes added by aliases; each refusal is one
-:class:`DocumentError` line."""
+"""Kubernetes objects from YAML or JSON files or standard input (``-``), within bounds, as whoever writes
+the file may be hostile (:mod:`.limits`); each refusal is one :class:`DocumentError` line."""
 
 from __future__ import annotations
 
@@ -14,7 +12,6 @@ from typing import Any
 import yaml
 
 from volcano_job_webhook.limits import MAX_ALIAS_NODES, MAX_DEPTH, MAX_INPUT_BYTES
-from volcano_job_webhook.plugins import Job, read_workload
 
 # Standard input that sends nothing for this long is taken as never ending.
 STDIN_IDLE_SECONDS = 30.0
@@ -117,17 +114,7 @@ def read_file(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
             raise DocumentError(f"{path}: not a regular file")
         if info.st_size > limit:
             raise _over(path, limit)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:  # it grew while being read
-            raise _over(path, limit)
-        return b"".join(chunks)
+        return _read_all(fd, path, limit)  # over the limit only if it grew while being read
     except OSError as exc:
         raise DocumentError(f"{path}: cannot read: {exc.strerror or exc}") from None
     finally:
@@ -148,18 +135,22 @@ def read_stdin(limit: int = MAX_INPUT_BYTES, idle: float = STDIN_IDLE_SECONDS) -
         return data
     if os.isatty(fd):
         raise DocumentError("-: standard input is a terminal; pipe the file in or name it")
+    return _read_all(fd, "-", limit, idle)
+
+
+def _read_all(fd: int, source: str, limit: int, idle: float | None = None) -> bytes:
+    """What ``fd`` holds, up to ``limit`` bytes; with ``idle``, refused when nothing comes for that long."""
     chunks: list[bytes] = []
     size = 0
     while size <= limit:
-        ready, _, _ = select.select([fd], [], [], idle)
-        if not ready:
-            raise DocumentError(f"-: nothing read from standard input for {idle:g} s")
+        if idle is not None and not select.select([fd], [], [], idle)[0]:
+            raise DocumentError(f"{source}: nothing read from standard input for {idle:g} s")
         chunk = os.read(fd, min(1 << 20, limit + 1 - size))
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
         size += len(chunk)
-    raise _over("-", limit)
+    raise _over(source, limit)
 
 
 def read_text(source: str, limit: int = MAX_INPUT_BYTES) -> str:
@@ -216,16 +207,8 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _BlockDumper.add_representer(str, _str_representer)
 
 
-def dump_yaml(value: Any) -> str:
-    """One YAML document, keys in their given order."""
+def dump_yaml(value: Any, stream: bool = False) -> str:
+    """One YAML document, or with ``stream`` a list of objects as a ``---``-separated stream, keys in their given order."""
+    if stream:
+        return yaml.dump_all(value, Dumper=_BlockDumper, sort_keys=False, explicit_start=True, allow_unicode=True)
     return yaml.dump(value, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True)
-
-
-def dump_yaml_stream(objects: list[Any]) -> str:
-    """A ``---``-separated YAML stream, keys in their given order."""
-    return yaml.dump_all(objects, Dumper=_BlockDumper, sort_keys=False, explicit_start=True, allow_unicode=True)
-
-
-def load_job(source: str) -> Job:
-    """The Volcano Job, Indexed Job or JobSet in a file (``-`` for standard input)."""
-    return read_workload(load_object(source, ("Job", "JobSet")))

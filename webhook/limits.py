@@ -9,13 +9,11 @@ from volcano_job_webhook.plugins import Job, PluginError
 
 # Kubernetes stores no object over 1.5 MiB (etcd's request limit); a file may hold several.
 MAX_INPUT_BYTES = 4 * 1024 * 1024
-# Lists and objects nested in one another: a real Pod or Volcano Job is under 20 levels, and copying
-# and diffing (recursive) must stay far from Python's recursion limit.
+# A real Pod or Volcano Job nests under 20 levels; copying and diffing recurse, so stay far from Python's limit.
 MAX_DEPTH = 100
 # Nodes YAML aliases may add to one document once expanded (a "billion laughs" file).
 MAX_ALIAS_NODES = 100_000
-# Pods of one job in all that the offline commands build: Kubernetes' limit for a whole cluster
-# (the webhook sizes what it builds from the replica counts first: plugins/budget.py).
+# The most Pods of one job the offline commands build: Kubernetes' limit for a whole cluster.
 MAX_JOB_REPLICAS = 150_000
 
 

@@ -1,8 +1,5 @@
-"""Structured JSON logs, one object per line.
-
-Context (the admission ``uid``, ``namespace``, ``pod``, ``job``) is passed with ``extra=`` and comes
-out as top-level keys. Messages are built by our code from names and counts; key material and
-Secret data are never passed to a logger.
+"""Structured JSON logs, one object per line, with context (``uid``, ``namespace``, ``pod``, ``job``) passed
+with ``extra=`` as top-level keys. Messages are built from names and counts: no key material, no Secret data.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
-"""The process's memory settings, owned here and nowhere else: each process calls :func:`configure`
-once, first thing, and :func:`settle` when what it made is there to stay.
+"""The process's memory settings, owned here: each process calls :func:`configure` once, first
+thing, and :func:`settle` once what it loaded is there to stay.
 
-* glibc's malloc arenas (:func:`tune_malloc`, ``MALLOC_ARENA_MAX``): the job source's worker thread
-  and the kube client's threads would otherwise each get an arena of their own to fragment; and
-  :func:`trim` (``malloc_trim(0)``), which hands the free pages of the heap back to the OS after a
-  burst of clients (measured on ``serve``: 2,000 TLS connections each sending 60 KB of a body grew it
-  by ~470 MB, and after they closed glibc kept ~400 MB; a trim brought it back within ~20 MB of the
-  start). Both are no-ops where the C library is not glibc.
-* Python's collector. No collection while the caches first load (at most :data:`LOAD_LIMIT`):
-  measured at 100,000 Jobs, collections walking the pages as they became records took 1.8 s of the
-  8 s to Ready in ``serve`` and 14 s of the 30 s in ``reconcile``, and what the load makes is
-  long-lived — so :func:`settle` then freezes it out of the collector's way (``gc.freeze``), and full
-  collections scan only what came after. In ``serve``, :class:`CollectorPacer` then runs the
-  collector on a clock instead of on allocation counts: CPython starts a young collection when
-  allocations outnumber deallocations by 700; under a flood of connections old objects die as fast as
-  new ones are made, so the count barely moves while tens of thousands of young objects pile up —
-  measured, collections of 15,000 to 45,000 objects stopped the event loop for 10 to 40 ms. Collected
-  every 20 ms (the young), 200 ms (the middle generation) and 30 s (everything), each pause stays at
-  a few milliseconds: the slow-connection attack's worst pause went from 39 ms to 10 ms, and
-  ``/healthz`` p99 from 31 ms to 10 ms.
+glibc's malloc keeps two arenas and hands free heap back after a burst of clients (:func:`trim`).
+The garbage collector stays off while the caches first load (its sweeps of the new records cost a
+large share of the time to Ready), then what they made is frozen out of its way. In ``serve``,
+:class:`CollectorPacer` runs it on a clock: under a flood of connections old objects die as fast as
+new ones are made, so CPython's allocation count barely moves while young objects pile up into long
+pauses of the event loop (docs/benchmarks.md, Hardening).
 """
 
 from __future__ import annotations
@@ -50,11 +38,6 @@ def _glibc() -> ctypes.CDLL | None:
 _LIBC = _glibc()
 
 
-def tune_malloc(arenas: int = 2) -> bool:
-    """Cap glibc's malloc arenas (before threads start); True when done."""
-    return bool(_LIBC is not None and _LIBC.mallopt(M_ARENA_MAX, arenas))
-
-
 def trim() -> bool:
     """Return free heap memory to the OS now; True when glibc released some."""
     return bool(_LIBC is not None and _LIBC.malloc_trim(0))
@@ -65,11 +48,10 @@ _state: dict[str, object] = {"paced": False, "timer": None}
 
 def configure(*, malloc_arenas: int | None = None, paced: bool = False, load_limit: float = LOAD_LIMIT) -> None:
     """Once per process, before any thread starts: cap malloc's arenas (when given), and turn
-    automatic collection off until :func:`settle` (at most ``load_limit`` seconds). ``paced``: a
-    :class:`CollectorPacer` will run collection from then on (``serve``), rather than CPython's
-    counts (``reconcile``)."""
-    if malloc_arenas is not None:
-        tune_malloc(malloc_arenas)
+    collection off until :func:`settle` (at most ``load_limit`` seconds); ``paced``: then a
+    :class:`CollectorPacer` runs it (``serve``), not CPython's counts (``reconcile``)."""
+    if malloc_arenas is not None and _LIBC is not None:
+        _LIBC.mallopt(M_ARENA_MAX, malloc_arenas)
     gc.disable()
     timer = threading.Timer(load_limit, settle, args=("the load limit",))
     timer.daemon = True
@@ -96,21 +78,14 @@ class CollectorPacer:
     automatic collection back on when cancelled."""
 
     def __init__(self, young: float = 0.02, middle: float = 0.2, full: float = 30.0,
-                 loaded: Callable[[], bool] = lambda: True, load_limit: float = 120.0) -> None:
+                 loaded: Callable[[], bool] = lambda: True, load_limit: float = LOAD_LIMIT) -> None:
         self.young = young
         self.every_middle = max(1, round(middle / young))
         self.every_full = max(1, round(full / young))
         self.collections = [0, 0, 0]
-        # Nothing is collected while the job cache first loads (``loaded`` false, for at most
-        # ``load_limit`` seconds): measured at 100,000 Jobs, collections walking each page as it
-        # became records cost 1.8 s of the 8 s to Ready, and what the load makes is long-lived.
+        # Nothing is collected until ``loaded()`` (at most ``load_limit`` seconds): see :func:`configure`.
         self.loaded = loaded
         self.load_limit = load_limit
-
-    def step(self, tick: int) -> None:
-        generation = 2 if tick % self.every_full == 0 else 1 if tick % self.every_middle == 0 else 0
-        gc.collect(generation)
-        self.collections[generation] += 1
 
     async def run(self) -> None:
         gc.disable()
@@ -123,8 +98,10 @@ class CollectorPacer:
             while True:
                 await asyncio.sleep(self.young)
                 tick += 1
+                generation = 2 if tick % self.every_full == 0 else 1 if tick % self.every_middle == 0 else 0
                 try:
-                    self.step(tick)
+                    gc.collect(generation)
+                    self.collections[generation] += 1
                 except Exception:  # a finaliser that raises must not stop the collections
                     log.exception("garbage collection failed")
         finally:

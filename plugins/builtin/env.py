@@ -1,8 +1,4 @@
-"""``env``: every container learns its index within its task (docs/volcano-behaviour.md#env).
-
-Adds ``VK_TASK_INDEX`` and ``VC_TASK_INDEX`` (the same value) to every container, then every init
-container. Volcano ignores this plugin's arguments; it has no flags, so any argument is an error here.
-"""
+"""``env``: every container learns its index within its task (docs/volcano-behaviour.md#env)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""One communication group made of every Pod of a job, for the plugins whose framework numbers its
-members from 0 (``xgboost``, ``paddle``, ``jax``): rank 0 is a named task's Pod 0, the host of the group's
-rendezvous service, and the other Pods follow in ``spec.tasks`` order.
-
-Also the check both make on the job's pod templates: a variable the plugin sets must not be set by a
-template too, or the template's value would be silently replaced.
-"""
+"""One group of every Pod of a job, for ``xgboost``, ``paddle`` and ``jax``: rank 0 is a named task's
+Pod 0, the rest follow in ``spec.tasks`` order; and the refusal of a template that sets a variable
+the plugin sets."""
 
 from __future__ import annotations
-
-from collections.abc import Collection, Mapping
 
 from ..base import Plugin, PodContext
 from ..helpers import plugin_error, plugin_warning, task_hint
@@ -41,22 +35,6 @@ def offsets(tasks: tuple[Task, ...], first: Task) -> dict[str, int]:
 def size(tasks: tuple[Task, ...]) -> int:
     """Every replica of every task."""
     return sum(task.replicas for task in tasks)
-
-
-def reject_reserved_env(plugin: Plugin, reserved: Collection[str], why: str) -> None:
-    """Raise, naming the template field, when a regular container of any task's pod template sets
-    one of the ``reserved`` variable names."""
-    for task in plugin.job.tasks:
-        for i, container in enumerate(task.containers):
-            env = container.get("env") if isinstance(container, Mapping) else None
-            for j, entry in enumerate(env if isinstance(env, list) else []):
-                name = entry.get("name") if isinstance(entry, Mapping) else None
-                if isinstance(name, str) and name in reserved:
-                    raise plugin_error(
-                        plugin,
-                        f"{task.template_path}.spec.containers[{i}].env[{j}]",
-                        f"{name} is reserved: {why}; remove it from the template and use the plugin's flags",
-                    )
 
 
 def member_index(plugin: Plugin, ctx: PodContext) -> int:

@@ -1,17 +1,5 @@
-"""``hcclrank``: the Ascend HCCL rank as the Pod annotation ``hccl/rankIndex`` (docs/volcano-behaviour.md#hcclrank).
-
-An existing annotation is kept; else the ``RANK`` of the first container that sets one (pytorch's,
-which runs before this plugin) is copied; else master Pods get their index and workers ``master
-replicas + index``. Pods of other tasks are left alone.
-
-Where that container lists ``RANK`` more than once, the kubelet runs it with the last entry
-(``makeEnvironmentVariables`` keeps the last of a name), and that is the one copied here. Volcano
-copies the first: with pytorch on a template that sets ``RANK`` itself, Volcano appends pytorch's
-after the template's and copies the template's, so every replica of the task gets the same
-``hccl/rankIndex`` while its processes run with pytorch's ranks. Here pytorch replaces the
-template's entry in place, and the annotation is the rank the container runs with
-(docs/volcano-behaviour.md#hcclrank-where-we-differ).
-"""
+"""``hcclrank``: the Ascend HCCL rank as the Pod annotation ``hccl/rankIndex``, from the ``RANK`` the
+container runs with (docs/volcano-behaviour.md#hcclrank-where-we-differ)."""
 
 from __future__ import annotations
 

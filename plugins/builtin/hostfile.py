@@ -1,31 +1,6 @@
-"""``hostfile``: an MPI / DeepSpeed host file listing the job's Pods, mounted where the launcher looks.
-
-Not a Volcano plugin: a built-in of this project, enabled like the others through ``spec.plugins`` or
-the ``volcano-job-webhook/plugins`` annotation. It brings in ``svc`` (the Pods' host names).
-
-The job gets the ConfigMap ``<job>-hostfile`` whose key ``hostfile`` has one line per Pod — the master
-task's Pods first when ``--include-master``, then the worker task's, each in index order — and every
-line, the last included, ends with ``"\\n"``. The host is the Pod's domain name as svc builds it
-(``<job>-<task>-<i>.<job>``, or the template's hostname/subdomain); the line is ``<host> slots=<N>``
-(``--format`` openmpi, deepspeed) or ``<host>:<N>`` (intel, mpich). ``--slots=auto`` takes ``N`` from
-the GPU limit of the task's first container (a resource named ``*/gpu``), else 1; a number is used
-as is. The reconciler rewrites the ConfigMap when replicas change.
-
-Every container and init container of the master and worker Pods mounts that key read-only at
-``--path`` (``subPath: hostfile``, a single file; default ``/etc/mpi/hostfile``, ``/job/hostfile``
-for deepspeed, DeepSpeed's default). Like every ``subPath`` mount, a running container keeps the
-file it started with; Pods created after a scale see the new list. The master's containers also
-get the variable their MPI implementation reads: ``OMPI_MCA_orte_default_hostfile`` and
-``OMPI_MCA_orte_keep_fqdn_hostnames=true`` (openmpi), ``I_MPI_HYDRA_HOST_FILE`` (intel),
-``HYDRA_HOST_FILE`` (mpich); deepspeed reads the default path itself.
-
-One task can be launcher and hosts alike: when the job has a single task and neither ``--master``
-nor ``--worker`` names a task of it (an Indexed Job, docs/workloads.md), the file lists that task's
-Pods once and all of them mount it and get the variable.
-
-A host file over a ConfigMap's limit (1 MiB) refuses the job: the file is this plugin's whole
-contract, and a launcher given part of it would start a smaller job without a word.
-"""
+"""``hostfile``: an MPI or DeepSpeed host file of the job's Pods in a ConfigMap, mounted where the
+launcher looks (docs/volcano-behaviour.md#hostfile). One over the ConfigMap's 1 MiB refuses the job:
+a launcher given part of it would start a smaller job without a word."""
 
 from __future__ import annotations
 

@@ -1,23 +1,5 @@
-"""``jax``: the coordinator address, process count and process id for ``jax.distributed.initialize``.
-
-Not a Volcano plugin: a built-in of this project, enabled like the others through ``spec.plugins`` or
-the ``volcano-job-webhook/plugins`` annotation. It brings in ``svc`` (stable Pod host names).
-
-Every regular container of every Pod of the job gets:
-
-* ``JAX_COORDINATOR_ADDRESS``: ``<coordinator task's Pod 0 domain>:<--port>`` (JAX reads this one
-  itself);
-* ``JAX_NUM_PROCESSES``: the replicas of all tasks together;
-* ``JAX_PROCESS_ID``: the replicas of the tasks before the Pod's task + the Pod's index, counting
-  the ``--coordinator`` task first and then the others in ``spec.tasks`` order. JAX runs its
-  coordination service in process 0, so process 0 must be the coordinator task's Pod 0; with the
-  default coordinator (the first task) this is plain ``spec.tasks`` order.
-
-The containers of the coordinator task's Pods also get the port ``jax-port`` (``--port``, default
-6666), unless they already have a port of that number. Pass the last two to JAX yourself:
-``jax.distributed.initialize(num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
-process_id=int(os.environ["JAX_PROCESS_ID"]))``.
-"""
+"""``jax``: the coordinator address, process count and process id for ``jax.distributed.initialize``
+(docs/volcano-behaviour.md#jax)."""
 
 from __future__ import annotations
 

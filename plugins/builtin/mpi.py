@@ -1,14 +1,6 @@
-"""``mpi``: the launcher's host list and the MPI port (docs/volcano-behaviour.md#mpi).
-
-Master Pods get ``MPI_HOST``, the comma-joined domain names of the worker Pods, in every init
-container and container; every Pod of the job gets the port ``mpijob-port`` (default 22). Keys and
-host resolution come from ``ssh`` and ``svc``, which this plugin brings in.
-
-``MPI_HOST`` longer than one environment string can be (Linux ``MAX_ARG_STRLEN``) is left out, with a
-warning, rather than refused: the kernel refuses it in the environment and equally as the argument of
-``mpirun --host``, so no launcher could use it, while ``/etc/volcano/<worker>.host`` (svc) lists the
-same hosts one per line, the form ``mpirun --hostfile`` reads.
-"""
+"""``mpi``: the launcher's ``MPI_HOST`` and the MPI port (docs/volcano-behaviour.md#mpi). An ``MPI_HOST``
+over one environment string is left out with a warning, not refused: no ``mpirun --host`` could take
+it either, and svc's ``/etc/volcano/<worker>.host`` lists the same hosts."""
 
 from __future__ import annotations
 

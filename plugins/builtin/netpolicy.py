@@ -1,22 +1,7 @@
-"""The NetworkPolicies of ``svc`` where this project runs it: Volcano's ``<job>`` (ingress from the
-job's own Pods only), opened to the clients three flags of ours name (docs/plugins.md#network-policy):
-
-* ``--allow-namespaces=NS[,NS...]``: every Pod of these namespaces (``*``: of every namespace);
-* ``--allow-pods=[NS[,NS...]:]SELECTOR``: the Pods a label selector (``kubectl -l`` syntax) picks, in
-  the job's namespace, or in the namespaces named before the ``:`` (``*``: in every namespace);
-* ``--open-task-ports=TASK[:PORT[,PORT...]]``: those ports (numbers or port names, ``/UDP`` or
-  ``/SCTP`` after one that is not TCP) of the task's Pods, or every port, to any client at all, in the
-  cluster or outside it: a NetworkPolicy ``<job>-<task>-open`` of its own, since one policy's rules
-  apply to every Pod it selects, and the other tasks' Pods must stay closed.
-
-The first two are peers of the ``<job>`` policy's one rule, after the job's own Pods: NetworkPolicy
-peers are alternatives, and within one peer a namespace and a Pod selector must both hold. Each
-flag may be given any number of times (a ``list`` flag, docs/volcano-behaviour.md#arguments).
-
-Volcano's svc has none of them and its controller stops reading its arguments at a flag it does not
-define, so they are flags of this project's svc only: given where Volcano's controller runs svc
-(``spec.plugins``), they are that flag error, Volcano's to have (plugins/chain.py).
-"""
+"""svc's NetworkPolicies where this project runs it: Volcano's ``<job>``, opened by three flags of ours
+(docs/plugins.md#network-policy); an opened task gets a policy ``<job>-<task>-open`` of its own, as a
+policy's rules apply to every Pod it selects. Volcano's svc has none of these flags: where its
+controller runs svc they are its flag error (plugins/chain.py)."""
 
 from __future__ import annotations
 

@@ -1,31 +1,5 @@
-"""``paddle``: the environment ``python -m paddle.distributed.launch`` reads to join one collective
-job made of every Pod of the job, so the launcher needs no command-line arguments.
-
-Not a Volcano plugin: a built-in of this project, enabled like the others through ``spec.plugins`` or
-the ``volcano-job-webhook/plugins`` annotation. It brings in ``svc`` (stable Pod host names).
-
-Every regular container of every Pod of the job gets (the launcher's ``env_args_mapping`` turns each
-into the flag in brackets):
-
-* ``PADDLE_MASTER`` (``--master``): ``<master task's Pod 0 domain>:<--port>``; on that Pod itself
-  ``127.0.0.1:<--port>``, because the launcher starts its rendezvous server only when the master's
-  address is loopback or the Pod's own IP, never a DNS name (Kubeflow's PaddleJob gives that Pod its
-  IP from the downward API for the same reason); the launcher then advertises the Pod's IP;
-* ``PADDLE_NNODES`` (``--nnodes``): the replicas of all tasks together;
-* ``PADDLE_JOB_ID`` (``--job_id``): the job's name, as Kubeflow's PaddleJob sets it;
-* ``PADDLE_RANK`` (``--rank``): the replicas of the tasks before the Pod's task + the Pod's index,
-  counting the ``--master`` task first and then the others in ``spec.tasks`` order, so the Pod
-  running the rendezvous server is node rank 0.
-
-The containers of the master task's Pods also get the port ``paddle-port`` (``--port``, default 6768:
-the master port the launcher assumes for endpoints given without one, and outside the 35100-64000
-range it draws the nodes' other ports from, so they cannot collide), unless they already have a port of that number.
-
-Those four names are reserved, and so are the three the launcher lets override them
-(``PADDLE_TRAINER_ID`` the rank, ``PADDLE_TRAINER_ENDPOINTS`` and ``DISTRIBUTED_TRAINER_ENDPOINTS``
-the master and node count): a pod template that sets one is an error (at ``/validate`` and at
-admission).
-"""
+"""``paddle``: the environment ``python -m paddle.distributed.launch`` reads to make one collective job of
+every Pod of the job (docs/volcano-behaviour.md#paddle)."""
 
 from __future__ import annotations
 
@@ -33,13 +7,15 @@ from functools import cached_property
 
 from ..base import Plugin, PodContext
 from ..flags import Flag, port_flag
-from ..helpers import domain_name, require_port_free
+from ..helpers import domain_name, reject_reserved_env, require_port_free
 from ..job import Task
 from ..pod import Obj
-from .group import first_task, member_index, offsets, reject_reserved_env, size, wire_members
+from .group import first_task, member_index, offsets, size, wire_members
 
 PORT_NAME = "paddle-port"
 DEFAULT_PORT = 6768
+# On the master's Pod 0: the launcher starts its rendezvous server only for a loopback or own-IP
+# master address, never a DNS name.
 LOOPBACK = "127.0.0.1"
 RESERVED = frozenset({
     "PADDLE_MASTER", "PADDLE_NNODES", "PADDLE_JOB_ID", "PADDLE_RANK",
@@ -66,7 +42,7 @@ class PaddlePlugin(Plugin):
     def check(self) -> list[str]:
         _ = self.master
         reject_reserved_env(
-            self, RESERVED, "paddle.distributed.launch would take the job's master, node count, rank or id from it instead of the plugin's"
+            self, RESERVED.__contains__, "paddle.distributed.launch would take the job's master, node count, rank or id from it instead of the plugin's"
         )
         require_port_free(self, [self.master], PORT_NAME, self.options["port"])
         return []

@@ -1,20 +1,16 @@
-"""``pytorch``: ``torch.distributed`` environment for master and worker Pods (docs/volcano-behaviour.md#pytorch).
-
-Every regular container gets ``MASTER_ADDR`` (the master Pod 0's domain name), ``MASTER_PORT``,
-``WORLD_SIZE`` (master + worker replicas) and, on master and worker Pods, ``RANK`` (master 0,
-worker index + 1), plus the port ``pytorchjob-port``. Workers may wait for the master in an init
-container (``--wait-master-enabled``).
-"""
+"""``pytorch``: ``torch.distributed``'s environment and port, and the workers' optional wait for the
+master (docs/volcano-behaviour.md#pytorch)."""
 
 from __future__ import annotations
 
 from ..base import Plugin, PodContext
 from ..flags import Flag, port_flag
-from ..helpers import domain_name, peer_options, plugin_error, plugin_warning, require_port_free, template_containers
+from ..helpers import domain_name, name_taken, peer_options, plugin_error, plugin_warning, require_port_free, template_containers
 from ..pod import containers, ensure_envs, ensure_port
 
 PORT_NAME = "pytorchjob-port"
 WAIT_CONTAINER = "wait-for-master"
+_NAME_TAKEN = name_taken(WAIT_CONTAINER, "the init container --wait-master-enabled adds to workers")
 # Also the waitfor plugin's image, which reads this plugin's --wait-master-image when the job runs it.
 DEFAULT_WAIT_IMAGE = "busybox:1.36.1"
 
@@ -41,13 +37,6 @@ def wait_image(plugin: Plugin) -> str:
     return DEFAULT_WAIT_IMAGE if options is None else str(options["wait-master-image"])
 
 
-def _name_taken(container: dict[str, object]) -> str:
-    return (
-        f"a container is already named {WAIT_CONTAINER!r}, the init container --wait-master-enabled adds to workers; "
-        "the API server requires container names to be unique across containers and init containers"
-    )
-
-
 class PytorchPlugin(Plugin):
     name = "pytorch"
     requires = ("svc",)
@@ -70,7 +59,7 @@ class PytorchPlugin(Plugin):
         if self.options["wait-master-enabled"] and worker is not None:
             for where, container in template_containers(worker, init=False):
                 if container.get("name") == WAIT_CONTAINER:
-                    raise plugin_error(self, f"{where}.name", _name_taken(container))
+                    raise plugin_error(self, f"{where}.name", _NAME_TAKEN)
         return []
 
     def injected_init_containers(self) -> frozenset[str]:
@@ -113,6 +102,6 @@ class PytorchPlugin(Plugin):
             return
         for i, container in enumerate(containers(ctx.pod)):
             if container.get("name") == WAIT_CONTAINER:
-                raise plugin_error(self, f"spec.containers[{i}].name", _name_taken(container))
+                raise plugin_error(self, f"spec.containers[{i}].name", _NAME_TAKEN)
         script = _WAIT_SCRIPT.format(addr=master_addr, port=self.options["port"], timeout=self.options["wait-master-timeout"])
         init.append({"name": WAIT_CONTAINER, "image": self.options["wait-master-image"], "command": ["sh", "-c", script]})

@@ -1,15 +1,4 @@
-"""``ray``: ``ray start`` commands, head ports and the head Service (docs/volcano-behaviour.md#ray).
-
-In head Pods the container named ``--headContainer`` gets the ports ``gcs``, ``dashboard`` and
-``client-server`` and runs ``ray start --head``; in worker Pods the container named
-``--workerContainer`` runs ``ray start --address=<head Pod 0 domain>:<port>``. The job gets the
-ClusterIP Service ``<job>-head-svc`` in front of the head.
-
-Like Volcano, the head and worker roles are two independent checks, so a task named by both
-``--head`` and ``--worker`` runs a head in one container and a worker in the other. Where both flags
-name the same container too, Volcano's worker command replaces the head command and no head runs
-anywhere; the head command is kept here (docs/volcano-behaviour.md#ray-where-we-differ).
-"""
+"""``ray``: ``ray start`` commands, head ports and the head Service (docs/volcano-behaviour.md#ray)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""``ssh``: password-less SSH between the Pods of a job (docs/volcano-behaviour.md#ssh).
-
-The job gets a Secret ``<job>-ssh`` holding an RSA key pair (PKCS#1 PEM and OpenSSH public key, as
-Go's ``x509``/``ssh`` packages write them), ``authorized_keys`` and an ssh ``config`` listing every
-Pod; every container and init container mounts it at ``--ssh-key-file-path`` (sub-path ``.ssh``).
-Keys are generated here; the reconciler keeps an existing Secret's keys (docs/volcano-behaviour.md#ssh-the-secret).
-"""
+"""``ssh``: password-less SSH between a job's Pods: the Secret ``<job>-ssh`` (an RSA key pair as Go
+writes it, ``authorized_keys``, a ``config`` of every Pod) mounted in every container
+(docs/volcano-behaviour.md#ssh); the reconciler keeps an existing Secret's keys."""
 
 from __future__ import annotations
 

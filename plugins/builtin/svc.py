@@ -1,32 +1,9 @@
-"""``svc``: stable host names and peer host lists for every Pod (docs/volcano-behaviour.md#svc).
+"""``svc``: stable host names, peer host lists and the job's network objects (docs/volcano-behaviour.md#svc).
 
-Pods get ``hostname``/``subdomain`` (when empty), ``VC_<TASK>_HOSTS``/``VC_<TASK>_NUM`` for every
-task read from the ``<job>-svc`` ConfigMap, and that ConfigMap mounted at ``/etc/volcano``. The job
-gets the ConfigMap (host files), a headless Service ``<job>`` and a NetworkPolicy ``<job>``, which
-flags of ours open to other clients where this project runs svc (:mod:`.netpolicy`). Host names are
-fully qualified where the chain runs svc with a ``cluster_domain``.
-
-Past a ConfigMap's 1 MiB (about 40,000 Pods) Volcano's ConfigMap cannot be created and its jobs
-never start. Here the host files that do not fit are left out of it, largest first, and written
-in each Pod instead, by an init container that runs before every other (``volcano-svc-hosts``):
-
-* ``/etc/volcano`` becomes an emptyDir ``<job>-svc-hosts``, mounted read-only (as a ConfigMap
-  volume is) in every container at the same path, so containers see the same file names and bytes;
-* the init container mounts the ConfigMap elsewhere, copies its keys into the emptyDir, then
-  writes each left-out ``<task>.host``: the names are deterministic (``<job>-<task>-<i>.<subdomain>``,
-  or the template's one ``<hostname>.<subdomain>``), so the script holds one short line per such
-  task and counts in ``awk`` (busybox's included; a shell loop is several times slower), never a list;
-* it writes the same bytes on every run (a restarted init container changes nothing).
-
-Why not one ``subPath`` mount per file: two or three mounts per task in every container make Pods
-that grow with the tasks, and a ``subPath`` mount of a ConfigMap key never sees the ConfigMap's
-updates either. Jobs whose host files fit keep Volcano's objects, field for field.
-
-Bounds: at most ``GENERATED_LIMIT`` bytes written per Pod (any job of up to 262,144 Pods), and a
-script (one ``sh -c`` argument) within what Linux passes, which refuses jobs with thousands of
-left-out host files. The copy is taken when the Pod starts: unlike a ConfigMap mount it does not
-follow a later change of replicas, and a Pod started while the host files still fitted loses the
-file its ConfigMap drops when the job grows past the limit.
+Host files past the ConfigMap's 1 MiB, where Volcano's job never starts, are written in each Pod by an
+init container (docs/volcano-behaviour.md#svc-host-files-past-the-configmaps-limit), into an emptyDir
+at ``/etc/volcano``: not one ``subPath`` mount per file, which would grow every Pod with its tasks and
+never see the ConfigMap's updates.
 """
 
 from __future__ import annotations
@@ -60,6 +37,7 @@ from ..helpers import (
     host_names,
     host_suffix,
     hosts_size,
+    name_taken,
     plugin_error,
     plugin_warning,
     require_hostnames,
@@ -74,6 +52,7 @@ from .pytorch import wait_image
 MOUNT_PATH = "/etc/volcano"
 # Jobs whose host files do not all fit the ConfigMap (module docstring).
 INIT_CONTAINER = "volcano-svc-hosts"
+_NAME_TAKEN = name_taken(INIT_CONTAINER, "the init container svc adds to write the host files its ConfigMap cannot hold")
 CONFIG_MAP_PATH = "/etc/volcano-configmap"  # the ConfigMap, in the init container only
 
 # Run as ``sh -c SCRIPT volcano-svc-hosts CONFIG_MAP_PATH MOUNT_PATH``. {lines} calls write_hosts /
@@ -124,13 +103,6 @@ def host_file_key(task: str) -> str:
 
 
 EnvEntry = tuple[str, str | None, Obj | None]
-
-
-def _name_taken() -> str:
-    return (
-        f"a container is already named {INIT_CONTAINER!r}, the init container svc adds to write the host files its "
-        "ConfigMap cannot hold; the API server requires container names to be unique across containers and init containers"
-    )
 
 
 def _same_container(current: Obj, wanted: Obj) -> bool:
@@ -214,14 +186,9 @@ class SvcPlugin(Plugin):
 
     @cached_property
     def _plan(self) -> _Plan:
-        """Size the ConfigMap before building it. Its host files and counts are the svc contract
-        (docs/volcano-behaviour.md#svc). Host files past the ConfigMap's limit go, largest first, to be written
-        in each Pod (module docstring), up to ``GENERATED_LIMIT`` bytes; past that the job is
-        refused. The ``VC_<TASK>_HOSTS`` keys repeat the host files comma-joined: a left-out host
-        file takes its key along, and past the limit the others go, largest first, and so do their
-        variables (a reference to a missing key stops the container). A variable longer than
-        ``hosts_env_limit`` or than one environment string can be is left out too; the host file
-        ``/etc/volcano/<task>.host`` and ``VC_<TASK>_NUM`` stay in every case."""
+        """The ConfigMap sized before it is built: past its limit host files left out largest first (refused
+        past ``GENERATED_LIMIT``), then ``VC_<TASK>_HOSTS`` keys, each with its variable (a reference to a
+        missing key stops the container); variables too long to inject left out (docs/volcano-behaviour.md#limits)."""
         job, cm = self.job, config_map_name(self.job.name)
         hosts = self._hosts
         length = {name: h.joined() for name, h in hosts.items()}
@@ -367,7 +334,7 @@ class SvcPlugin(Plugin):
         for task in self.job.tasks:
             for where, container in template_containers(task):
                 if container.get("name") == INIT_CONTAINER:
-                    raise plugin_error(self, f"{where}.name", _name_taken())
+                    raise plugin_error(self, f"{where}.name", _NAME_TAKEN)
 
     def _add_init_container(self, ctx: PodContext) -> None:
         """First of the init containers, so that the template's own ones see /etc/volcano filled."""
@@ -375,7 +342,7 @@ class SvcPlugin(Plugin):
         init = spec(ctx.pod).setdefault("initContainers", [])
         for i, container in enumerate(containers(ctx.pod)):
             if container.get("name") == INIT_CONTAINER:
-                raise plugin_error(self, f"spec.containers[{i}].name", _name_taken())
+                raise plugin_error(self, f"spec.containers[{i}].name", _NAME_TAKEN)
         for i, container in enumerate(init):
             if isinstance(container, dict) and container.get("name") == INIT_CONTAINER:
                 if not _same_container(container, wanted):
@@ -470,9 +437,6 @@ class SvcPlugin(Plugin):
             data[num_env_name(task.name)] = str(len(hosts))
         return data
 
-    def _selector(self) -> dict[str, str]:
-        return self.job.pod_selector()
-
     def resources(self, existing: Existing | None = None) -> list[Obj]:
         job = self.job
         out: list[dict[str, Any]] = [
@@ -490,12 +454,12 @@ class SvcPlugin(Plugin):
                 "metadata": job.object_meta(job.name),
                 "spec": {
                     "clusterIP": "None",
-                    "selector": self._selector(),
+                    "selector": job.pod_selector(),
                     "publishNotReadyAddresses": self.options["publish-not-ready-addresses"],
                 },
             })
         if not self.options["disable-network-policy"]:
-            selector = self._selector()
+            selector = job.pod_selector()
             own: Obj = {"podSelector": {"matchLabels": dict(selector)}}
             ingress = self.ingress
             peers = [copy.deepcopy(peer) for peer in ingress.peers]  # the cached ones stay as read

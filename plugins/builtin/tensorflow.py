@@ -1,11 +1,5 @@
-"""``tensorflow``: ``TF_CONFIG`` for every regular container (docs/volcano-behaviour.md#tensorflow).
-
-The cluster lists ``<domain>:<port>`` of every Pod of the ps, worker, chief and evaluator tasks; the
-task is the Pod's role and index. A job of exactly one task with one replica gets nothing.
-
-A ``TF_CONFIG`` longer than one environment string can be (Linux ``MAX_ARG_STRLEN``) refuses the job:
-TensorFlow reads the cluster from this variable only, and without it every Pod would train alone.
-"""
+"""``tensorflow``: ``TF_CONFIG`` for every regular container (docs/volcano-behaviour.md#tensorflow); one
+over an environment string refuses the job, as TensorFlow reads the cluster from it only."""
 
 from __future__ import annotations
 

@@ -1,44 +1,5 @@
-"""``torchrun``: the ``PET_*`` environment that ``torchrun`` (``torch.distributed.run``) reads, so that
-a plain ``torchrun train.py`` joins the job with no command-line arguments.
-
-Not a Volcano plugin: a built-in of this project, enabled like the others through ``spec.plugins`` or
-the ``volcano-job-webhook/plugins`` annotation. It brings in ``svc`` (stable Pod host names).
-
-Every regular container of the master and worker Pods gets:
-
-* ``PET_MASTER_ADDR``: the master Pod 0's domain name (``<job>-<master>-0.<job>``, as ``pytorch``'s
-  ``MASTER_ADDR``); ``PET_MASTER_PORT``: ``--port``;
-* ``PET_NNODES``: master + worker replicas, or ``<min>:<max>`` when elastic (below);
-* ``PET_NODE_RANK``: 0 on the master, ``index + 1`` on workers;
-* ``PET_NPROC_PER_NODE``: ``--nproc-per-node`` when it is a number; ``auto`` resolves per container
-  to its GPU limit (the first resource, by name, called ``*/gpu`` with a positive limit), else its CPU
-  limit, else its CPU request, rounded down and at least 1; 1 when it asks for neither;
-* when elastic: ``PET_RDZV_BACKEND`` (``--rdzv-backend``), ``PET_RDZV_ENDPOINT``
-  (``<master domain>:<port>``), ``PET_RDZV_ID`` (the job's uid, else ``<namespace>.<name>``) and
-  ``PET_MAX_RESTARTS`` (``--max-restarts``, default 0); ``PET_MAX_RESTARTS`` also whenever
-  ``--max-restarts`` is given;
-* when elastic, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` unless the container sets it itself: with
-  the rendezvous store shared with the trainers (torch's default since 2.4), the rank 0 agent
-  publishes the trainers' ``MASTER_ADDR`` only in the first round it is rank 0 of, so a node that
-  joins a later round (a replacement Pod) waits for it until it times out (torch 2.13);
-* the port ``torchrun-port`` (``--port``), unless the container already has a port of that number
-  (``pytorch``'s ``pytorchjob-port`` when both plugins use the same port).
-
-``--port`` defaults to the ``pytorch`` plugin's ``--port`` when the chain runs that plugin for the job
-(``spec.plugins``, the plugin annotation or the server's defaults), else to 29500 (torchrun's own
-default).
-
-One task can be the whole group: when the job has a single task and neither ``--master`` nor
-``--worker`` names a task of it (an Indexed Job, docs/workloads.md), Pod ``i`` of that task is node
-rank ``i`` and its Pod 0 the master.
-
-Elastic means ``--min-nodes`` or ``--max-nodes`` is given; the missing bound is the job's node count
-(master + worker replicas); both must be at least 1 and min ≤ max.
-
-``PET_*`` names are reserved: a master or worker pod template whose regular containers set one is an
-error (at ``/validate`` and at admission), as torchrun would silently read the template's value. The
-check reads the job's templates, not the Pod, so the chain's own output passes it.
-"""
+"""``torchrun``: the ``PET_*`` environment ``torchrun`` reads, so that a plain ``torchrun train.py``
+joins the job (docs/volcano-behaviour.md#torchrun)."""
 
 from __future__ import annotations
 
@@ -48,7 +9,16 @@ from typing import Any
 
 from ..base import Plugin, PodContext
 from ..flags import Flag
-from ..helpers import domain_name, peer_options, plugin_error, plugin_warning, require_port_free, sole_task, task_hint
+from ..helpers import (
+    domain_name,
+    peer_options,
+    plugin_error,
+    plugin_warning,
+    reject_reserved_env,
+    require_port_free,
+    sole_task,
+    task_hint,
+)
 from ..pod import Obj, containers, ensure_envs, ensure_port
 from .pytorch import PytorchPlugin
 from .quantity import gpu_limit, parse_quantity, requested, whole
@@ -56,6 +26,8 @@ from .quantity import gpu_limit, parse_quantity, requested, whole
 PORT_NAME = "torchrun-port"
 DEFAULT_PORT = 29500
 RESERVED_PREFIX = "PET_"
+# Elastic: with the rendezvous store shared with the trainers (torch >= 2.4), a node that joins after
+# the first round never learns their MASTER_ADDR and times out (torch 2.13).
 UNSHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 def auto_nproc(container: Mapping[str, Any], where: str) -> int:
@@ -87,8 +59,6 @@ class TorchrunPlugin(Plugin):
         Flag("max-restarts", "int", None, "PET_MAX_RESTARTS (default 0 when elastic)"),
         Flag("rdzv-backend", "string", "c10d", "elastic: rendezvous backend"),
     )
-
-    # ---- arguments
 
     @cached_property
     def port(self) -> int:
@@ -136,8 +106,6 @@ class TorchrunPlugin(Plugin):
     def rdzv_id(self) -> str:
         return self.job.uid or f"{self.job.namespace}.{self.job.name}"
 
-    # ---- hooks
-
     def check(self) -> list[str]:
         master_name, worker_name = self.options["master"], self.options["worker"]
         if self.single is not None:
@@ -168,7 +136,8 @@ class TorchrunPlugin(Plugin):
         if not self.options["rdzv-backend"]:
             raise plugin_error(self, "--rdzv-backend", "must not be empty")
         _ = self.port  # a pytorch --port that does not parse surfaces here
-        self._check_reserved()
+        tasks = [t for t in map(self.job.task, dict.fromkeys((master_name, worker_name))) if t]
+        reject_reserved_env(self, lambda name: name.startswith(RESERVED_PREFIX), "the torchrun plugin sets the PET_* variables torchrun reads", tasks)
         require_port_free(self, [t for t in (master, self.job.task(worker_name)) if t], PORT_NAME, self.port)
         warnings = []
         if self.single is None and self.job.task(worker_name) is None:
@@ -191,23 +160,6 @@ class TorchrunPlugin(Plugin):
         if not low <= count <= high:
             return [plugin_warning(self, f"the job runs {count} nodes (master + worker replicas), outside --min-nodes..--max-nodes {low}:{high}")]
         return []
-
-    def _check_reserved(self) -> None:
-        for task_name in dict.fromkeys((self.single or self.options["master"], self.single or self.options["worker"])):
-            task = self.job.task(task_name)
-            if task is None:
-                continue
-            for i, container in enumerate(task.containers):
-                env = container.get("env") if isinstance(container, Mapping) else None
-                for j, entry in enumerate(env if isinstance(env, list) else []):
-                    name = entry.get("name") if isinstance(entry, Mapping) else None
-                    if isinstance(name, str) and name.startswith(RESERVED_PREFIX):
-                        raise plugin_error(
-                            self,
-                            f"{task.template_path}.spec.containers[{i}].env[{j}]",
-                            f"{name} is reserved: the torchrun plugin sets the PET_* variables torchrun reads; "
-                            "remove it from the template and use the plugin's flags",
-                        )
 
     def mutate(self, ctx: PodContext) -> None:
         if self.single is not None:

@@ -1,27 +1,9 @@
-"""``waitfor``: Pods that start only once their peers resolve in DNS (and, optionally, answer on a port).
+"""``waitfor``: an init container that holds Pods until the Pods of other tasks resolve in DNS and, with
+``--port``, answer on it (docs/volcano-behaviour.md#waitfor).
 
-Not a Volcano plugin: a built-in of this project, enabled like the others through ``spec.plugins`` or
-the ``volcano-job-webhook/plugins`` annotation. It brings in ``svc`` (the Pods' DNS names).
-
-Every Pod of the ``--waiters`` tasks (default: every task not in ``--tasks``) gets, after its own
-init containers, the init container ``wait-for-tasks``. It runs a POSIX ``sh`` script (busybox's
-included) that waits until every replica of every ``--tasks`` task resolves — the Pod domain names
-svc gives them, ``<job>-<task>-<i>.<job>`` or the template's hostname/subdomain, looked up with
-``nslookup`` under each ``search`` domain of ``/etc/resolv.conf`` as fully qualified names (busybox's
-own search-list handling is unreliable) — and, with ``--port``, accepts a TCP connection on that
-port (``nc ... -e true``, which busybox's small and full ``nc`` both have). It logs one line when it
-starts, one each time what it waits for changes, and one at the end; after ``--timeout`` seconds
-(0: a single round) it exits 1 with a line naming the first Pod still missing and why.
-
-The image is the ``pytorch`` plugin's ``--wait-master-image`` when the chain runs that plugin for
-the job, else its default: one setting for both of the project's waiting init containers.
-
-A Pod is in its headless Service's DNS only once Ready, unless svc's
-``--publish-not-ready-addresses``; and a port answers only once the Pod's containers run, after its
-init containers. So a task that waits for itself, or for a task whose Pods wait for it (pytorch's
-``wait-for-master``), would wait until ``--timeout``, forever on restarts: that is an error, except
-without ``--port`` when svc publishes not-ready addresses (a Pod resolves from its first init
-container on).
+A Pod is in DNS only once Ready (unless svc publishes not-ready addresses) and answers on a port only
+after its init containers: a task waiting for itself, or for one that waits for it, would wait until
+``--timeout``, so that is refused.
 """
 
 from __future__ import annotations
@@ -32,7 +14,7 @@ from functools import cached_property
 from ..base import Plugin, PodContext
 from ..budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
 from ..flags import Flag
-from ..helpers import host_names, host_suffix, peer_options, plugin_error, plugin_warning, task_hint, template_containers
+from ..helpers import host_names, host_suffix, name_taken, peer_options, plugin_error, plugin_warning, task_hint, template_containers
 from ..job import Task
 from ..pod import Obj, containers, spec
 from .pytorch import WAIT_CONTAINER as PYTORCH_WAIT
@@ -40,6 +22,7 @@ from .pytorch import PytorchPlugin, wait_image
 from .svc import SvcPlugin
 
 WAIT_CONTAINER = "wait-for-tasks"
+_NAME_TAKEN = name_taken(WAIT_CONTAINER, "the waitfor plugin's init container")
 INTERVAL = 2  # seconds between rounds, as pytorch's wait-for-master
 
 # {hosts} adds every host to $hosts; the other fields are shell-quoted words.
@@ -98,13 +81,6 @@ _NO_SEARCH = """\
 domains=''"""
 
 
-def _name_taken() -> str:
-    return (
-        f"a container is already named {WAIT_CONTAINER!r}, the waitfor plugin's init container; the API server "
-        "requires container names to be unique across containers and init containers"
-    )
-
-
 def _names(text: str) -> list[str]:
     """A comma-separated list, blanks dropped, first occurrence kept."""
     return list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
@@ -119,8 +95,6 @@ class WaitforPlugin(Plugin):
         Flag("port", "int", None, "also wait until this TCP port answers on each Pod", minimum=1, maximum=65535),
         Flag("timeout", "int", 300, "seconds to wait before the init container fails (0: one round)", minimum=0),
     )
-
-    # ---- arguments
 
     @cached_property
     def tasks(self) -> list[Task]:
@@ -153,8 +127,6 @@ class WaitforPlugin(Plugin):
         port = self.options["port"]
         return None if port is None else int(port)
 
-    # ---- hooks
-
     def check(self) -> list[str]:
         if not _names(self.options["tasks"]):
             raise plugin_error(self, "--tasks", "name the tasks whose Pods to wait for, comma-separated (e.g. --tasks=worker)")
@@ -173,7 +145,7 @@ class WaitforPlugin(Plugin):
                     )
             for where, container in template_containers(task, init=False):
                 if container.get("name") == WAIT_CONTAINER:
-                    raise plugin_error(self, f"{where}.name", _name_taken())
+                    raise plugin_error(self, f"{where}.name", _NAME_TAKEN)
         # The script is one argument of sh -c: one string the kernel passes whole, or not at all.
         if len(self.script) + 1 > ENV_STRING_LIMIT:
             raise plugin_error(
@@ -251,6 +223,6 @@ class WaitforPlugin(Plugin):
             return
         for i, regular in enumerate(containers(ctx.pod)):
             if regular.get("name") == WAIT_CONTAINER:
-                raise plugin_error(self, f"spec.containers[{i}].name", _name_taken())
+                raise plugin_error(self, f"spec.containers[{i}].name", _NAME_TAKEN)
         container: Obj = {"name": WAIT_CONTAINER, "image": self.image, "command": ["sh", "-c", self.script]}
         init.append(container)

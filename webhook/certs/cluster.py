@@ -1,24 +1,10 @@
-"""The certificates in the cluster: the CA Secret, the serving Secret, the webhooks' ``caBundle``.
-
-:func:`sync` is one run of ``certs --secret``: it reads the serving Secret (``kubernetes.io/tls``:
-``tls.crt``, ``tls.key``, ``ca.crt``), the CA Secret (:data:`CA_SECRET_KEYS`, readable only by the
-certs Job and CronJob) and the webhook configurations, lets :func:`.rotation.plan` decide, and writes
-only what changed — like kube-webhook-certgen, but renewing and rotating. Nothing is written when
-nothing is due.
-
-Writes go in this order, each only when its content changes:
-
-1. the CA Secret — a new key is stored before anything depends on it;
-2. the ``caBundle`` of every webhook of the Mutating- and ValidatingWebhookConfiguration of one
-   name — clients trust a new CA before a certificate it signed can be served;
-3. the serving Secret, which the webhook Pods mount and reload.
-
-Every write is conditional on what was read (``resourceVersion``), so two runs at once (the install
-Job and a CronJob run) cannot interleave: the later write fails with a conflict and its Job retries
-from a fresh read.
-
-A serving Secret of the old layout (``ca.key`` inside) is migrated: the CA moves to the CA Secret
-and the serving Secret is rewritten without the key.
+"""The certificates in the cluster: :func:`sync`, one run of ``certs --secret``, reads the serving
+Secret, the CA Secret (read by the certs Job and CronJob only) and the webhook configurations, lets
+:func:`.rotation.plan` decide, and writes what changed, in an order that keeps every client trusting
+the served certificate: the CA Secret (a new key stored before anything depends on it), every
+webhook's ``caBundle``, then the serving Secret. Each write is conditional on the
+``resourceVersion`` read, so of two runs at once the later fails with a conflict and retries. A
+serving Secret of the old layout (``ca.key`` inside) is migrated.
 """
 
 from __future__ import annotations
@@ -33,7 +19,7 @@ from kubernetes import client
 
 from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
-from volcano_job_webhook.plugins.kinds import MUTATING_WEBHOOK_CONFIGURATION, SECRET, VALIDATING_WEBHOOK_CONFIGURATION
+from volcano_job_webhook.plugins.kinds import SECRET, Kind
 
 from .issue import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertBundle, default_sans, is_valid, split_pems
 from .rotation import DEFAULT_POLICY, Authority, KeyPair, Outcome, Policy, authority_from_serving, certificates_of, plan
@@ -42,7 +28,6 @@ log = logging.getLogger(__name__)
 
 # The CA Secret's keys: the signing CA, the next one during a rotation, retired CA certificates.
 NEXT_CA_CERT, NEXT_CA_KEY, RETIRED_CA_CERTS = "next-ca.crt", "next-ca.key", "retired-ca.crt"
-CA_SECRET_KEYS = (CA_CERT, CA_KEY, NEXT_CA_CERT, NEXT_CA_KEY, RETIRED_CA_CERTS)
 TLS_SECRET_TYPE = "kubernetes.io/tls"
 # Not the managed-by label of the reconciler's objects: the reconciler caches every Secret with that
 # label, and the CA key has no business in its memory.
@@ -52,7 +37,10 @@ CA_SECRET_LABELS = {
     "app.kubernetes.io/part-of": "volcano-job-webhook",
 }
 # The webhook configurations, by kind: what this module patches and the registration applies.
-WEBHOOK_CONFIGURATIONS = {kind.kind: kind for kind in (MUTATING_WEBHOOK_CONFIGURATION, VALIDATING_WEBHOOK_CONFIGURATION)}
+WEBHOOK_CONFIGURATIONS = {
+    name: Kind("admissionregistration.k8s.io", "v1", name, f"{name.lower()}s", name)
+    for name in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+}
 
 
 class CertsError(Exception):
@@ -135,11 +123,8 @@ def read_webhooks(rest: Rest, name: str) -> list[WebhookConfig]:
 
 
 def patch_webhooks(rest: Rest, configs: list[WebhookConfig], ca_bundle: bytes) -> list[str]:
-    """Set ``caBundle`` on every webhook of ``configs`` where it differs; returns the kinds patched.
-
-    The JSON patch first tests the ``resourceVersion`` that was read: a configuration changed since
-    (another run, a re-apply) refuses the patch instead of being overwritten with a bundle decided
-    on what is no longer there."""
+    """Set ``caBundle`` on every webhook of ``configs`` where it differs; the kinds patched. Each patch
+    tests the ``resourceVersion`` read first: a configuration changed since is not overwritten."""
     wanted = _b64(ca_bundle)
     patched = []
     for config in configs:
@@ -153,9 +138,20 @@ def patch_webhooks(rest: Rest, configs: list[WebhookConfig], ca_bundle: bytes) -
     return patched
 
 
-def _secret(namespace: str, name: str, labels: dict[str, str], secret_type: str, data: dict[str, bytes | str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "type": secret_type, "data": data}
+def _write(rest: Rest, found: dict[str, Any] | None, namespace: str, name: str, labels: dict[str, str], secret_type: str,
+           data: dict[str, bytes | str]) -> bool:
+    """Create Secret ``namespace/name``, or replace ``found``'s data where it differs (with its
+    ``resourceVersion``: a race gets 409); whether it was written."""
+    if found is None:
+        rest.create(SECRET, namespace, {"apiVersion": "v1", "kind": "Secret", "type": secret_type, "data": data,
+                                        "metadata": {"name": name, "namespace": namespace, "labels": labels}})
+        log.info("created Secret %s/%s", namespace, name)
+    elif (found.get("data") or {}) != data:
+        rest.replace(SECRET, {**found, "data": data})
+        log.info("updated Secret %s/%s", namespace, name)
+    else:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -180,10 +176,7 @@ def _published(serving_secret: dict[str, Any] | None, configs: list[WebhookConfi
     trusted = certificates_of(_decoded(serving_secret).get(CA_CERT)) if serving_secret is not None else set()
     for config in configs:
         for bundle in config.bundles:
-            try:
-                trusted &= certificates_of(base64.b64decode(bundle) if bundle else None)
-            except ValueError:
-                trusted = set()
+            trusted &= certificates_of(b"".join(_pems(bundle)))
     return trusted
 
 
@@ -213,10 +206,8 @@ def sync(
     serving = serving_bundle(secret) if secret is not None else None
     authority = authority_of(ca_secret) if ca_secret is not None else Authority()
     if authority.current is None:
-        # No CA Secret yet (a first install, or the old layout with the key in the serving Secret),
-        # or one without a signing CA: see what the serving Secret still offers. The CAs the
-        # webhooks trust now stay trusted (retired) while a new CA's certificate rolls out, so even
-        # losing both Secrets refuses no Pod.
+        # No signing CA yet: the serving Secret may hold one (the old layout), and the CAs the webhooks
+        # trust now stay trusted while a new CA's certificate rolls out, so losing both Secrets refuses no Pod.
         found = authority_from_serving(serving, at)
         trusted = [pem for config in configs for bundle in config.bundles for pem in _pems(bundle) if is_valid(pem, at)]
         authority = Authority(current=found.current, next=authority.next, retired=(*authority.retired, *found.retired, *trusted))
@@ -227,23 +218,8 @@ def sync(
     for change in outcome.changes:
         log.info("%s", change)
 
-    wanted_ca = authority_data(outcome.authority)
-    ca_written = ca_secret is None or (ca_secret.get("data") or {}) != wanted_ca
-    if ca_secret is None:
-        rest.create(SECRET, namespace, _secret(namespace, ca_name, dict(CA_SECRET_LABELS), "Opaque", wanted_ca))
-        log.info("created Secret %s/%s", namespace, ca_name)
-    elif ca_written:
-        rest.replace(SECRET, {**ca_secret, "data": wanted_ca})  # carries resourceVersion: a race gets 409
-        log.info("updated Secret %s/%s", namespace, ca_name)
-
+    ca_written = _write(rest, ca_secret, namespace, ca_name, dict(CA_SECRET_LABELS), "Opaque", authority_data(outcome.authority))
     patched = patch_webhooks(rest, configs, outcome.serving.ca_cert) if configs else []
-
-    wanted = serving_data(outcome.serving)
-    serving_written = secret is None or (secret.get("data") or {}) != wanted
-    if secret is None:
-        rest.create(SECRET, namespace, _secret(namespace, name, {MANAGED_BY_LABEL: MANAGED_BY}, TLS_SECRET_TYPE, wanted))
-        log.info("created Secret %s/%s", namespace, name)
-    elif serving_written:
-        rest.replace(SECRET, {**secret, "data": wanted})  # without ca.key: a Secret of the old layout loses it here
-        log.info("updated Secret %s/%s", namespace, name)
+    # Without ca.key: a Secret of the old layout loses it here.
+    serving_written = _write(rest, secret, namespace, name, {MANAGED_BY_LABEL: MANAGED_BY}, TLS_SECRET_TYPE, serving_data(outcome.serving))
     return SyncResult(outcome, ca_written, serving_written, patched)

@@ -1,10 +1,9 @@
-"""A certificates directory: the bundle as files, written atomically, keys mode 0600.
-
-``serve`` and ``certs`` keep the development CA and serving certificate here (``certs/`` by default).
-"""
+"""A certificates directory (``serve``'s and ``certs``' ``certs/`` by default): the bundle as files,
+written atomically, keys mode 0600."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -42,34 +41,25 @@ class CertPaths:
 
 
 def _fsync_dir(directory: Path) -> None:
-    # Makes the rename durable; not every filesystem lets a directory be opened, which is harmless.
-    try:
+    # Makes the rename durable; not every filesystem lets a directory be opened or synced, which is harmless.
+    with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def write_atomic(path: Path, data: bytes, mode: int) -> None:
-    """Replace ``path`` with ``data`` atomically: readers see the old file or the new one, never a
-    part. A temporary file in the same directory (so ``os.replace`` is a rename on one filesystem)
-    is created with ``mode`` by ``os.open`` — a private key is never readable by others, not even
-    for an instant — then written, fsynced and renamed over ``path``.
-
-    A umask can only narrow the mode; the exact ``mode`` is restored with ``fchmod`` *before* any
-    byte is written, and that never widens it beyond ``mode``.
-    """
+    """Replace ``path`` with ``data`` atomically (readers see the old file or the new one): a
+    temporary file beside it, created with ``mode`` so a key is never readable by others, even for
+    an instant, is written, fsynced and renamed over it."""
     tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(tmp, flags, mode)
     try:
         try:
-            if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+            if stat.S_IMODE(os.fstat(fd).st_mode) != mode:  # a umask narrowed it: the exact mode, before any byte
                 os.fchmod(fd, mode)
             view = memoryview(data)
             while view:
@@ -91,6 +81,16 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
+def write_changed(certs_dir: Path, files: dict[str, bytes]) -> list[str]:
+    """Write, in the order given, each of ``files`` whose bytes ``certs_dir`` does not hold yet (keys
+    0600, certificates 0644); the names written."""
+    certs_dir.mkdir(parents=True, exist_ok=True)
+    written = [name for name, data in files.items() if _read(certs_dir / name) != data]
+    for name in written:
+        write_atomic(certs_dir / name, files[name], 0o600 if name.endswith(".key") else 0o644)
+    return written
+
+
 def load_bundle(certs_dir: Path) -> CertBundle | None:
     """The bundle in ``certs_dir`` (``ca.crt``, ``tls.crt``, ``tls.key``, and ``ca.key`` when
     present), or None when any of the first three is missing. The PEMs are not parsed here."""
@@ -110,21 +110,12 @@ def ensure_certs(
     ca_renew_before: RenewBefore | timedelta = CA_RENEW_BEFORE,
     now: datetime | None = None,
 ) -> CertPaths:
-    """Make ``certs_dir`` hold a good bundle for the Service's names (:func:`default_sans`).
+    """Make ``certs_dir`` hold a good bundle for the Service's names (:func:`issue_bundle`), writing
+    only what changed, each key before its certificate (a watcher of ``tls.crt`` finds its key there).
 
-    A new serving certificate is issued when ``tls.crt``/``tls.key`` are missing or unreadable, the
-    key does not match, no CA of ``ca.crt`` signed it, a required SAN is missing, or it is due
-    (``renew_before``) or its CA is (``ca_renew_before``). It is signed by the existing
-    ``ca.crt``/``ca.key`` when that CA is usable, else by a new CA. Files are written atomically (key
-    before certificate, so a watcher that sees a new ``tls.crt`` finds its key already there); keys
-    0600, certificates 0644; a file whose bytes do not change is not rewritten.
-
-    Idempotent: when the bundle is good nothing is written (same bytes, same mtimes). A bundle
-    without ``ca.key`` was issued elsewhere (cert-manager, the certs Job and CronJob) and is mounted
-    read-only: it is kept as long as it can be served at all — its key matches, a CA of ``ca.crt``
-    (which may hold several, during a CA rotation) signed it, neither has expired — even when it is
-    due for renewal, because renewing it is its issuer's job and a webhook that cannot start (a write
-    to a read-only mount) serves nobody; the names are its issuer's business too.
+    A bundle without ``ca.key`` was issued elsewhere (cert-manager, the certs Job) and may be mounted
+    read-only: it is kept while it can be served at all, due or not, since renewing it (and its
+    names) is its issuer's job and a webhook that cannot start serves nobody.
     """
     certs_dir = Path(certs_dir)
     paths = CertPaths(certs_dir / CA_CERT, certs_dir / TLS_CERT, certs_dir / TLS_KEY, created=False)
@@ -142,12 +133,6 @@ def ensure_certs(
                                    ca=(ca_cert, ca_key) if ca_cert is not None and ca_key is not None else None)
     if not changed:
         return paths
-    certs_dir.mkdir(parents=True, exist_ok=True)
-    writes: list[tuple[str, bytes | None, int]] = [
-        (CA_KEY, bundle.ca_key, 0o600), (CA_CERT, bundle.ca_cert, 0o644),
-        (TLS_KEY, bundle.key, 0o600), (TLS_CERT, bundle.cert, 0o644),
-    ]
-    for name, data, mode in writes:
-        if data is not None and _read(certs_dir / name) != data:
-            write_atomic(certs_dir / name, data, mode)
+    files = ((CA_KEY, bundle.ca_key), (CA_CERT, bundle.ca_cert), (TLS_KEY, bundle.key), (TLS_CERT, bundle.cert))
+    write_changed(certs_dir, {name: data for name, data in files if data is not None})
     return CertPaths(paths.ca_cert, paths.cert, paths.key, created=True)

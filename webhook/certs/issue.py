@@ -1,19 +1,8 @@
-"""Certificates for the webhook: a private CA and a serving certificate, made with ``cryptography``.
-
-A :class:`CertBundle` is what a Kubernetes ``kubernetes.io/tls`` Secret holds (``ca.crt``,
-``tls.crt``, ``tls.key``; plus ``ca.key`` in a local certs directory, where we own the CA), as PEM
-bytes. ``ca.crt`` may hold several CA certificates (a trust bundle: during a CA rotation both the old
-and the new CA). :func:`issue_bundle` keeps a bundle that is still good — the key matches, a CA of
-``ca.crt`` signed it, it covers the names, it is not due for renewal — and issues a new one otherwise
-(reusing a still-valid CA, so the ``caBundle`` the API server trusts does not change when only the
-serving certificate is renewed). It knows nothing of files or clusters: a certs directory
-(:func:`ensure_certs`) and the cluster's Secrets (:mod:`.rotation`, :mod:`.cluster`) share it.
-
-When a certificate is due is a :class:`RenewBefore`: a fraction of its lifetime (the default: the
-last third) or a fixed time before its ``notAfter``.
-
-Key material (``ca.key``, ``tls.key``) never appears in a ``repr``, a log line or an exception
-message raised here; private keys are written mode 0600, created with that mode.
+"""Certificates for the webhook, made with ``cryptography``: a private CA, serving certificates,
+trust bundles of several CAs (during a CA rotation), and when a certificate is due
+(:class:`RenewBefore`). Pure: a certs directory (:mod:`.files`) and the cluster's Secrets
+(:mod:`.rotation`, :mod:`.cluster`) share it. Key material never appears in a ``repr``, a log line
+or a message raised here.
 """
 
 from __future__ import annotations
@@ -44,13 +33,9 @@ _BAD_PEM = (ValueError, TypeError, UnsupportedAlgorithm)
 
 @dataclass(frozen=True)
 class RenewBefore:
-    """When a certificate is due for renewal: in the last ``fraction`` of its lifetime
-    (``notBefore`` to ``notAfter``), or ``period`` before its ``notAfter`` — exactly one of the two.
-
-    A fraction suits certificates of any lifetime: a 365-day serving certificate is renewed with
-    about 122 days left, a 10-year CA with about 3.3 years left, and a certificate cut short to
-    its CA's expiry is renewed in proportion. :meth:`parse` reads ``"33%"`` or ``"30d"``/``"720h"``.
-    """
+    """When a certificate is due for renewal: in the last ``fraction`` of its lifetime, or ``period``
+    before its ``notAfter`` (exactly one). A fraction suits any lifetime, a certificate cut short to
+    its CA's expiry too."""
 
     fraction: float | None = None
     period: timedelta | None = None
@@ -65,8 +50,7 @@ class RenewBefore:
 
     @classmethod
     def parse(cls, text: str) -> RenewBefore:
-        """``"33%"`` (of the lifetime), or a whole number of days, hours or minutes: ``"30d"``,
-        ``"720h"``, ``"90m"``. Raises ValueError otherwise."""
+        """``"33%"`` (of the lifetime), or whole days, hours or minutes (``"30d"``, ``"720h"``, ``"90m"``)."""
         text = text.strip()
         if m := re.fullmatch(r"(\d+(?:\.\d+)?)%", text):
             return cls(fraction=float(m.group(1)) / 100)
@@ -75,27 +59,12 @@ class RenewBefore:
             return cls(period=timedelta(**{unit: int(m.group(1))}))
         raise ValueError(f"expected a percentage of the lifetime (33%) or a time (30d, 720h, 90m), got {text!r}")
 
-    @classmethod
-    def of(cls, value: RenewBefore | timedelta) -> RenewBefore:
-        return value if isinstance(value, RenewBefore) else cls(period=value)
-
     def due_at(self, cert: x509.Certificate) -> datetime:
-        """The moment from which ``cert`` is due."""
         end = cert.not_valid_after_utc
         if self.fraction is not None:
             return end - (end - cert.not_valid_before_utc) * self.fraction
         assert self.period is not None
         return end - self.period
-
-    def __str__(self) -> str:
-        if self.fraction is not None:
-            return f"{self.fraction * 100:g}%"
-        assert self.period is not None
-        seconds = int(self.period.total_seconds())
-        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-            if seconds % size == 0:
-                return f"{seconds // size}{unit}"
-        return f"{seconds}s"
 
 
 # The last third of a certificate's life, for serving certificates and CAs alike (cert-manager's
@@ -106,8 +75,8 @@ CA_RENEW_BEFORE = RenewBefore(fraction=1 / 3)
 
 @dataclass(frozen=True)
 class CertBundle:
-    """PEM bytes of a CA certificate, a serving certificate and its key, and (when we own the CA)
-    the CA's key. ``repr``/``str`` show the serial and expiry only — never key material."""
+    """What a ``kubernetes.io/tls`` Secret holds, as PEM (``ca_cert`` may be a trust bundle), and
+    the CA's key when we own the CA. ``repr`` shows the serial and expiry only, never key material."""
 
     ca_cert: bytes
     cert: bytes
@@ -115,23 +84,22 @@ class CertBundle:
     ca_key: bytes | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
-        try:
-            cert = x509.load_pem_x509_certificate(self.cert)
-            about = f"serial={cert.serial_number:x}, not_after={cert.not_valid_after_utc.isoformat()}"
-        except _BAD_PEM:
-            about = "cert=<unreadable>"
         owned = "yes" if self.ca_key is not None else "no"
-        return f"CertBundle({about}, ca_key_held={owned}, keys=<redacted>)"
+        return f"CertBundle({describe(self.cert)}, ca_key_held={owned}, keys=<redacted>)"
 
-    __str__ = __repr__
+
+def describe(cert_pem: bytes) -> str:
+    """Serial and expiry of a PEM certificate: what a log line may say of it."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except _BAD_PEM:
+        return "<unreadable>"
+    return f"serial={cert.serial_number:x} not_after={cert.not_valid_after_utc.isoformat()}"
 
 
 def default_sans(service: str = "volcano-job-webhook", namespace: str = "volcano-job-webhook") -> tuple[list[str], list[str]]:
-    """The serving certificate's names: ``(dns_names, ips)``.
-
-    Loopback (``localhost``, ``127.0.0.1``, ``::1``) for local runs and port-forwards, and every name
-    the Service answers to in-cluster; the API server calls ``SERVICE.NAMESPACE.svc``.
-    """
+    """The serving certificate's names, ``(dns_names, ips)``: loopback for local runs and
+    port-forwards, and every name the Service answers to (the API server calls ``SERVICE.NAMESPACE.svc``)."""
     dns = [
         "localhost",
         service,
@@ -147,9 +115,8 @@ def _now(now: datetime | None) -> datetime:
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
-    # ECDSA P-256 rather than RSA 2048: equal-or-better strength (~128-bit vs ~112-bit) with a 32-byte
-    # key, much cheaper to generate (no multi-second prime search at startup) and to sign handshakes
-    # with, and P-256 is accepted by every TLS stack the API server (Go crypto/tls) or kubectl use.
+    # ECDSA P-256 rather than RSA: as strong, far cheaper to generate and to sign handshakes with,
+    # and accepted by every TLS stack the API server (Go crypto/tls) or kubectl use.
     return ec.generate_private_key(ec.SECP256R1())
 
 
@@ -163,11 +130,8 @@ def _cert_pem(cert: x509.Certificate) -> bytes:
 
 def generate_ca(common_name: str = "volcano-job-webhook-ca", days: int = CA_DAYS, *,
                 now: datetime | None = None) -> tuple[bytes, bytes]:
-    """A new self-signed CA: ``(cert PEM, key PEM)``, valid ``days`` from ``now``.
-
-    basicConstraints CA:true (critical, pathLen 0: it signs leaf certificates only), keyUsage
-    keyCertSign + cRLSign (critical), and a SubjectKeyIdentifier that issued certificates point to.
-    """
+    """A new self-signed CA, ``(cert PEM, key PEM)``, valid ``days`` from ``now``; pathLen 0: it
+    signs leaf certificates only."""
     key = _new_key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     start = _now(now) - BACKDATE
@@ -220,15 +184,9 @@ def generate_serving_cert(
     *,
     now: datetime | None = None,
 ) -> tuple[bytes, bytes]:
-    """A new serving certificate and key signed by the CA (PEM bytes each): ``(cert PEM, key PEM)``.
-
-    SANs are ``dns_names`` and ``ip_addresses``; extendedKeyUsage serverAuth; keyUsage
-    digitalSignature (ECDSA keys sign the handshake; keyEncipherment only means something for RSA key
-    transport and is added only for an RSA key); CA:false; an AuthorityKeyIdentifier naming the CA.
-    The certificate never outlives its CA: ``not_after`` is capped at the CA's.
-
-    Raises ValueError when no names are given, an IP does not parse, or the CA PEMs do not load.
-    """
+    """A new serving certificate and key signed by the CA, ``(cert PEM, key PEM)``, for
+    ``dns_names`` and ``ip_addresses``; it never outlives its CA. Raises ValueError when no names
+    are given, an IP does not parse, or the CA PEMs do not load."""
     if not dns_names and not ip_addresses:
         raise ValueError("a serving certificate needs at least one DNS name or IP address")
     ca = x509.load_pem_x509_certificate(ca_cert)
@@ -267,42 +225,35 @@ def generate_serving_cert(
 
 
 def needs_renewal(cert_pem: bytes, renew_before: RenewBefore | timedelta = RENEW_BEFORE, now: datetime | None = None) -> bool:
-    """True when the certificate is due at ``now`` (see :class:`RenewBefore`; a ``timedelta`` is a
-    fixed period before expiry), has expired, or is not valid yet. Raises ValueError when
-    ``cert_pem`` is not a PEM certificate."""
+    """True when the certificate is due at ``now`` (a ``timedelta``: that long before expiry), or
+    not valid then. Raises ValueError when ``cert_pem`` is not a PEM certificate."""
     cert = x509.load_pem_x509_certificate(cert_pem)
-    at = _now(now)
-    return RenewBefore.of(renew_before).due_at(cert) <= at or cert.not_valid_after_utc <= at or cert.not_valid_before_utc > at
+    window = renew_before if isinstance(renew_before, RenewBefore) else RenewBefore(period=renew_before)
+    return not cert.not_valid_before_utc <= _now(now) < window.due_at(cert)
 
 
 def is_valid(cert_pem: bytes, now: datetime | None = None) -> bool:
     """True while ``now`` is within the certificate's validity. Never raises for bad input."""
     try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
+        return not needs_renewal(cert_pem, timedelta(0), now)
     except _BAD_PEM:
         return False
-    return cert.not_valid_before_utc <= _now(now) < cert.not_valid_after_utc
 
 
 def split_pems(bundle: bytes) -> list[bytes]:
-    """The certificates of a PEM bundle, each as its own PEM (what a ``caBundle`` or ``ca.crt``
-    holding several CAs is made of). Raises ValueError when there is none or one does not load."""
+    """The certificates of a PEM bundle, each as its own PEM. Raises ValueError when there is none
+    or one does not load."""
     return [_cert_pem(c) for c in x509.load_pem_x509_certificates(bundle)]
 
 
 def join_pems(certs: Sequence[bytes]) -> bytes:
     """One PEM bundle of ``certs`` (each a PEM), without duplicates, in the order given."""
-    seen: list[bytes] = []
-    for pem in certs:
-        for one in split_pems(pem):
-            if one not in seen:
-                seen.append(one)
-    return b"".join(seen)
+    return b"".join(dict.fromkeys(one for pem in certs for one in split_pems(pem)))
 
 
 def cert_covers(cert_pem: bytes, dns_names: Sequence[str], ips: Sequence[str]) -> bool:
-    """True when every one of ``dns_names`` (compared case-insensitively, as DNS is) and ``ips``
-    (compared as addresses, so ``::1`` equals ``0:0::1``) is a SAN of the certificate."""
+    """True when every one of ``dns_names`` (case-insensitively) and ``ips`` (as addresses) is a
+    SAN of the certificate."""
     cert = x509.load_pem_x509_certificate(cert_pem)
     try:
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
@@ -342,9 +293,8 @@ def _is_ca(cert_pem: bytes) -> bool:
 
 
 def ca_is_usable(ca_cert: bytes, ca_key: bytes, renew_before: RenewBefore | timedelta = CA_RENEW_BEFORE, now: datetime | None = None) -> bool:
-    """True when the pair can keep issuing: it loads, the key is the certificate's, the certificate
-    is a CA, and it is not due for renewal (``renew_before``; ``timedelta(0)``: not expired). Never
-    raises for bad input."""
+    """True when the pair can keep issuing: the key is the certificate's, which is a CA not due
+    (``timedelta(0)``: not expired). Never raises for bad input."""
     try:
         return _is_ca(ca_cert) and key_matches(ca_cert, ca_key) and not needs_renewal(ca_cert, renew_before, now)
     except _BAD_PEM:
@@ -354,9 +304,8 @@ def ca_is_usable(ca_cert: bytes, ca_key: bytes, renew_before: RenewBefore | time
 def bundle_is_good(bundle: CertBundle, dns_names: Sequence[str], ips: Sequence[str],
                    renew_before: RenewBefore | timedelta = RENEW_BEFORE, now: datetime | None = None,
                    ca_renew_before: RenewBefore | timedelta = CA_RENEW_BEFORE) -> bool:
-    """True when the bundle can keep being served: the key is the certificate's, a CA of ``ca.crt``
-    signed it, it covers ``dns_names`` and ``ips``, it is not due (``renew_before``) and neither is
-    that CA (``ca_renew_before``). Unreadable PEMs make it False; it never raises for bad input."""
+    """True when the bundle can keep being served: the key is the certificate's, a CA of ``ca_cert``
+    signed it, it covers the names, and neither it nor that CA is due. Never raises for bad input."""
     try:
         issuer = issuer_in(bundle.cert, bundle.ca_cert)
         return (
@@ -371,19 +320,11 @@ def bundle_is_good(bundle: CertBundle, dns_names: Sequence[str], ips: Sequence[s
 
 
 def serves_until(bundle: CertBundle, now: datetime | None = None) -> datetime | None:
-    """The serving certificate's ``notAfter`` when the bundle can be served at ``now`` at all — the
-    key is the certificate's, a CA of ``ca.crt`` signed it, both are within their validity — else
-    None. For a bundle someone else renews (cert-manager, the certs CronJob): how long it is still
-    good for, whatever its renewal window. Never raises for bad input."""
-    try:
-        issuer = issuer_in(bundle.cert, bundle.ca_cert)
-        if issuer is None or not key_matches(bundle.cert, bundle.key):
-            return None
-        if not (is_valid(bundle.cert, now) and is_valid(issuer, now)):
-            return None
-        return x509.load_pem_x509_certificate(bundle.cert).not_valid_after_utc
-    except _BAD_PEM:
+    """The serving certificate's ``notAfter`` while the bundle can be served at all (due or not: for
+    a bundle someone else renews), else None. Never raises for bad input."""
+    if not bundle_is_good(bundle, [], [], timedelta(0), now, timedelta(0)):
         return None
+    return x509.load_pem_x509_certificate(bundle.cert).not_valid_after_utc
 
 
 def issue_bundle(
@@ -396,15 +337,9 @@ def issue_bundle(
     now: datetime | None = None,
     ca: tuple[bytes, bytes] | None = None,
 ) -> tuple[CertBundle, bool]:
-    """``(existing, False)`` when ``existing`` is still good (see :func:`bundle_is_good`), else
-    ``(new bundle, True)``.
-
-    The new serving certificate is signed by the first usable CA (see :func:`ca_is_usable`) of:
-    ``existing``'s own CA pair, then ``ca`` (a ``(cert PEM, key PEM)`` found without a serving
-    certificate, e.g. a certs directory whose ``tls.*`` files were deleted); only when neither is
-    usable is a new CA made — the one case where the trust anchor (``caBundle``) changes. Pure: it
-    reads no files and talks to no cluster.
-    """
+    """``(existing, False)`` when ``existing`` is still good (:func:`bundle_is_good`), else ``(new
+    bundle, True)``, signed by the first usable CA of ``existing``'s and ``ca`` (a pair found without
+    a serving certificate): a new CA, and so a new ``caBundle``, only when neither is usable."""
     if existing is not None and bundle_is_good(existing, dns_names, ips, renew_before, now, ca_renew_before):
         return existing, False
     candidates = [ca] if ca is not None else []

@@ -1,53 +1,23 @@
-"""The life of a self-managed CA and its serving certificate: what one run of ``certs --secret``
-decides, as a pure function of what the cluster holds and the time (:func:`plan`).
+"""One run of ``certs --secret`` as a pure function (:func:`plan`) of the CA Secret
+(:class:`Authority`), the serving Secret, what every client already trusts, and the time.
 
-Two Secrets hold the state. The CA Secret (:class:`Authority`) holds the CA that signs serving
-certificates with its key, and — only during a CA rotation — the next CA (announced, not yet
-signing) or the retired ones (still trusted, no key). It is read by the certs Job and CronJob only.
-The serving Secret holds ``tls.crt``, ``tls.key`` and ``ca.crt``: the trust bundle, the certificates
-of every CA above, which is also what the webhook configurations' ``caBundle`` is set to. No private
-key of a CA is ever in the serving Secret, which the network-facing webhook Pods mount.
-
-A run at time ``now`` moves at most one step on each line:
-
-* **serving certificate**: kept while its key matches, the current CA signed it, it covers the
-  names and it is not due (``Policy.renew_before``); else a new one is signed by the current CA.
-* **CA rotation**, started when the current CA is due (``Policy.ca_renew_before``, by default the
-  last third of its ten years):
-
-  1. *announce*: a new CA is made and put in the trust bundle beside the current one; the serving
-     certificate is left alone. Clients learn to trust the new CA before anything is signed by it.
-  2. *switch*: on a later run that finds the next CA already in every published bundle (the
-     serving Secret's ``ca.crt`` and each webhook's ``caBundle``) and made at least
-     ``Policy.overlap`` ago, it becomes the current CA, the old one is retired (its certificate stays
-     in the bundle, its key is dropped) and a serving certificate signed by the new CA is issued.
-     The bundle itself does not change in this step.
-  3. *retire*: on a later run, once the serving certificate signed by the current CA has been out
-     for ``Policy.overlap`` (every webhook Pod has loaded it: the kubelet updates a mounted Secret
-     within a minute or two, the webhook looks every 10 s), the retired CAs leave the bundle.
-
-  With the daily CronJob each step is a day apart; at no point does any client hold a bundle that
-  lacks the CA of a certificate being served.
-* **recovery**: a current CA that is missing, expired or broken (say, the CA Secret was deleted) is
-  replaced at once by the next CA if there is one, else by a new CA, and the serving certificate is
-  re-signed. The CAs of the old bundle that are still valid stay in it until the new serving
-  certificate has been out for the overlap, so Pods still serving the old certificate are trusted
-  meanwhile — that is the one case where the API server sees a new CA and a certificate it signed
-  in the same run, and why the caller patches the webhooks before it writes the serving Secret.
-
-The old layout (before the CA Secret existed: ``ca.key`` inside the serving Secret) is read by
-:func:`authority_from_serving`; the caller then writes the CA Secret and the serving Secret without
-the key.
+A run moves at most one step: a due serving certificate is renewed under the current CA; a due CA is
+rotated over three runs (docs/install.md, Certificates) — a next CA is *announced* in the trust
+bundle, made current once it is in every published bundle and ``Policy.overlap`` old, and the old one
+*retired* from the bundle once the certificate it signed has been replaced for the overlap — so no
+client ever lacks the CA of a certificate being served. A current CA that is missing or broken is
+replaced at once, the old bundle's valid CAs staying trusted for the overlap: the one case where the
+API server sees a new CA and its certificate in one run, so the caller patches the webhooks before
+it writes the serving Secret. No CA key is ever in the serving Secret, which the webhook Pods read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
-from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 
 from .issue import (
@@ -57,23 +27,19 @@ from .issue import (
     SERVING_DAYS,
     CertBundle,
     RenewBefore,
+    bundle_is_good,
     ca_is_usable,
-    cert_covers,
+    describe,
     generate_ca,
     generate_serving_cert,
     is_valid,
-    issuer_in,
     join_pems,
-    key_matches,
     needs_renewal,
     split_pems,
 )
 
-# How long a CA must have been trusted by every client before it signs, and how long a retired CA
-# stays trusted after the last certificate it signed was replaced. API servers see a changed
-# caBundle within seconds (an informer); the kubelet updates a mounted Secret within a minute or two
-# and the webhook looks every 10 s. An hour is far beyond both, and with a daily CronJob each step
-# is a day apart anyway.
+# How long a CA is trusted by every client before it signs, and a retired one after the last
+# certificate it signed was replaced: far beyond an API server's seconds and a kubelet's minutes.
 OVERLAP = timedelta(hours=1)
 
 
@@ -100,11 +66,10 @@ class Authority:
         return join_pems([*self.retired, *(p.cert for p in (self.current, self.next) if p is not None)])
 
     def __repr__(self) -> str:
-        def about(pem: bytes | None) -> str:
-            return "none" if pem is None else _describe(pem)
+        def about(pair: KeyPair | None) -> str:
+            return "none" if pair is None else describe(pair.cert)
 
-        return (f"Authority(current={about(self.current.cert if self.current else None)}, "
-                f"next={about(self.next.cert if self.next else None)}, retired=[{', '.join(map(_describe, self.retired))}])")
+        return f"Authority(current={about(self.current)}, next={about(self.next)}, retired=[{', '.join(map(describe, self.retired))}])"
 
 
 @dataclass(frozen=True)
@@ -134,21 +99,12 @@ def _load(pem: bytes) -> x509.Certificate:
     return x509.load_pem_x509_certificate(pem)
 
 
-def _describe(pem: bytes) -> str:
-    try:
-        cert = _load(pem)
-    except ValueError:
-        return "<unreadable>"
-    return f"serial={cert.serial_number:x} not_after={cert.not_valid_after_utc.isoformat()}"
-
-
 def _der(pem: bytes) -> bytes:
     return _load(pem).public_bytes(serialization.Encoding.DER)
 
 
 def certificates_of(bundle: bytes | None) -> set[bytes]:
-    """The DER of every certificate in a PEM bundle; empty for None or garbage (a bundle nobody can
-    read trusts nothing)."""
+    """The DER of every certificate in a PEM bundle; none for None or garbage (trusting nothing)."""
     if not bundle:
         return set()
     try:
@@ -158,11 +114,9 @@ def certificates_of(bundle: bytes | None) -> set[bytes]:
 
 
 def authority_from_serving(serving: CertBundle | None, now: datetime) -> Authority:
-    """The CA state when there is no CA Secret. The old layout kept ``ca.key`` in the serving
-    Secret: that pair is the current CA (whether usable is :func:`plan`'s question). Otherwise (a
-    first install, or the CA Secret lost) there is no current CA, and the still-valid CAs of the
-    serving Secret's ``ca.crt`` are kept as retired, so Pods serving the old certificate stay trusted
-    while the new one rolls out."""
+    """The CA state when there is no CA Secret: the old layout's ``ca.key`` in the serving Secret
+    makes its pair current; otherwise there is none, and the still-valid CAs of ``ca.crt`` stay
+    trusted (retired) while a new certificate rolls out."""
     if serving is None:
         return Authority()
     try:
@@ -178,17 +132,6 @@ def _usable(pair: KeyPair | None, now: datetime) -> bool:
     return pair is not None and ca_is_usable(pair.cert, pair.key, timedelta(0), now)
 
 
-def _serving_is_good(serving: CertBundle | None, ca: KeyPair, dns: Sequence[str], ips: Sequence[str],
-                     policy: Policy, now: datetime) -> bool:
-    if serving is None:
-        return False
-    try:
-        return (issuer_in(serving.cert, ca.cert) is not None and key_matches(serving.cert, serving.key)
-                and cert_covers(serving.cert, dns, ips) and not needs_renewal(serving.cert, policy.renew_before, now))
-    except (ValueError, TypeError, UnsupportedAlgorithm):
-        return False
-
-
 def plan(
     authority: Authority,
     serving: CertBundle | None,
@@ -201,8 +144,7 @@ def plan(
 ) -> Outcome:
     """One run's decisions (see the module's text). ``serving`` is the serving Secret as found
     (``ca_key`` ignored); ``published`` the DER of every CA certificate that every client's bundle
-    held when the run started (:func:`certificates_of`, intersected). Pure: new keys are its only
-    side effect."""
+    held when the run started (:func:`certificates_of`, intersected)."""
     at = now if now is not None else datetime.now(UTC)
     changes: list[str] = []
     current, upcoming, retired = authority.current, authority.next, list(authority.retired)
@@ -216,35 +158,34 @@ def plan(
             retired.append(current.cert)
         if upcoming is not None:
             current, upcoming = upcoming, None
-            changes.append(f"made the next CA current ({_describe(current.cert)})")
+            changes.append(f"made the next CA current ({describe(current.cert)})")
         else:
             cert, key = generate_ca(days=policy.ca_days, now=at)
             current = KeyPair(cert, key)
-            changes.append(f"made a new CA ({_describe(cert)})")
+            changes.append(f"made a new CA ({describe(cert)})")
     elif needs_renewal(current.cert, policy.ca_renew_before, at):
         if upcoming is None:
             cert, key = generate_ca(days=policy.ca_days, now=at)
             upcoming = KeyPair(cert, key)
-            changes.append(f"announced the next CA ({_describe(cert)}); the current one is due")
+            changes.append(f"announced the next CA ({describe(cert)}); the current one is due")
         elif _der(upcoming.cert) in published and _load(upcoming.cert).not_valid_before_utc <= at - policy.overlap:
             retired.append(current.cert)
             current, upcoming = upcoming, None
-            changes.append(f"switched to the next CA ({_describe(current.cert)})")
+            changes.append(f"switched to the next CA ({describe(current.cert)})")
     assert current is not None
 
-    serving_kept = _serving_is_good(serving, current, dns_names, ips, policy, at)
+    # The current CA is valid now, so its own window (timedelta(0)) changes nothing.
+    serving_kept = serving is not None and bundle_is_good(replace(serving, ca_cert=current.cert), dns_names, ips,
+                                                          policy.renew_before, at, timedelta(0))
     if serving_kept:
         assert serving is not None
         cert, key = serving.cert, serving.key
     else:
         cert, key = generate_serving_cert(current.cert, current.key, dns_names, ips, days=policy.serving_days, now=at)
-        changes.append(f"{'renewed' if serving is not None else 'issued'} the serving certificate ({_describe(cert)})")
+        changes.append(f"{'renewed' if serving is not None else 'issued'} the serving certificate ({describe(cert)})")
 
     active = {_der(p.cert) for p in (current, upcoming) if p is not None}
-    candidates: list[bytes] = []
-    for pem in retired:
-        if _der(pem) not in active and pem not in candidates:
-            candidates.append(pem)
+    candidates = list(dict.fromkeys(pem for pem in retired if _der(pem) not in active))
     # A retired CA stays trusted until the certificate that replaced the last one it signed has been
     # out for the overlap; an expired one is worth nothing in a bundle.
     settled = serving_kept and _load(cert).not_valid_before_utc <= at - policy.overlap

@@ -1,11 +1,7 @@
-"""The serving Secret as files: ``serve`` follows ``tls.crt``, ``tls.key`` and ``ca.crt`` of a
-``kubernetes.io/tls`` Secret through the API into its certificates directory, where the reloader
-(:mod:`.reload`) picks them up.
-
-Why not a mounted Secret volume: in the one-Pod install the reconciler beside the webhook makes the
-Secret, so the Pod cannot wait for it to exist before it starts, and the kubelet fills an optional
-volume only at its next sync of the Pod (a minute or more). Read through the API, the first
-certificate is served within a second of being made and a renewed one within ``interval``.
+"""The serving Secret as files: ``serve`` follows a ``kubernetes.io/tls`` Secret through the API
+into its certificates directory, where the reloader (:mod:`.reload`) picks them up. Not a mounted
+volume: in the one-Pod install the reconciler beside the webhook makes the Secret, and the kubelet
+fills an optional volume only at its next sync of the Pod, a minute or more later.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ from kubernetes.client.rest import ApiException
 from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins.kinds import SECRET
 
-from .files import write_atomic
+from .files import write_changed
 from .issue import CA_CERT, TLS_CERT, TLS_KEY
 
 log = logging.getLogger(__name__)
@@ -51,13 +47,8 @@ class SecretFiles:
         data = {key: base64.b64decode(value) for key, value in (secret.get("data") or {}).items()}
         if not data.get(TLS_CERT) or not data.get(TLS_KEY):
             return False
-        self.certs_dir.mkdir(parents=True, exist_ok=True)
-        for name, mode in ((TLS_KEY, 0o600), (CA_CERT, 0o644), (TLS_CERT, 0o644)):
-            path = self.certs_dir / name
-            if name in data and (not path.exists() or path.read_bytes() != data[name]):
-                write_atomic(path, data[name], mode)
-                if name == TLS_CERT:
-                    log.info("serving certificate from Secret %s written to %s", self.secret, path)
+        if TLS_CERT in write_changed(self.certs_dir, {name: data[name] for name in (TLS_KEY, CA_CERT, TLS_CERT) if name in data}):
+            log.info("serving certificate from Secret %s written to %s", self.secret, self.certs_dir / TLS_CERT)
         return True
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -1,11 +1,5 @@
-"""``volcano-webhook``: the command line, one module per command.
-
-Offline commands run the same plugin chain as the server on files (``mutate``, ``resources``,
-``review``); the others start a process (``serve``, ``reconcile``) or make certificates (``certs``).
-Each module has ``add_parser(subparsers)`` and ``run(args) -> int``.
-
-Exit status 0 on success, 2 with a one-line message on bad input.
-"""
+"""``volcano-webhook``: the command line, one module per command, each with ``add_parser(subparsers)``
+and ``run(args) -> int``. Exit status 0 on success, 2 with a one-line message on bad input."""
 
 from __future__ import annotations
 
@@ -23,7 +17,7 @@ from volcano_job_webhook.documents import DocumentError
 from volcano_job_webhook.plugins import PluginError
 
 from . import certs, mutate, reconcile, resources, review, serve
-from .errors import EXIT_BAD_INPUT, CommandError
+from .inputs import EXIT_BAD_INPUT, CommandError
 
 __all__ = ["EXIT_BAD_INPUT", "CommandError", "build_parser", "main"]
 
@@ -43,8 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        code: int = args.run(args)
-        return code
+        return args.run(args)
     # ConfigException: no cluster to talk to (api_client says what it tried), a setting that cannot work.
     except (PluginError, DocumentError, CommandError, ConfigError, ConfigException, ValidationError) as exc:
         if isinstance(exc, ValidationError):
@@ -55,8 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"volcano-webhook {args.command}: the API server answered {exc.status} {exc.reason}", file=sys.stderr)
         return 1
     except (MemoryError, RecursionError) as exc:
-        # Inputs are bounded before they are built (documents, inputs); should one still be too
-        # big, it is still one line and exit 2, never a traceback.
+        # Inputs are bounded before they are built; one still too big is one line too, never a traceback.
         print(f"volcano-webhook {args.command}: input too large or too deeply nested to process ({type(exc).__name__})",
               file=sys.stderr)
         return EXIT_BAD_INPUT

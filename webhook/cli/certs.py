@@ -1,11 +1,7 @@
-"""``volcano-webhook certs``: make and renew the serving certificate, locally or in the cluster.
-
-Locally it fills a certs directory (as ``serve`` does on start). With ``--secret NS/NAME`` it keeps
-the ``kubernetes.io/tls`` serving Secret (``tls.crt``, ``tls.key``, ``ca.crt``) and, apart from it,
-the CA Secret ``--ca-secret`` (the CA's key, never mounted by the webhook); with ``--patch-webhook
-NAME`` it sets the trust bundle as the ``caBundle`` of the webhook configurations called NAME. It
-renews what is due and rotates the CA with an overlap (``volcano_job_webhook.certs.rotation``);
-nothing is written when nothing is due, so it is meant to run on a schedule.
+"""``volcano-webhook certs``: make and renew the serving certificate, in a certs directory (as ``serve``
+does on start) or, with ``--secret NS/NAME``, in the serving Secret beside the CA's own (``--ca-secret``,
+never mounted by the webhook), and with ``--patch-webhook`` as the webhook configurations' ``caBundle``.
+Only what is due is written (:mod:`volcano_job_webhook.certs.rotation`): it is meant to run on a schedule.
 """
 
 from __future__ import annotations
@@ -14,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .errors import CommandError
+from .inputs import CommandError
 
 DEFAULT_CA_SECRET = "volcano-job-webhook-ca"
 

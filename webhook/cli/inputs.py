@@ -1,7 +1,5 @@
-"""What the offline commands share: the Job they work on (refused when it is too big to build
-offline), the Pod (a file, an AdmissionReview, or built from ``--task``/``--index``), the view they
-show (offline, or ``--cluster``), the chain of that view built from the settings exactly as
-``serve`` and ``reconcile`` build it, and how they print."""
+"""What the commands share: the Job and the Pod they work on, within bounds, the view they show (offline,
+or ``--cluster``) and its chain, built from the settings as ``serve`` and ``reconcile`` build it, and output."""
 
 from __future__ import annotations
 
@@ -13,22 +11,23 @@ from collections.abc import Iterable
 from typing import Any
 
 from volcano_job_webhook import documents
-from volcano_job_webhook.config import load_settings
+from volcano_job_webhook.config import WebhookSettings, load_settings
 from volcano_job_webhook.limits import check_replicas
-from volcano_job_webhook.plugins import Chain, Job, PreparedJob
+from volcano_job_webhook.plugins import Chain, Job, PreparedJob, read_workload
 from volcano_job_webhook.plugins.podgen import make_pod
-from volcano_job_webhook.server.review import ReviewError, parse_review
+from volcano_job_webhook.server.admission import ReviewError, parse_review
 from volcano_job_webhook.server.shape import pod_shape_problem
 
-from .errors import CommandError
+EXIT_BAD_INPUT = 2
 
-OUTPUTS = ("json", "yaml")
+
+class CommandError(Exception):
+    """Bad input to a command: printed as one line, exit status 2."""
 
 
 def load_job(source: str) -> Job:
-    """The Volcano Job, Indexed Job or JobSet in ``source`` (``-`` for standard input), with at most
-    :data:`~volcano_job_webhook.limits.MAX_JOB_REPLICAS` replicas in all."""
-    job = documents.load_job(source)
+    """The Volcano Job, Indexed Job or JobSet in ``source`` (``-``: stdin), at most ``MAX_JOB_REPLICAS`` Pods."""
+    job = read_workload(documents.load_object(source, ("Job", "JobSet")))
     check_replicas(job)
     return job
 
@@ -82,27 +81,26 @@ def load_pod(source: str) -> dict[str, Any]:
     return pod
 
 
-def add_config_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML settings file, as for serve and reconcile (also VOLCANO_WEBHOOK_CONFIG)")
+def process_settings(args: argparse.Namespace) -> WebhookSettings:
+    """``serve``'s or ``reconcile``'s settings: each flag over the setting of its name (webhook/config.py)."""
+    flags = {name: value for name, value in vars(args).items() if name in WebhookSettings.model_fields}
+    return load_settings(args.config, namespaces=args.namespace or None, **flags)
 
 
-def add_view_argument(parser: argparse.ArgumentParser, cluster: str, offline: str) -> None:
+def add_view_arguments(parser: argparse.ArgumentParser, cluster: str, offline: str, output: str) -> None:
+    """What every offline command takes last: ``--cluster`` (its two views, described), ``-o`` and ``--config``."""
     parser.add_argument("--cluster", action="store_true",
                         help=f"the cluster view: {cluster} (the defaults of serve --job-source=kube and reconcile; Volcano's "
                              f"controller runs the plugins of spec.plugins it knows, or those of volcano_controller_plugins "
                              f"in --config). Default: the offline view, {offline}")
-
-
-def add_output_argument(parser: argparse.ArgumentParser, default: str) -> None:
-    parser.add_argument("-o", "--output", choices=OUTPUTS, default=default, help=f"output format (default {default})")
+    parser.add_argument("-o", "--output", choices=("json", "yaml"), default=output, help=f"output format (default {output})")
+    parser.add_argument("--config", help="YAML settings file, as for serve and reconcile (also VOLCANO_WEBHOOK_CONFIG)")
 
 
 @dataclasses.dataclass(frozen=True)
 class View:
-    """The chain a command shows, and the job as that chain sees it. Offline, every plugin runs as if
-    nothing else did; in the cluster view, Volcano's controller runs ``volcano`` (Pod wiring and side
-    objects) and the webhook and reconciler the rest, as ``serve --job-source=kube`` and
-    ``reconcile`` run them."""
+    """The chain a command shows, and the job as that chain sees it: offline, every plugin runs as if
+    nothing else did; in the cluster view, Volcano's controller runs its plugins and we the rest."""
 
     cluster: bool
     chain: Chain
@@ -110,8 +108,7 @@ class View:
 
 
 def who_runs(prepared: PreparedJob) -> tuple[list[str], list[str]]:
-    """The job's plugins Volcano's controller runs (none offline), and those the webhook and the
-    reconciler run, each in chain order."""
+    """The job's plugins Volcano's controller runs (none offline), and those we run, each in chain order."""
     return ([n for n in prepared.names if n in prepared.volcano], [n for n in prepared.names if n not in prepared.volcano])
 
 
@@ -144,7 +141,5 @@ def emit(value: Any, output: str, *, stream: bool = False) -> None:
     """``value`` on stdout as JSON or YAML (``stream``: a list of objects as a ``---`` stream)."""
     if output == "json":
         print(json.dumps(value, indent=2, ensure_ascii=False))
-    elif stream:
-        print(documents.dump_yaml_stream(value), end="")
     else:
-        print(documents.dump_yaml(value), end="")
+        print(documents.dump_yaml(value, stream), end="")

@@ -1,7 +1,5 @@
-"""``volcano-webhook mutate``: print a Pod as the plugin chain wires it (or the JSON patch): the chain
-``serve`` builds from the same settings (``--config``, ``VOLCANO_WEBHOOK_*``), in the offline view
-(every plugin) or the cluster view (``--cluster``: Volcano's controller wires its plugins' part,
-the webhook the rest; the patch is the webhook's answer)."""
+"""``volcano-webhook mutate``: print a Pod as the chain ``serve`` builds from the same settings wires it
+(or the JSON patch), offline (every plugin) or ``--cluster`` (Volcano's controller's part, then the webhook's)."""
 
 from __future__ import annotations
 
@@ -10,11 +8,9 @@ from typing import Any
 
 from volcano_job_webhook.server.patch import make_patch
 
-from .errors import CommandError
 from .inputs import (
-    add_config_argument,
-    add_output_argument,
-    add_view_argument,
+    CommandError,
+    add_view_arguments,
     build_pod,
     emit,
     load_job,
@@ -40,11 +36,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--index", type=int, default=None,
                         help="instead of a POD: the Pod's index in its task, 0 to replicas-1 (default 0)")
     parser.add_argument("--patch", action="store_true", help="print the RFC 6902 JSON patch instead of the Pod")
-    add_view_argument(parser, "the Pod as it runs, Volcano's wiring and the webhook's, and with --patch exactly the "
-                      "patch the webhook answers for the Pod Volcano's controller sends",
-                      "every plugin of the job run on the Pod, as if nothing else ran")
-    add_output_argument(parser, "json")
-    add_config_argument(parser)
+    add_view_arguments(parser, "the Pod as it runs, Volcano's wiring and the webhook's, and with --patch exactly the "
+                       "patch the webhook answers for the Pod Volcano's controller sends",
+                       "every plugin of the job run on the Pod, as if nothing else ran", output="json")
     parser.set_defaults(run=run)
 
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from volcano_job_webhook.config import load_settings
+from .inputs import process_settings
 
 
 def add_parser(sub: Any) -> None:
@@ -14,7 +14,6 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--config", help="YAML settings file (also VOLCANO_WEBHOOK_CONFIG)")
     parser.add_argument("--kubeconfig", type=Path, help="kubeconfig (default in-cluster)")
     parser.add_argument("--namespace", action="append", help="watch only this namespace (repeatable)")
-    # Each flag overrides the setting of its name (webhook/config.py, where its default is).
     parser.add_argument("--health-port", type=int, help="plain-HTTP /healthz, /readyz, /metrics")
     parser.add_argument("--leader-elect", action="store_true", default=None, help="only the holder of a Lease works")
     parser.add_argument("--lease-name")
@@ -26,8 +25,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from volcano_job_webhook.reconciler.run import run as run_reconciler
+    from volcano_job_webhook.reconciler.process import run as run_reconciler
 
-    names = ("kubeconfig", "log_level", "health_port", "leader_elect", "lease_name", "lease_namespace", "resync_seconds", "workers")
-    settings = load_settings(args.config, namespaces=args.namespace or None, **{name: getattr(args, name) for name in names})
-    return run_reconciler(settings)
+    return run_reconciler(process_settings(args))

@@ -1,24 +1,20 @@
-"""``volcano-webhook resources``: print the side objects a job's plugins make, with the chain
-``reconcile`` builds from the same settings (``--config``, ``VOLCANO_WEBHOOK_*``): every plugin's
-offline, and with ``--cluster`` only what the reconciler makes beside Volcano's controller. A job
-``mutate`` refuses is refused here the same way."""
+"""``volcano-webhook resources``: print the side objects a job's plugins make, with the chain ``reconcile``
+builds from the same settings: every plugin's offline, with ``--cluster`` only what the reconciler makes."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from .inputs import add_config_argument, add_output_argument, add_view_argument, emit, load_job, names, say, view_of, warn, who_runs
+from .inputs import add_view_arguments, emit, load_job, names, say, view_of, warn, who_runs
 
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser("resources", help="print the side objects a job needs",
                             description="Print the side objects (ConfigMaps, Services, NetworkPolicies, Secrets) a job's plugins make.")
     parser.add_argument("--job", required=True, metavar="JOB", help="Volcano Job, Indexed Job or JobSet file (YAML or JSON, - for stdin)")
-    add_view_argument(parser, "only the objects the reconciler makes, those of the plugins Volcano's controller runs "
-                      "being its own", "the objects of every plugin of the job, as if nothing else ran")
-    add_output_argument(parser, "yaml")
-    add_config_argument(parser)
+    add_view_arguments(parser, "only the objects the reconciler makes, those of the plugins Volcano's controller runs "
+                       "being its own", "the objects of every plugin of the job, as if nothing else ran", output="yaml")
     parser.set_defaults(run=run)
 
 

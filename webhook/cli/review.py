@@ -1,10 +1,6 @@
-"""``volcano-webhook review``: print the AdmissionReview the API server sends for a job's Pod, under the
-same settings as ``serve`` (``--config``, ``VOLCANO_WEBHOOK_*``): offline the Pod before any plugin
-(what ``serve`` with job files is sent), with ``--cluster`` the Pod as Volcano's controller sends it,
-wired by the plugins it runs.
-
-Never stricter than the cluster: the plugins Volcano's controller runs are judged as it judges them
-(what it tolerates is a warning), ours as the webhook judges them."""
+"""``volcano-webhook review``: print the AdmissionReview the API server sends for a job's Pod under the
+settings of ``serve``: offline the Pod before any plugin, with ``--cluster`` as Volcano's controller sends
+it. Never stricter than the cluster: Volcano's plugins are judged as its controller judges them."""
 
 from __future__ import annotations
 
@@ -12,12 +8,10 @@ import argparse
 from typing import Any
 
 from volcano_job_webhook.config import load_settings
-from volcano_job_webhook.server.review import API_VERSIONS, admission_review
+from volcano_job_webhook.server.admission import API_VERSIONS, admission_review
 
 from .inputs import (
-    add_config_argument,
-    add_output_argument,
-    add_view_argument,
+    add_view_arguments,
     build_pod,
     emit,
     load_job,
@@ -39,10 +33,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--index", type=int, default=0, help="replica index, 0 to replicas-1 (default 0)")
     parser.add_argument("--api-version", choices=API_VERSIONS, default=API_VERSIONS[0])
     parser.add_argument("--uid", default="00000000-0000-4000-8000-000000000000", help="request uid")
-    add_view_argument(parser, "the Pod as Volcano's controller sends it, wired by the plugins it runs",
-                      "the Pod as its controller creates it, before any plugin runs (what serve with job files is sent)")
-    add_output_argument(parser, "json")
-    add_config_argument(parser)
+    add_view_arguments(parser, "the Pod as Volcano's controller sends it, wired by the plugins it runs",
+                       "the Pod as its controller creates it, before any plugin runs (what serve with job files is sent)", output="json")
     parser.set_defaults(run=run)
 
 

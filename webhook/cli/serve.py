@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from volcano_job_webhook.config import load_settings
+from .inputs import process_settings
 
 
 def add_parser(sub: Any) -> None:
@@ -29,18 +29,5 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from volcano_job_webhook.server.run import run as run_server
 
-    settings = load_settings(
-        args.config,
-        host=args.host,
-        port=args.port,
-        certs_dir=args.certs_dir,
-        jobs_dir=args.jobs_dir,
-        job_source=args.job_source,
-        kubeconfig=args.kubeconfig,
-        namespaces=args.namespace or None,
-        log_level=args.log_level,
-        client_ca_file=args.client_ca_file,
-        enforcement=args.enforcement,
-    )
-    run_server(settings)
+    run_server(process_settings(args))
     return 0

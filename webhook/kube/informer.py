@@ -1,11 +1,6 @@
-"""Watch-backed caches of one kind, client-go's reflector and indexer: list (in pages), watch from the
-list's resourceVersion with bookmarks, resume a watch that ends, list again after ``410 Gone`` or an
-error, and report each change to the handlers. Only the watch stream writes a cache; its readers
-(every controller of the process, or the webhook's job source) share it read-only.
-
-A cache holds what ``transform`` makes of each object (:mod:`.records`), optionally indexed. A
-resourceVersion is compared for equality only (the API's contract): the order of changes is the
-stream's.
+"""Watch-backed caches of one kind, as client-go's reflector and indexer: list in pages, watch with
+bookmarks, list again after ``410 Gone`` or an error, and report each change to the handlers. Only
+its own threads write a cache; readers share it. resourceVersions are compared for equality only.
 """
 
 from __future__ import annotations
@@ -53,8 +48,8 @@ WATCH_TIMEOUT = 300
 
 
 def object_key(obj: Obj) -> tuple[str, str]:
-    """``(namespace, name)`` of an object from the stream, as a plain tuple (it finds the entry its
-    record's :class:`ObjectKey` made)."""
+    """``(namespace, name)`` of an object from the stream: a plain tuple (faster to make than an
+    :class:`ObjectKey`) that finds the entry its record's key made."""
     meta = obj.get("metadata") or {}
     return (meta.get("namespace") or "default", meta.get("name") or "")
 
@@ -64,13 +59,10 @@ class _Gone(Exception):
 
 
 class Informer(Generic[R]):
-    """List-then-watch of one kind in all namespaces or the ones given, a thread each.
-
-    Each handler is called ``(type, record)`` from the informer's threads: ``ADDED``, ``MODIFIED`` or
-    ``DELETED`` for every change (a relist's too), :data:`LISTED` for what the first list found; never
-    for an event at the version the cache holds. ``deleted_objects``: a deletion the watch saw is
-    reported with the object as it was (a dict), for a handler that needs more than the record.
-    """
+    """List-then-watch of one kind in all namespaces or the ones given, a thread each. Handlers are called
+    ``(type, record)`` from those threads: ``ADDED``, ``MODIFIED`` or ``DELETED`` for every change (a relist's
+    too), :data:`LISTED` for what the first list found, never for a version the cache holds; with
+    ``deleted_objects``, a deletion the watch saw comes as the object it was (a dict)."""
 
     def __init__(self, api: client.ApiClient, resource: Kind, namespaces: Iterable[str] = (), *, transform: Callable[[Obj], R],
                  label_selector: str | None = None, field_selector: str | None = None, index: Callable[[R], Hashable | None] | None = None,
@@ -85,8 +77,7 @@ class Informer(Generic[R]):
         self.deleted_objects = deleted_objects
         self.on_synced = on_synced
         self._items: dict[tuple[str, str], R] = {}
-        # Index value → the key of the one object with it, or a set of keys when there are more (an
-        # owner has one object of a kind, mostly: a set each would cost more than the records).
+        # Index value → its one key, or the set of them when several share it (a set each costs memory).
         self._index: dict[Hashable, tuple[str, str] | set[tuple[str, str]]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -98,8 +89,6 @@ class Informer(Generic[R]):
         self.connected = False
         # False while a list answers 404: the kind is not served (None: not listed yet).
         self.served: bool | None = None
-
-    # Reads ---------------------------------------------------------------------------------------
 
     @property
     def synced(self) -> bool:
@@ -125,8 +114,6 @@ class Informer(Generic[R]):
     def add_event_handler(self, handler: EventHandler) -> None:
         """Have ``handler`` called with every event from now on, after the handlers added before it."""
         self._handlers.append(handler)
-
-    # The cache -----------------------------------------------------------------------------------
 
     def _put(self, record: R) -> None:
         key = record.key
@@ -176,8 +163,6 @@ class Informer(Generic[R]):
         for record in gone:
             self._emit("DELETED", record)
 
-    # Lifecycle -----------------------------------------------------------------------------------
-
     def start(self) -> None:
         for namespace in self.namespaces:
             thread = threading.Thread(target=self._run, args=(namespace,), daemon=True,
@@ -202,8 +187,6 @@ class Informer(Generic[R]):
         self.cancel()
         self.join(time.monotonic() + timeout)
 
-    # List and watch ------------------------------------------------------------------------------
-
     def _run(self, namespace: str) -> None:
         failures = 0
         rv = ""
@@ -223,8 +206,7 @@ class Informer(Generic[R]):
                 if self._stop.is_set():
                     return
                 if not rv and isinstance(exc, ApiException) and exc.status == 404:
-                    # Not served (its CRD not installed yet): none of it exists, an answer — synced,
-                    # not failing — until it is served.
+                    # Not served (no CRD yet): an answer, so synced and empty, not failing.
                     if self.served is not False:
                         log.warning("the API server does not serve %s (is its CRD installed?); looking again every %.0fs",
                                     what, NOT_SERVED_RETRY)

@@ -1,7 +1,6 @@
-"""What the caches keep of an object (client-go's ``SetTransform``): a record of a few Python objects,
-the rest packed as compressed JSON and decoded on demand, so that tens of thousands of Jobs fit the
-Pods' memory limits. Of a Job a record keeps only what plugins may read
-(docs/plugins.md#the-job-a-plugin-is-given), and of a finished one only its identity and phase.
+"""What the caches keep of an object (client-go's ``SetTransform``), to save memory: a few Python objects,
+the rest packed as compressed JSON; of a Job only what plugins may read
+(docs/plugins.md#the-job-a-plugin-is-given), of a finished one only its identity and phase.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ def shared_uid(uid: Any) -> str | None:
     return sys.intern(uid) if isinstance(uid, str) else None
 
 
-# An object's resourceVersion as a cache keeps it: opaque, compared for equality only (the API's
-# contract), held as an int when it is the decimal number kube-apiserver gives (smaller), else as given.
+# A resourceVersion as a cache keeps it (opaque, compared for equality only): an int when decimal, as smaller.
 Version = int | str
 
 
@@ -51,10 +49,9 @@ def intern_key(obj: Mapping[str, Any]) -> ObjectKey:
 
 
 class Packer:
-    """Objects as compressed JSON, on a dictionary per kind learned from the first ``learn`` objects of
-    that kind packed: the cluster's own images, commands and variable names, which most of its objects
-    share. A blob's first byte says which dictionary packed it (0: none yet); zstd objects are per
-    thread (they are not thread-safe)."""
+    """Objects as zstd-compressed JSON, on a dictionary per kind learned from its first ``learn`` objects
+    (the images, commands and variable names most share). A blob's first byte names its dictionary
+    (0: none yet); the zstd objects, not thread-safe, are per thread."""
 
     def __init__(self, learn: int = 8, limit: int = 96 * 1024) -> None:
         self._dictionaries: list[zstandard.ZstdCompressionDict | None] = [None]
@@ -171,8 +168,7 @@ class JobRecord:
                 "status": {"state": {"phase": self.phase}}}
 
     def __repr__(self) -> str:
-        return f"JobRecord({self.key[0]}/{self.key[1]}, uid={self.uid}, version={self.version}, phase={self.phase!r})"
-
+        return f"JobRecord({self.key}, uid={self.uid}, version={self.version}, phase={self.phase!r})"
 
 
 class ObjectRecord:

@@ -1,8 +1,6 @@
-"""The one way this package talks to the API server: plain-JSON calls (parsed with orjson), server-side
-apply and cancellable watches, through the official client's ``ApiClient.call_api`` with its
-credentials and pool. Below its generated methods, which refresh credentials on every call and cost
-more client CPU per request (docs/benchmarks.md); tests/test_kube_client.py fails when what this
-relies on changes.
+"""The one way this package talks to the API server: plain-JSON calls, server-side apply and cancellable
+watches through the official client's ``ApiClient.call_api``, below its generated methods, which cost
+more CPU per request (docs/benchmarks.md); tests/test_kube_client.py checks what this relies on.
 """
 
 from __future__ import annotations
@@ -32,9 +30,8 @@ def _path(resource: Kind, namespace: str | None, name: str | None = None) -> str
 
 
 def widen_pool(api: client.ApiClient, size: int) -> None:
-    """Let ``api`` keep at least ``size`` connections open: every watch holds one for its whole life
-    and every worker needs one per call; a smaller urllib3 pool opens and throws away a connection
-    per request beyond it (with a warning each time)."""
+    """Let ``api`` keep at least ``size`` connections open (a watch holds one for life, a worker one a
+    call): past its pool urllib3 opens and drops a connection per request, warning each time."""
     configuration = api.configuration
     if (configuration.connection_pool_maxsize or 0) >= size:
         return
@@ -49,9 +46,8 @@ class Rest:
     """One ApiClient's calls, each returning the decoded JSON answer or raising ``ApiException``; the
     client sends each request as built here (URL, headers, the token its own hook refreshes)."""
 
-    # How long a bearer token read through the client's refresh hook is used before asking the hook
-    # again: the in-cluster and kubeconfig loaders' hooks set the configuration afresh on every call,
-    # a fifth of a request's CPU; tokens live for minutes or more.
+    # How long a bearer token from the client's refresh hook is reused: the loaders' hooks rebuild the
+    # configuration on every call (docs/benchmarks.md); tokens live for minutes.
     AUTH_TTL = 1.0
 
     def __init__(self, api: client.ApiClient, timeout: float = 30.0) -> None:
@@ -103,9 +99,8 @@ class Rest:
             raise
 
     def apply(self, resource: Kind, obj: dict[str, Any], field_manager: str) -> dict[str, Any]:
-        """Server-side apply of ``obj`` as ``field_manager``, taking over fields others changed
-        (``force``): created when missing, and afterwards exactly what ``obj`` says of the fields
-        this manager owns — fields it set before and leaves out now are removed."""
+        """Server-side apply of ``obj`` as ``field_manager``, forced: created when missing, then exactly
+        what ``obj`` says of the fields this manager owns (those it leaves out now are removed)."""
         meta = obj["metadata"]
         return self.call("PATCH", _path(resource, meta.get("namespace"), meta["name"]), body=obj, content_type=APPLY_PATCH,
                          query=[("fieldManager", field_manager), ("force", "true")])

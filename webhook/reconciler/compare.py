@@ -1,11 +1,8 @@
-"""What would bring a live object to the desired one, answered from the cache alone (so a job whose
-objects are in order costs no request). The live object is what the API server stored: our fields
-after its defaulting, and fields others set. An apply is due when a field we set is missing or
-different — Go zero values aside, which the server drops from ``omitempty`` fields — or an atomic
-map holds other keys; what our field manager owns and the desired object no longer has is removed
-(created by a POST, our fields sit in an *update* entry an apply never removes; of it only data keys,
-labels and annotations are read, :data:`UPDATE_MAPS`). Lists are atomic but ``ownerReferences``,
-merged by ``uid``.
+"""What would bring a live object to the desired one, from the cache alone (a job in order costs no request).
+An apply is due when a field we set is missing or different (Go zero values aside, which the server drops
+from ``omitempty`` fields) or an atomic map holds other keys; what our field manager owns and the desired
+object no longer has is removed (of our POST's *update* entry, only :data:`UPDATE_MAPS`). Lists are atomic
+but ``ownerReferences``, merged by ``uid``.
 """
 
 from __future__ import annotations
@@ -36,8 +33,7 @@ def covered(live: Any, desired: Any, path: Path = ()) -> bool:
     if path in ATOMIC_MAPS:
         return bool(live == desired) or (live is None and is_zero(desired))
     if isinstance(desired, dict):
-        if live is None:
-            return all(covered(None, v, (*path, k)) for k, v in desired.items())
+        live = {} if live is None else live
         return isinstance(live, dict) and all(covered(live.get(k), v, (*path, k)) for k, v in desired.items())
     if isinstance(desired, list):
         if live is None:
@@ -74,9 +70,8 @@ def _fields_paths(fields: dict[str, Any], path: Path) -> set[Path]:
     return out
 
 
-# In our update entry (the POST that made the object) the server also records fields it defaulted
-# (a Service's type, sessionAffinity, internalTrafficPolicy; a Secret's type): not ours to remove.
-# Only these maps, never defaulted, are read from it.
+# Our update entry (the POST that made the object) also holds fields the server defaulted (a Service's
+# type, a Secret's type): not ours to remove. Only these maps, never defaulted, are read from it.
 UPDATE_MAPS = {("data",), ("binaryData",), ("metadata", "labels"), ("metadata", "annotations")}
 
 
@@ -131,9 +126,8 @@ class Changes:
 
 
 def changes(live: dict[str, Any], desired: dict[str, Any]) -> Changes:
-    """Compare, from the cache: fields of ours the desired object no longer has are removed; an
-    atomic map we own whole (a Service's ``selector``) that differs, or anything ``desired`` says
-    that does not hold (:func:`covered`), needs an apply."""
+    """Fields of ours ``desired`` no longer has are removed; an atomic map we own that differs, or
+    anything ``desired`` says that does not hold (:func:`covered`), needs an apply."""
     body = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind")}
     apply = not covered(live, body)
     owned = live.get(OWNED_FIELDS)

@@ -1,10 +1,7 @@
-"""controller-runtime's ``Controller`` in our terms, knowing nothing of jobs: a rate-limited work queue of
-keys, ``workers`` threads running ``reconcile(key)`` (never one key in two at once), and a resync that
-queues every key ``keys()`` names at low priority — at start and every ``resync_seconds``.
-
-``reconcile`` returns None, or a number of seconds after which to look at the key again; what it
-raises sends the key back to the queue with backoff (a ``Retry-After`` honoured), the one place a
-failure is retried.
+"""controller-runtime's ``Controller``, knowing nothing of jobs: ``workers`` threads run ``reconcile(key)``
+on a rate-limited work queue (never one key in two at once), and a resync queues every key of ``keys()``
+at low priority, at start and every ``resync_seconds``. ``reconcile`` returns None or seconds until the
+key is looked at again; what it raises requeues the key with backoff (a ``Retry-After`` honoured).
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from kubernetes.client.rest import ApiException
 from volcano_job_webhook.kube.backoff import retry_after
 from volcano_job_webhook.kube.informer import LISTED, Informer
 
-from .metrics import ReconcilerMetrics
+from .health import ReconcilerMetrics
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -41,7 +38,6 @@ class Controller:
         self.workers = workers
         self.metrics = metrics
         self.queue: WorkQueue[Hashable] = WorkQueue()
-        self._ready = False
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -52,9 +48,8 @@ class Controller:
 
     @property
     def ready(self) -> bool:
-        """Every cache it reads has listed (a cache once synced stays so)."""
-        self._ready = self._ready or all(cache.synced for cache in self.caches)
-        return self._ready
+        """Every cache it reads has listed."""
+        return all(cache.synced for cache in self.caches)
 
     def start(self) -> None:
         for target, name in [*((self._work, f"{self.name}-{i}") for i in range(self.workers)), (self._resync_loop, f"{self.name}-resync")]:
@@ -114,7 +109,6 @@ class Controller:
 
 
 def describe(exc: BaseException) -> str:
-    status = getattr(exc, "status", None)
-    if isinstance(exc, ApiException) and status:
-        return f"HTTP {status}"
+    if isinstance(exc, ApiException) and exc.status:
+        return f"HTTP {exc.status}"
     return str(exc) or type(exc).__name__

@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.kube.rest import Rest
-from volcano_job_webhook.plugins.kinds import EVENT, ObjectKey
+from volcano_job_webhook.plugins.kinds import ObjectKey
 
 from .controller import describe
-from .metrics import ReconcilerMetrics
+from .health import ReconcilerMetrics
+from .owned import EVENT
 
 log = logging.getLogger(__name__)
 COMPONENT = "volcano-job-webhook-reconciler"
@@ -26,7 +27,7 @@ class EventRecorder:
         self.rest = rest
         self.metrics = metrics
         # What was said, by (job's key, reason, subject): the job's kind and uid with the message.
-        self._said: dict[tuple[tuple[str, str], str, str], str] = {}
+        self._said: dict[tuple[ObjectKey, str, str], str] = {}
         self._lock = threading.Lock()
 
     def warn(self, job: JobRecord, reason: str, subject: str, message: str) -> None:

@@ -1,7 +1,6 @@
-"""What a job's reconcile wrote and the cache has not shown yet — client-go's ``ControllerExpectations``
-(the ReplicaSet controller's): a job is not reconciled again until its watch events bring each write,
-or :data:`TIMEOUT` passes, so that it never acts on a cache older than its own writes; and when they
-bring only that, the cache is as the reconcile left it, and the job is not worked out again."""
+"""What a job's reconcile wrote and the cache has not shown yet, as client-go's ``ControllerExpectations``:
+the job waits until its watch events bring each write (or :data:`TIMEOUT` passes), never acting on a cache
+older than its own writes, and is not worked out again when they bring only that."""
 
 from __future__ import annotations
 

@@ -1,34 +1,61 @@
-"""One job's reconcile: the cluster made to hold exactly the side objects the plugins we run want for it.
-
-For a Volcano Job, or an Indexed Job or JobSet that opted in (docs/workloads.md), the chain says
-which objects the job needs (``Chain.resources``: the plugins we run, not Volcano's controller's); the
-reconcile creates the missing ones, repairs drifted ones, and deletes those of ours the job no longer
-asks for — all of them when it is gone or finished. Objects are matched to their job by the uid of
-their controller reference: an earlier job's of the same name are deleted, never adopted. Everything
-is read from the caches, so a job whose objects are in order costs no API call.
+"""One job's reconcile: the cluster made to hold exactly the side objects the plugins we run want for a
+Volcano Job, or an Indexed Job or JobSet that opted in (docs/workloads.md); all of them deleted when it
+is gone or finished. Objects are matched to their job by their controller reference's uid (an earlier
+job's of the same name are deleted, never adopted), and read from the caches: a job in order costs no call.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import threading
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from volcano_job_webhook.kube.informer import Informer
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.plugins import Chain, PluginError, read_workload
-from volcano_job_webhook.plugins.kinds import Kind, ObjectKey
+from volcano_job_webhook.plugins.budget import DATA_LIMIT, STORE_LIMIT
+from volcano_job_webhook.plugins.kinds import CONFIG_MAP, SECRET, Kind, ObjectKey
 
 from .compare import changes
 from .events import EventRecorder
 from .expectations import GONE, Expectations, Ident
-from .kinds import OwnedRecord, controlling, digested
-from .limits import oversize
-from .metrics import ReconcilerMetrics
+from .health import ReconcilerMetrics
+from .owned import OwnedRecord, controlling, digested
 from .writer import ObjectWriter, Write
 
 log = logging.getLogger(__name__)
+
+
+def _decoded_length(value: str) -> int:
+    try:
+        return len(base64.b64decode(value, validate=True))
+    except (binascii.Error, ValueError):
+        return len(value)
+
+
+def _data_size(obj: dict[str, Any]) -> int:
+    if obj.get("kind") == SECRET.kind:
+        return sum(_decoded_length(v) for v in (obj.get("data") or {}).values()) + sum(
+            len(v.encode()) for v in (obj.get("stringData") or {}).values())
+    return sum(len(v.encode()) for v in (obj.get("data") or {}).values()) + sum(
+        _decoded_length(v) for v in (obj.get("binaryData") or {}).values())
+
+
+def oversize(obj: dict[str, Any]) -> str | None:
+    """Why the API server would refuse ``obj`` on every retry (its data or itself over plugins/budget.py's
+    limits), in a sentence naming it, its size and the limit; None when it can be stored."""
+    kind, name = obj.get("kind", ""), (obj.get("metadata") or {}).get("name", "")
+    if kind in (CONFIG_MAP.kind, SECRET.kind) and (size := _data_size(obj)) > DATA_LIMIT:
+        return f"{kind} {name} not written: its data is {size} bytes, over the {DATA_LIMIT}-byte limit on a {kind}'s data"
+    if (size := len(orjson.dumps(obj))) > STORE_LIMIT:
+        return (f"{kind} {name} not written: the object is {size} bytes, over the {STORE_LIMIT}-byte limit on a stored object "
+                "(etcd --max-request-bytes)")
+    return None
 
 
 class JobReconciler:
@@ -45,16 +72,14 @@ class JobReconciler:
         self.events = events
         self.metrics = metrics
         self.expectations = Expectations()
-        # The last state of Secrets deleted under a job that is still there, by job: what the
-        # plugins see of them when they are made again, so that a deleted SSH Secret comes back
-        # with the keys the job's running Pods hold. Dropped once made again or no longer wanted.
+        # By job, the last state of its Secrets deleted while it runs, until made again or no longer wanted:
+        # what the plugins see of them, so that a deleted SSH Secret comes back with the keys its Pods hold.
         self._deleted: dict[ObjectKey, dict[Ident, dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
     def on_owned(self, kind: str, event: str, obj: OwnedRecord | dict[str, Any], owner: ObjectKey) -> None:
-        """An event on an object a job of this kind controls (the controller queues the job next):
-        what the job's expectations wait for. A deletion the watch saw comes as the object it was
-        (Secrets, see the informer's ``deleted_objects``): kept for the plugins until made again."""
+        """An event on an object a job of this kind controls, for the job's expectations; a deleted Secret
+        comes as the object it was (the informer's ``deleted_objects``), kept for the plugins."""
         ident = (kind, obj.key[1] if isinstance(obj, OwnedRecord) else obj["metadata"]["name"])
         self.expectations.observe(owner, ident, GONE if event == "DELETED" else getattr(obj, "version", GONE))
         gone = obj if event == "DELETED" and isinstance(obj, dict) else None
@@ -67,16 +92,14 @@ class JobReconciler:
                 self._drop_deleted(owner, ident)
 
     def reconcile(self, key: ObjectKey) -> None:
-        """Bring one job's side objects to the desired state; raises on an API failure (the key is
-        retried). Nothing is done while the cache has yet to show what its last reconcile wrote, nor
-        when it shows only that (see :class:`~.expectations.Expectations`)."""
+        """Bring one job's side objects to the desired state, raising on an API failure (retried); nothing
+        is done while the cache has yet to show its last writes, or shows only them (:mod:`.expectations`)."""
         namespace, name = key
         job = self.jobs.get(namespace, name)
         if not self.expectations.begin(key, job and job.version, lambda i: getattr(self.owned[i[0]].get(namespace, i[1]), "version", GONE)):
             return
         uid = job.uid if job is not None else None
-        # The job's objects: those its kind's job of that name controls (a Volcano Job and a batch Job
-        # of one name are two jobs).
+        # Those its kind's job of that name controls: a Volcano Job and a batch Job of one name are two jobs.
         records = {(kind, r.key[1]): r for kind, informer in self.owned.items() for r in informer.by_index(key) if r.owner_kind is self.kind}
         # Objects of an earlier Job of the same name (deleted, then made again): never adopted — they
         # hold its SSH key, and a second controller reference would be refused.
@@ -102,8 +125,7 @@ class JobReconciler:
         self.writer.write_all(key, job, writes, deletes, self.expectations)
 
     def _plan(self, job: JobRecord, desired: list[dict[str, Any]], existing: dict[Ident, dict[str, Any]]) -> tuple[set[Ident], list[Write]]:
-        """The (kind, name) of every object the job wants, and the writes of those that differ.
-        Compared as cached: long data values as digests on both sides."""
+        """The (kind, name) of every object the job wants, and the writes of those that differ as cached."""
         wanted = set()
         writes: list[Write] = []
         for obj in desired:
@@ -111,8 +133,7 @@ class JobReconciler:
             wanted.add(ident)
             too_big = oversize(obj)
             if too_big is not None:
-                # Never sent: the API server would refuse it on every retry. The job's other objects
-                # are still made; the job is looked at again when it changes.
+                # Never sent (refused on every retry); the job's other objects are still made.
                 log.warning("job %s/%s: %s", *job.key, too_big)
                 self.metrics.reconciles.labels("too-large").inc()
                 self.events.warn(job, "ObjectTooLarge", ident[1], too_big)
@@ -122,8 +143,6 @@ class JobReconciler:
             if current is None or todo:
                 writes.append((obj, current, todo))
         return wanted, writes
-
-    # What the plugins see of a job's objects -----------------------------------------------------
 
     def _existing(self, key: ObjectKey, uid: str | None, live: dict[Ident, dict[str, Any]]) -> dict[Ident, dict[str, Any]]:
         """The live objects, and the last state of those deleted under the job (a deleted SSH Secret

@@ -1,18 +1,12 @@
-"""Leader election through a ``coordination.k8s.io/v1`` Lease, as client-go's ``leaderelection``.
-
-A candidate takes the Lease when it is free or its holder stopped renewing for ``lease_duration``,
-renews it every ``retry_period``, and stops leading (``is_leader`` false at once) when it could not
-renew within ``renew_deadline``; each update carries the Lease's ``resourceVersion``, so of two
-candidates racing one wins. Time is this process's own monotonic clock, never the times written in
-the Lease: a holder's Lease expires ``lease_duration`` after this process saw it change, and a leader
-counts its renewal from when it sent it, so it stops before any other candidate can have taken over.
-
-Not the client's ``kubernetes.leaderelection``: it leads once and returns, cannot be stopped (so
-cannot release the Lease on SIGTERM within two seconds), and measures on the wall clock.
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, as client-go's ``leaderelection``, timed on this
+process's monotonic clock, never the Lease's times: a leader that cannot renew within ``renew_deadline``
+stops before another candidate can take over. Not the client's ``kubernetes.leaderelection``: it leads
+once, cannot be stopped (nor release the Lease on SIGTERM) and measures on the wall clock.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -25,7 +19,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from volcano_job_webhook.kube.rest import Rest
-from volcano_job_webhook.plugins.kinds import LEASE
+
+from .owned import LEASE
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +28,6 @@ log = logging.getLogger(__name__)
 def _now() -> str:
     """The time as a Lease's ``MicroTime`` is written (RFC 3339, microseconds, UTC)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _record(spec: dict[str, Any]) -> tuple[Any, ...]:
-    return (spec.get("holderIdentity") or "", spec.get("leaseDurationSeconds"), spec.get("acquireTime"), spec.get("renewTime"),
-            spec.get("leaseTransitions"))
 
 
 class LeaderElector:
@@ -50,8 +40,7 @@ class LeaderElector:
         self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
         self.on_change = on_change
         self.clock = clock
-        self.request_timeout = min(retry_period * 2, renew_deadline / 2)
-        self.rest = Rest(api, timeout=self.request_timeout)
+        self.rest = Rest(api, timeout=min(retry_period * 2, renew_deadline / 2))
         self._leader = False
         self._renewed_at = -math.inf
         self._observed: tuple[Any, ...] | None = None
@@ -61,8 +50,7 @@ class LeaderElector:
 
     @property
     def is_leader(self) -> bool:
-        # On our own clock: a leader that cannot renew must stop writing before another replica can
-        # take the Lease over, whether or not the loop has come round to notice.
+        # On our clock, whether or not the loop noticed: a leader stops before another can take over.
         return self._leader and self.clock() - self._renewed_at < self.renew_deadline
 
     def start(self) -> None:
@@ -106,7 +94,8 @@ class LeaderElector:
             self._stop.wait(self.retry_period)
 
     def _observe(self, spec: dict[str, Any], at: float) -> None:
-        record = _record(spec)
+        record = (spec.get("holderIdentity") or "", spec.get("leaseDurationSeconds"), spec.get("acquireTime"), spec.get("renewTime"),
+                  spec.get("leaseTransitions"))
         if record != self._observed:
             self._observed, self._observed_at = record, at
 
@@ -126,29 +115,23 @@ class LeaderElector:
         now = self.clock()
         lease = self.rest.get(LEASE, self.namespace, self.name)
         if lease is None:
-            spec = self._spec(0, None)
-            body = {"apiVersion": LEASE.api_version, "kind": LEASE.kind,
-                    "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}
-            try:
-                self.rest.create(LEASE, self.namespace, body)
-            except ApiException as exc:
-                if exc.status == 409:
-                    return False
-                raise
+            lease = {"apiVersion": LEASE.api_version, "kind": LEASE.kind,
+                     "metadata": {"name": self.name, "namespace": self.namespace}, "spec": self._spec(0, None)}
+            write = functools.partial(self.rest.create, LEASE, self.namespace, lease)
+        else:
+            spec = lease.get("spec") or {}
             self._observe(spec, now)
-            return True
-        spec = lease.get("spec") or {}
-        self._observe(spec, now)
-        holder = spec.get("holderIdentity") or ""
-        if holder and holder != self.identity:
-            duration = spec.get("leaseDurationSeconds") or math.ceil(self.lease_duration)
-            if now < self._observed_at + duration:
-                return False
-        transitions = (spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
-        # The Lease as read, resourceVersion included: of two writers of the same version one gets 409.
-        lease["spec"] = self._spec(transitions, spec.get("acquireTime") if holder == self.identity else None)
+            holder = spec.get("holderIdentity") or ""
+            if holder and holder != self.identity:
+                duration = spec.get("leaseDurationSeconds") or math.ceil(self.lease_duration)
+                if now < self._observed_at + duration:
+                    return False
+            transitions = (spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
+            # The Lease as read, resourceVersion included: of two writers of the same version one gets 409.
+            lease["spec"] = self._spec(transitions, spec.get("acquireTime") if holder == self.identity else None)
+            write = functools.partial(self.rest.replace, LEASE, lease)
         try:
-            self.rest.replace(LEASE, lease)
+            write()
         except ApiException as exc:
             if exc.status == 409:  # someone else wrote first: they won this round
                 return False

@@ -1,14 +1,13 @@
-"""``volcano-webhook reconcile``'s controllers, in controller-runtime's shape: a :class:`Manager` of shared
-caches (on every replica) and controllers (on the leader), :func:`build` (``For(kind).Owns(kinds...)``,
-an owned object's event routed by its controller reference, ``EnqueueRequestForOwner``), and the
-process's :class:`Reconciler`.
+"""``volcano-webhook reconcile``'s controllers in controller-runtime's shape: a :class:`Manager` of shared
+caches (every replica) and controllers (the leader's), :func:`build`, and the process's :class:`Reconciler`.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import Any
 
 from kubernetes import client
@@ -18,13 +17,13 @@ from volcano_job_webhook.kube.informer import EventHandler, Informer
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.kube.rest import Rest, widen_pool
 from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.plugins.kinds import OWNED, SECRET, VOLCANO_JOB, Cached, Kind, ObjectKey, by_resource
+from volcano_job_webhook.plugins.kinds import SECRET, VOLCANO_JOB, Cached, Kind, ObjectKey, by_resource
 
 from .controller import Controller, Reconcile
 from .events import EventRecorder
+from .health import ReconcilerMetrics
 from .jobs import JobReconciler
-from .kinds import MANAGED_SELECTOR, OwnedRecord, WorkloadRecord, controlling
-from .metrics import ReconcilerMetrics
+from .owned import MANAGED_SELECTOR, OWNED, OwnedRecord, WorkloadRecord, controlling
 from .writer import ObjectWriter
 
 # What a cache keeps of each kind, by the table's ``cached`` column: the one place kinds meet records.
@@ -60,9 +59,8 @@ class Manager:
         found = self.caches.get(kind)
         if found is None:
             if kind.cached is Cached.OWNED:
-                # Only our labelled objects, indexed by the workload that controls them. A deleted
-                # Secret comes as it was: an SSH Secret comes back with the keys the job's Pods hold.
-                found = self.informer(kind, transform=OwnedRecord, label_selector=MANAGED_SELECTOR, index=_owner,
+                # Only our labelled objects, by controlling workload; a deleted Secret comes whole (see jobs.py).
+                found = self.informer(kind, transform=OwnedRecord, label_selector=MANAGED_SELECTOR, index=attrgetter("owner"),
                                       deleted_objects=kind is SECRET)
                 found.add_event_handler(self._enqueue_for_owner(kind))
             else:
@@ -132,10 +130,9 @@ class Manager:
 
 def build(manager: Manager, for_: Kind, owns: Iterable[Kind], reconcile: Reconcile, *, observe: OwnedObserver | None = None,
           **options: Any) -> Controller:
-    """controller-runtime's builder, ``For(for_).Owns(owns...).Complete(reconcile)``: a controller
-    whose queue takes the key of every object of ``for_`` that changes and of every one that controls
-    an owned object that changes (``observe`` is told of the latter first); ``options`` are the
-    :class:`Controller`'s."""
+    """controller-runtime's ``For(for_).Owns(owns...).Complete(reconcile)``: a controller queued with the
+    key of each changed object of ``for_`` and of the controller of each changed owned object (``observe``
+    is told of that first); ``options`` are the :class:`Controller`'s."""
     owns = list(owns)
     if any(c.name == for_.resource for c in manager.controllers):
         raise ValueError(f"a controller for {for_.resource} is built already")
@@ -169,13 +166,13 @@ class Reconciler:
         # workers write several objects at once.
         widen_pool(api, len(settings.namespaces or [""]) * (len(kinds) + len(OWNED)) + settings.workers * 4 * len(kinds) + 12)
         self.manager = manager = Manager(api, settings.namespaces, on_synced=on_synced)
-        owned = {kind.kind: manager.cache(kind) for kind in OWNED}
+        owned = {name: manager.cache(kind) for name, kind in OWNED.items()}
         self.events = EventRecorder(Rest(api), metrics)
         self.writer = ObjectWriter(Rest(api), metrics, self.events, threads=settings.workers * 4)
         chain = chain or settings.chain(on_cluster=True)
         for kind in kinds:
             reconciler = JobReconciler(kind, manager.cache(kind), owned, chain, self.writer, self.events, metrics)
-            build(manager, for_=kind, owns=OWNED, reconcile=reconciler.reconcile, observe=reconciler.on_owned,
+            build(manager, for_=kind, owns=OWNED.values(), reconcile=reconciler.reconcile, observe=reconciler.on_owned,
                   workers=settings.workers, resync_seconds=settings.resync_seconds, metrics=metrics)
         metrics.cached_jobs.set_function(lambda: len(self.jobs))
         # Ready keys only: a key held back on purpose (a backoff, a registration's next look) is no
@@ -214,7 +211,3 @@ class Reconciler:
 
     def resync(self) -> int:
         return self.manager.resync()
-
-
-def _owner(record: OwnedRecord) -> Hashable | None:
-    return record.owner

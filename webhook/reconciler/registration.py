@@ -1,12 +1,7 @@
-"""The webhook's registration with the API server: made once the webhook serves, never before, then kept.
-
-A fail-closed webhook registered with its Deployment would refuse every Volcano Pod until a replica
-serves. So the leader applies ``webhook_configurations`` once what they name answers (a ready
-endpoint of the Service, or the URL's ``/readyz``), as Volcano's webhook manager and Kyverno do, and
-keeps them — ``caBundle`` from the serving Secret's ``ca.crt``, drift repaired — even when the
-endpoints go (fail-closed stays so). Each is owned by the install's ClusterRole
-(``registration_owner``): deleting the install deletes them, and with it gone or going nothing is
-registered. What it reads is watched, on the reconciler's manager: a change wakes it.
+"""The webhook's registration: the leader applies ``webhook_configurations`` once what they name serves
+(a ready endpoint of the Service, or the URL's ``/readyz``) — registered earlier, a fail-closed webhook
+would refuse every Volcano Pod — and keeps them even when the endpoints go: ``caBundle`` from the
+serving Secret, drift repaired, owned by the install's ClusterRole so that deleting it deletes them.
 """
 
 from __future__ import annotations
@@ -29,11 +24,13 @@ from volcano_job_webhook.config import ConfigError
 from volcano_job_webhook.kube.informer import Informer
 from volcano_job_webhook.kube.records import ObjectRecord
 from volcano_job_webhook.kube.rest import Rest
-from volcano_job_webhook.plugins.kinds import CLUSTER_ROLE, ENDPOINT_SLICE, SECRET, Kind
+from volcano_job_webhook.plugins.kinds import SECRET, Kind, ObjectKey
 
 from .compare import covered
+from .expectations import Ident
+from .health import ReconcilerMetrics
 from .manager import Manager
-from .metrics import ReconcilerMetrics
+from .owned import CLUSTER_ROLE, ENDPOINT_SLICE
 
 log = logging.getLogger(__name__)
 
@@ -72,21 +69,22 @@ def desired(template: dict[str, Any], ca_bundle: bytes, owner: dict[str, Any] | 
     bundle = base64.b64encode(ca_bundle).decode()
     metadata = {key: value for key, value in template["metadata"].items() if key in ("name", "labels", "annotations")}
     if owner is not None:
-        metadata["ownerReferences"] = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        metadata["ownerReferences"] = [{"apiVersion": CLUSTER_ROLE.api_version, "kind": CLUSTER_ROLE.kind,
                                         "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"]}]
     webhooks = [{**hook, "clientConfig": {**hook["clientConfig"], "caBundle": bundle}} for hook in template.get("webhooks") or []]
-    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": template["kind"], "metadata": metadata, "webhooks": webhooks}
+    return {"apiVersion": WEBHOOK_CONFIGURATIONS[template["kind"]].api_version, "kind": template["kind"], "metadata": metadata,
+            "webhooks": webhooks}
 
 
-def targets(templates: Iterable[dict[str, Any]]) -> tuple[set[tuple[str, str]], set[str]]:
-    """The Services (namespace, name) and URLs the webhooks of ``templates`` are called at."""
-    services: set[tuple[str, str]] = set()
+def targets(templates: Iterable[dict[str, Any]]) -> tuple[set[ObjectKey], set[str]]:
+    """The Services and URLs the webhooks of ``templates`` are called at."""
+    services: set[ObjectKey] = set()
     urls: set[str] = set()
     for template in templates:
         for hook in template.get("webhooks") or []:
             client_config = hook["clientConfig"]
             if "service" in client_config:
-                services.add((client_config["service"]["namespace"], client_config["service"]["name"]))
+                services.add(ObjectKey(client_config["service"]["namespace"], client_config["service"]["name"]))
             else:
                 urls.add(client_config["url"])
     return services, urls
@@ -110,10 +108,8 @@ def url_serves(url: str, ca_bundle: bytes, timeout: float = 2.0) -> bool:
 
 
 class Registrar:
-    """Keeps the configurations of ``templates`` registered: a controller of one key on ``manager`` (so
-    the leader's), woken by the watches of what it reads; ``certificates``, the self-managed
-    certificates' step (certs.cluster.sync), runs first when due: the Secret it writes is what the
-    registration trusts."""
+    """Keeps ``templates`` registered: a controller of one key on ``manager``, woken by the watches of what
+    it reads; ``certificates`` (certs.cluster.sync) first when due, as its Secret is what is trusted."""
 
     def __init__(self, manager: Manager, rest: Rest, templates: list[dict[str, Any]], namespace: str, secret: str, owner: str | None,
                  *, certificates: Callable[[], object] | None = None, metrics: ReconcilerMetrics | None = None) -> None:
@@ -122,7 +118,7 @@ class Registrar:
         self.certificates = certificates
         self.metrics = metrics
         self._certificates_due = 0.0
-        self.registered: set[tuple[str, str]] = set()
+        self.registered: set[Ident] = set()
         self.waiting = False
 
         def named(kind: Kind, name: str, namespace: str = "", transform: Callable[[Any], ObjectRecord] = ObjectRecord) -> Informer[ObjectRecord]:
@@ -152,25 +148,24 @@ class Registrar:
         waits = [*([CERTIFICATES_EVERY] if self.certificates else []), *([URL_EVERY] if self.waiting and self.urls else [])]
         return min(waits, default=None)
 
-    def sync(self) -> list[str]:
-        """Register what is due, repair what drifted, from the caches; the names of the configurations written."""
+    def sync(self) -> None:
+        """Register what is due, repair what drifted, from the caches."""
         secret = _only(self.secret)
         ca_bundle = base64.b64decode(((secret or {}).get("data") or {}).get("ca.crt") or "")
         self.waiting = False
         if not ca_bundle:
             log.info("registration: waiting for ca.crt in the serving Secret")
-            return []
+            return
         owner = None
         if self.owner is not None:
             owner = _only(self.owner)
             if owner is None or owner["metadata"].get("deletionTimestamp"):
                 # The install is being deleted: what is registered goes with its owner.
                 log.info("registration: the owner ClusterRole is gone or going; registering nothing")
-                return []
+                return
         live = {key: _only(cache) for key, cache in self.live.items()}
         missing = [t for t in self.templates if live[t["kind"], t["metadata"]["name"]] is None]
         serving = not missing or self._serving(missing, ca_bundle)
-        written = []
         for template in self.templates:
             key = (template["kind"], template["metadata"]["name"])
             want = desired(template, ca_bundle, owner)
@@ -184,12 +179,10 @@ class Registrar:
             if self.metrics is not None:
                 self.metrics.writes.labels(key[0], "apply").inc()
             self.registered.add(key)
-            written.append(key[1])
         if missing and not serving:
             self.waiting = True
             log.info("registration: waiting for the webhook to serve before registering %s",
                      ", ".join(f"{t['kind']} {t['metadata']['name']}" for t in missing))
-        return written
 
     def _serving(self, templates: list[dict[str, Any]], ca_bundle: bytes) -> bool:
         services, urls = targets(templates)

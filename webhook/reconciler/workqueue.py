@@ -1,7 +1,6 @@
-"""client-go's rate-limited work queue: a key waits at most once, is handled by one worker at a time,
-is handled again after :meth:`WorkQueue.done` when added meanwhile, and a failed one comes back after
-a growing delay. Two priorities, as controller-runtime's priority queue: watch events' keys go before
-a resync's (``low``), so a new job is served while thousands of unchanged ones are looked over.
+"""client-go's rate-limited work queue: a key waits at most once, is handled by one worker at a time (again
+after :meth:`WorkQueue.done` if added meanwhile), and comes back after a growing delay when it fails. Watch
+events' keys go before a resync's (``low``), as in controller-runtime's priority queue.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ class WorkQueue(Generic[K]):
         self._cond = threading.Condition()
         self._high: OrderedDict[K, None] = OrderedDict()
         self._low: OrderedDict[K, None] = OrderedDict()
-        # Keys waiting to be handled (in a queue, or in _processing and to be queued on done), by
-        # whether they are waiting at low priority.
+        # Keys waiting (in a queue, or being handled and queued again on done) → whether at low priority.
         self._dirty: dict[K, bool] = {}
         self._processing: set[K] = set()
         self._delayed: list[tuple[float, int, K]] = []

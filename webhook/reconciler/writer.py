@@ -1,9 +1,6 @@
-"""The reconciler's writes: a job's objects created, repaired or deleted, all of a job's at once.
-
-A POST makes what is missing (it never takes over an object of the same name someone else made);
-server-side apply repairs what drifted, after a merge patch removes what our field manager set and no
-longer wants; a delete is conditional on the uid the cache held. Each write's answer is what the
-job's :class:`~.expectations.Expectations` wait for the cache to show.
+"""The reconciler's writes, all of a job's at once: a POST makes what is missing (never taking over another's
+object of that name), a merge patch and then server-side apply repair drift, a delete is conditional on the
+cached uid. Each answer is what the job's :class:`~.expectations.Expectations` wait for the cache to show.
 """
 
 from __future__ import annotations
@@ -23,8 +20,8 @@ from volcano_job_webhook.plugins.kinds import ObjectKey
 from .compare import Changes, changes
 from .events import EventRecorder
 from .expectations import GONE, Expectations, Ident
-from .kinds import FIELD_MANAGER, MANAGED_SELECTOR, OWNED, OwnedRecord, digest, digested, has_digests, managed
-from .metrics import ReconcilerMetrics
+from .health import ReconcilerMetrics
+from .owned import FIELD_MANAGER, MANAGED_SELECTOR, OWNED, OwnedRecord, digest, digested, has_digests, managed
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +30,7 @@ Written = dict[Ident, Version | None]
 
 
 class CacheBehind(Exception):
-    """The API server holds a version of an object the cache does not yet: the job is reconciled again
-    once the cache has it."""
+    """The API server holds a version the cache does not yet: the job is reconciled again once it has."""
 
 
 class Stopping(Exception):
@@ -66,9 +62,8 @@ class ObjectWriter:
 
     def write_all(self, key: ObjectKey, job: JobRecord | None, writes: list[Write], deletes: dict[Ident, str | None],
                   expectations: Expectations) -> None:
-        """The job's writes and deletes, at once (they are independent, and a new job's objects then
-        take one round trip rather than one each), each answer expected in the cache; raises the first
-        failure once every one is done."""
+        """The job's writes and deletes at once (a new job's objects in one round trip), each answer expected
+        in the cache; raises the first failure once every one is done."""
         calls: list[tuple[Ident, Callable[[Written], None]]] = [
             *(((d["kind"], d["metadata"]["name"]), lambda out, d=d, c=c, t=t: self.ensure(job, d, c, t, out)) for d, c, t in writes),
             *((ident, lambda out, i=ident, u=uid: self.delete(key.namespace, i, u, out)) for ident, uid in deletes.items()),
@@ -116,7 +111,7 @@ class ObjectWriter:
                 written[ident] = GONE if live is None else resource_version(live)
                 raise CacheBehind(f"{kind} {namespace}/{name} exists, not yet in the cache") from None
             self.metrics.writes.labels(kind, "create").inc()
-            # Routine, at debug (four lines a new job, a tenth of the reconciler's CPU at info); a repair is news.
+            # Routine, at debug (at info, logging a new job's creates costs real CPU); a repair is news.
             log.debug("created %s %s/%s", kind, namespace, name)
             written[ident] = resource_version(stored)
             return
@@ -137,9 +132,8 @@ class ObjectWriter:
         log.info("updated %s %s/%s", kind, namespace, name)
 
     def _hydrated(self, desired: dict[str, Any], written: Written) -> dict[str, Any]:
-        """``desired`` with every :class:`Digest` a plugin kept (an SSH key: "keep what is there")
-        replaced by the live value it stands for, read from the API server — the one value the cache
-        does not hold; :class:`CacheBehind` when the live object is not what was kept."""
+        """``desired`` with each :class:`Digest` a plugin kept (an SSH key) replaced by the live value,
+        which the cache does not hold; :class:`CacheBehind` when the live object is not what was kept."""
         if not has_digests(desired):
             return desired
         kind, meta = desired["kind"], desired["metadata"]

@@ -1,5 +1,5 @@
 """The webhook's FastAPI app: ``POST /mutate`` and ``/validate`` (AdmissionReviews, their schema
-from :mod:`.review`'s models), ``/healthz``, ``/readyz``, ``/metrics``. HTTP concerns only; the
+from :mod:`.admission`'s models), ``/healthz``, ``/readyz``, ``/metrics``. HTTP concerns only; the
 decisions are :mod:`.handlers`'."""
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from starlette.types import Receive, Scope, Send
 from volcano_job_webhook import __version__
 from volcano_job_webhook.plugins import Chain
 
+from .admission import AdmissionResponse, AdmissionReview, ReviewError, read_review, review_response
 from .handlers import Handler, JobCache, JobValidator, PodMutator
 from .jobs import JobSource
 from .metrics import WebhookMetrics
-from .review import AdmissionResponse, AdmissionReview, ReviewError, read_review, review_response
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +44,12 @@ async def _body(request: Request, limit: int) -> bytes | None:
         if name == b"content-length" and value.isdigit() and int(value) > limit:
             return None
     chunks, size = [], 0
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect
-        chunk = message.get("body", b"")
+    async for chunk in request.stream():  # ClientDisconnect when the client goes
         size += len(chunk)
         if size > limit:
             return None
         chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    return b"".join(chunks)
 
 
 Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]

@@ -1,9 +1,7 @@
-"""The slow-client defence: what one HTTP client may hold of the webhook (its TLS handshake, time
-for headers and each body, open connections, body bytes across connections), counted in one
-:class:`ConnectionGuard` per server because uvicorn bounds none of it, each guard naming the
-measurement that needs it. Below uvicorn's public API (pinned in pyproject.toml, checked in
-tests/test_connections.py): :class:`GuardedHttpToolsProtocol` extends ``HttpToolsProtocol``'s parser
-callbacks, and :func:`accepting` takes ``Server.serve(sockets=...)``'s ``loop.create_server`` call."""
+"""The slow-client defence, which uvicorn lacks: what one client may hold of the webhook, counted in
+one :class:`ConnectionGuard` per server, each limit naming the measurement that needs it. Below
+uvicorn's public API (pinned in pyproject.toml, checked by tests/test_connections.py): its protocol's
+parser callbacks, and ``Server.serve(sockets=...)``'s ``loop.create_server`` call (:func:`accepting`)."""
 
 from __future__ import annotations
 
@@ -48,8 +46,7 @@ class ConnectionLimits:
     max_handshakes: int = 16
     # bench/fuzz.py's slow attack: RSS < 256 MB with 1,500 bodies of 60 KB held.
     max_buffered_body_bytes: int = 32 * 1024 * 1024
-    # bench/fuzz.py's slow attack: RSS < 256 MB (SO_RCVBUF, inherited by accepted sockets; the TLS
-    # layer keeps the pages it read into for the connection's life).
+    # bench/fuzz.py's slow attack: RSS < 256 MB (accepted sockets inherit SO_RCVBUF; TLS keeps what it read into).
     receive_buffer_bytes: int = 16 * 1024
 
 
@@ -157,16 +154,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data)
 
     def abort(self, status: int, reason: str, message: str) -> None:
-        """Close the connection for ``reason``: with a ``status`` (408), answered first when a request
-        has begun and nothing was answered yet, then closed with TLS's goodbye; with ``status=0``,
-        dropped at once, freeing its buffers now. The application sees the client disconnect."""
-        if self.transport is None or self.transport.is_closing():
-            self._disarm()  # closing already: only stop counting its body
+        """Close the connection for ``reason``: with a ``status`` (408), answered first if a request
+        began and nothing was answered, then closed; with ``status=0``, dropped at once, its buffers
+        freed now. The application sees the client disconnect."""
+        self._disarm()
+        if self.transport is None or self.transport.is_closing():  # closing already: only stop counting its body
             self._release()
             self.guard.withdraw(self)
             return
         self.guard.closed[reason] += 1
-        self._disarm()
         cycle = self.cycle
         # Reading headers, ``cycle`` is the previous request's: write once it is done. Reading a
         # body, it is this one's: write only if nothing was answered (a 413 may have gone already).
@@ -186,8 +182,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
         else:
             self.transport.abort()
-
-    # uvicorn's parser callbacks -------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -243,9 +237,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.held = 0
 
 
-# Accepting connections, before any TLS work is spent on them -------------------------------------
-
-
 class _AfterHandshake(asyncio.Protocol):
     """A connection's protocol while its TLS handshake runs, so the HTTP protocol (a reference cycle
     with its parser until the connection is lost) is made only once it is done: bench/fuzz.py's
@@ -276,9 +267,8 @@ class GuardedListener:
         self._accepting = self._loop.create_task(self._accept(sock), name="accept")
 
     async def _slot(self) -> None:
-        """Wait until fewer than ``max_handshakes`` handshakes are under way, dropping the oldest
-        once it has gone on for ``STALE_HANDSHAKE`` seconds, so that silent clients cannot hold
-        every slot (tests/test_connections.py's clients that never say hello)."""
+        """Wait until fewer than ``max_handshakes`` handshakes are under way, dropping the oldest once
+        it is ``STALE_HANDSHAKE`` old, so that silent clients cannot hold every slot."""
         guard, loop = self.guard, self._loop
         while len(guard.handshakes) >= guard.limits.max_handshakes:
             oldest, started = next(iter(guard.handshakes.items()))
@@ -342,9 +332,8 @@ class GuardedListener:
 
 @contextlib.contextmanager
 def accepting(guard: ConnectionGuard, sockets: Collection[socket.socket], context: ssl.SSLContext) -> Iterator[None]:
-    """While the block runs (on the event loop): when uvicorn opens one of ``sockets`` with the
-    running loop's ``create_server(factory, sock=...)``, a :class:`GuardedListener` with ``context``
-    takes it instead; any other call goes to the loop's own."""
+    """While the block runs, a :class:`GuardedListener` opens ``sockets`` when uvicorn asks the
+    running loop's ``create_server`` to; any other call goes to the loop's own."""
     loop = asyncio.get_running_loop()
     own = loop.create_server
 
@@ -359,9 +348,6 @@ def accepting(guard: ConnectionGuard, sockets: Collection[socket.socket], contex
         yield
     finally:
         del loop.create_server  # the instance attribute: the loop's own method again
-
-
-# What the guard did, and the memory its clients let go -------------------------------------------
 
 
 class GuardCollector:

@@ -15,10 +15,10 @@ from volcano_job_webhook.plugins.keys import ENV_PLACEMENT_ANNOTATION, OPT_IN_LA
 from volcano_job_webhook.plugins.kinds import BATCH_JOB, JOBSET, POD, VOLCANO_JOB, WORKLOADS, Kind, by_group_kind, controller_of, kind_of
 from volcano_job_webhook.plugins.workloads import jobset_child, require_opt_in
 
+from .admission import AdmissionRequest, AdmissionResponse
 from .jobs import JobSource, NamespaceNotWatched
 from .metrics import WebhookMetrics
 from .patch import make_patch
-from .review import AdmissionRequest, AdmissionResponse
 from .shape import pod_shape_problem
 
 log = logging.getLogger(__name__)
@@ -41,9 +41,6 @@ class JobCache:
         self.chain = chain
         self.size = size
         self._entries: OrderedDict[tuple[Any, ...], PreparedJob] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
     def prepared(self, raw: Mapping[str, Any]) -> PreparedJob:
         """The prepared job for ``raw``; raises :class:`PluginError` when it cannot be prepared."""
@@ -152,13 +149,13 @@ class PodMutator:
                            f"Pod of job {job_name} not wired"]
             )
         except Exception as exc:
-            # Not a reason to let the Pod through unwired: the failure policy decides, and Volcano's
-            # controller creates the Pod again.
+            # Not decided, rather than the Pod let through unwired: the failure policy decides, and
+            # Volcano's controller creates the Pod again.
             lookups.labels("error").inc()
             log.warning("job lookup failed: %s", exc, extra=context)
-            return AdmissionResponse.errored(
+            return AdmissionResponse.deny(
                 f"volcano-job-webhook: could not look up {noun} {namespace}/{job_name} ({_describe(exc)}); the Pod is not "
-                "admitted unwired: create it again")
+                "admitted unwired: create it again", code=500, result="error")
         if raw_job is None or (owner is not None and uid_of(raw_job) not in (None, owner)):
             gone = raw_job is not None
             lookups.labels("owner_gone" if gone else "not_found").inc()

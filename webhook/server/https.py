@@ -28,7 +28,6 @@ class ListenError(Exception):
     """The listening socket could not be opened; the message says where, why and what to do."""
 
     def __init__(self, host: str, port: int, error: OSError) -> None:
-        self.host, self.port, self.error = host, port, error
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if error.errno == errno.EADDRINUSE:
             reason = "the address is already in use (another process listens there)"
@@ -62,10 +61,9 @@ def listen(host: str, port: int, backlog: int, receive_buffer: int) -> list[sock
 
 
 class Draining:
-    """ASGI wrapper: once :attr:`draining`, every response says ``Connection: close``. The API server
-    keeps reusing its kept-alive connections to a replica that has left the Service's endpoints; one
-    closed idle under its request is an EOF it does not retry, a refused Pod (1 in 105 in an upgrade,
-    tests/on_node/test_operations.py), while one closed by this header is never reused."""
+    """ASGI wrapper: once :attr:`draining`, every response says ``Connection: close``, so the API server
+    stops reusing its connections to a leaving replica rather than meet one closed under its request
+    (an EOF it does not retry: a refused Pod)."""
 
     def __init__(self, app: Any) -> None:
         self.app, self.draining = app, False
@@ -84,9 +82,8 @@ class Draining:
 
 class HTTPSServer(uvicorn.Server):
     """uvicorn's server on sockets of its own, accepting under :attr:`guard` and serving only over
-    :attr:`reloader`'s context, with the reloader's watch and the ``background`` coroutines running
-    as tasks while it serves. ``run()`` (blocking) or ``await serve()``; set ``should_exit = True``
-    to stop gracefully."""
+    :attr:`reloader`'s context, the reloader's watch and the ``background`` coroutines running while
+    it serves."""
 
     def __init__(self, config: uvicorn.Config, reloader: CertReloader, guard: ConnectionGuard,
                  background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (), drain_seconds: float = 0.0) -> None:
@@ -159,11 +156,9 @@ def build_server(
     drain_seconds: float = 0.0,
     **uvicorn_kwargs: Any,
 ) -> HTTPSServer:
-    """A configured, not yet started, HTTPS-only uvicorn server for ``app`` (``port=0``: a free port,
-    see :attr:`HTTPSServer.addresses`), clients bounded by ``guard``; TLS and the HTTP protocol are
-    set here only (``ssl_*``, ``http``, ``ws`` and ``timeout_keep_alive`` keywords are refused).
-    ``log_config=None`` leaves logging to the application. Raises ``ssl.SSLError``/``OSError`` when
-    the certificate pair or the client CA does not load."""
+    """A configured, not yet started, HTTPS-only uvicorn server for ``app``, clients bounded by
+    ``guard``; TLS and the HTTP protocol are set here only (their uvicorn keywords are refused).
+    Raises ``ssl.SSLError``/``OSError`` when the certificate pair or the client CA does not load."""
     ours = sorted(k for k in uvicorn_kwargs if k.startswith("ssl_") or k in ("http", "ws", "timeout_keep_alive"))
     if ours:
         raise TypeError(f"TLS and the HTTP protocol are configured by build_server itself; unexpected {', '.join(ours)}")

@@ -5,15 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-
-def _cached_labels(metric: Any) -> Callable[..., Any]:
-    """``metric.labels`` memoised: the label sets are few, and ``labels()`` costs more than the
-    increment itself on the admission hot path."""
-    return cache(metric.labels)
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -39,9 +32,10 @@ class WebhookMetrics:
             "volcano_webhook_job_lookups_total", "Job lookups, by result (found, not_found, not_watched, error)",
             ["result"], registry=self.registry,
         )
+        # labels() memoised: the label sets are few, and labels() costs more than the increment on the hot path.
         for name in ("requests", "latency", "patches", "lookups"):
             metric = getattr(self, name)
-            metric.labels = _cached_labels(metric)
+            metric.labels = cache(metric.labels)
         self.cached = Gauge("volcano_webhook_cached_jobs", "Volcano Jobs held in memory (a finished one as its identity only)",
                             registry=self.registry)
         if cached_jobs is not None:

@@ -19,14 +19,9 @@ def escape(key: str) -> str:
 def make_patch(old: Any, new: Any) -> list[Operation]:
     """Operations that turn ``old`` into ``new``; ``[]`` when they are equal."""
     ops: list[Operation] = []
-    _diff(old, new, "", ops)
+    if old != new:
+        _diff_unequal(old, new, "", ops)
     return ops
-
-
-def _diff(old: Any, new: Any, path: str, ops: list[Operation]) -> None:
-    if old == new:
-        return
-    _diff_unequal(old, new, path, ops)
 
 
 def _diff_unequal(old: Any, new: Any, path: str, ops: list[Operation]) -> None:

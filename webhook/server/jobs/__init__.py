@@ -1,5 +1,5 @@
 """Where the webhook finds Jobs: :class:`JobSource`, kept by job files
-(:class:`~.files.DirectoryJobSource`) and by the cluster's cache (:class:`~.kube.KubeJobSource`,
+(:class:`~.directory.DirectoryJobSource`) and by the cluster's cache (:class:`~.kube.KubeJobSource`,
 imported from :mod:`.kube` only, as it needs the ``kubernetes`` client)."""
 
 from __future__ import annotations
@@ -8,17 +8,13 @@ from typing import Any, Protocol
 
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, Kind
 
-from .files import DirectoryJobSource
+from .directory import DirectoryJobSource
 
 __all__ = ["DirectoryJobSource", "JobSource", "NamespaceNotWatched"]
 
 
 class NamespaceNotWatched(LookupError):
     """A lookup in a namespace the source does not serve (``--namespace``): the Pod is not wired."""
-
-    def __init__(self, namespace: str) -> None:
-        super().__init__(namespace)
-        self.namespace = namespace
 
 
 class JobSource(Protocol):

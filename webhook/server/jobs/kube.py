@@ -22,14 +22,11 @@ LookupKey = tuple[Kind, str, str]
 
 
 class KubeJobSource:
-    """The informer's cache of the cluster's Jobs, with a live GET on a miss (a Job created a moment
-    ago may reach us through its first Pod before its watch event), one GET for every Pod asking at
-    once. A namespace the informer does not watch raises :class:`NamespaceNotWatched` unasked; a
-    held Job of another uid than the Pod's owner is asked again. A GET's answer never enters the
-    informer's cache: a found Job is reused for ``lookup_ttl`` seconds, a 404 for ``not_found_ttl``
-    and only for lookups naming no uid, at most ``max_fetched`` of them. Indexed Jobs and JobSets
-    are always looked up this way.
-    """
+    """The informer's cache of the cluster's Volcano Jobs, with a live GET, one for every Pod asking
+    at once, on a miss (a Job's first Pod may come before its watch event), for a held Job of another
+    uid than the Pod's owner, and for Indexed Jobs and JobSets. A GET's answer stays out of the
+    informer's cache: reused for ``lookup_ttl`` seconds (a 404 for ``not_found_ttl``, for lookups
+    naming no uid), at most ``max_fetched`` of them."""
 
     def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), get_timeout: float = 2.0,
                  *, lookup_ttl: float = 5.0, not_found_ttl: float = 1.0, max_fetched: int = 10_000,

@@ -18,10 +18,9 @@ from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.client import api_client
 from volcano_job_webhook.kube.rest import Rest
 
-from .health import HealthServer
+from .health import HealthServer, ReconcilerMetrics
 from .leader import LeaderElector
 from .manager import Reconciler
-from .metrics import ReconcilerMetrics
 from .registration import Registrar, load_configurations
 
 log = logging.getLogger(__name__)

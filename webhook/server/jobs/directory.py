@@ -27,16 +27,12 @@ Signature = dict[Path, tuple[int, int]]
 
 
 class DirectoryJobSource:
-    """Jobs read from ``*.yaml``, ``*.yml`` and ``*.json`` files in one directory, a missing namespace
-    meaning ``default``; the directory is listed again at a lookup ``interval`` seconds after the
-    last look, and changed files are re-read. A file that cannot be read or parsed (over
-    ``max_file_bytes``, not a regular file, too deep, an alias bomb) gets one warning naming it and
-    keeps its last good jobs; so does a job a file earlier in name order holds already.
-
-    A lookup answers from the current table, except when a look under way re-reads only small
-    files, or the job is missing: then it waits for that look (at most ``miss_wait`` seconds), so a
-    Job file written a moment before its Pods is found.
-    """
+    """Jobs read from ``*.yaml``, ``*.yml`` and ``*.json`` files in one directory (no namespace:
+    ``default``), listed again at a lookup ``interval`` seconds after the last look, changed files
+    re-read. A file that cannot be read or parsed gets one warning and keeps its last good jobs; so
+    does a job a file earlier in name order holds already. A lookup waits for a look under way (at
+    most ``miss_wait`` seconds) when its job is missing or only small files are re-read, so a Job
+    file written a moment before its Pods is found."""
 
     def __init__(self, directory: Path, interval: float = 1.0, *, max_file_bytes: int = MAX_INPUT_BYTES,
                  miss_wait: float = 1.0) -> None:

@@ -88,11 +88,6 @@ class AdmissionResponse:
     def deny(cls, message: str, code: int = 403, result: str = "denied") -> AdmissionResponse:
         return cls(allowed=False, message=message, code=code, result=result)
 
-    @classmethod
-    def errored(cls, message: str, code: int = 500, result: str = "error") -> AdmissionResponse:
-        """Not decided: a failed call to the API server (``failurePolicy``); the controller retries."""
-        return cls(allowed=False, message=message, code=code, result=result)
-
 
 def read_review(body: bytes | Any) -> AdmissionReview:
     """The AdmissionReview in ``body`` (JSON, or already decoded), with a ``request``; raises

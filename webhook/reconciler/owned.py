@@ -1,6 +1,6 @@
-"""The kinds the reconciler owns (the table's, by name), how it recognises its own objects, and what its
-caches keep of them (:class:`OwnedRecord`, long data values as digests) and of Indexed Jobs and JobSets
-(:class:`WorkloadRecord`)."""
+"""The kinds the reconciler owns (the table's, by name) and those it reads and writes for itself, how it
+recognises its own objects, and what its caches keep of them (:class:`OwnedRecord`, long data values as
+digests) and of Indexed Jobs and JobSets (:class:`WorkloadRecord`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from volcano_job_webhook.kube.records import Packer, intern_key, resource_version, shared_uid
-from volcano_job_webhook.plugins import kinds as table
 from volcano_job_webhook.plugins.base import Digest
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
-from volcano_job_webhook.plugins.kinds import WORKLOADS, Kind, ObjectKey, controller_of
+from volcano_job_webhook.plugins.kinds import KINDS, WORKLOADS, Cached, Kind, ObjectKey, controller_of
 from volcano_job_webhook.plugins.workloads import finished_phase, opted_in
 
 from .compare import OWNED_FIELDS, owned_paths
@@ -24,7 +23,13 @@ FIELD_MANAGER = MANAGED_BY
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 # The owned kinds by name (how the writer and its caches name them).
-OWNED: dict[str, Kind] = {kind.kind: kind for kind in table.OWNED}
+OWNED: dict[str, Kind] = {kind.kind: kind for kind in KINDS if kind.cached is Cached.OWNED}
+# Its own: the warnings on a workload, the leader's Lease, and what the registration watches (the
+# install's ClusterRole, which owns the webhook configurations, and the webhook Service's endpoints).
+EVENT = Kind("", "v1", "Event", "events", "Event")
+LEASE = Kind("coordination.k8s.io", "v1", "Lease", "leases", "Lease")
+CLUSTER_ROLE = Kind("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "ClusterRole")
+ENDPOINT_SLICE = Kind("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "EndpointSlice")
 
 
 def managed(obj: dict[str, Any]) -> bool:
