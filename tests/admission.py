@@ -1,36 +1,13 @@
-"""kube-apiserver's admission webhooks, for the API-server double (tests/apiserver.py): part (b) of
-the double, what the scenarios beside Volcano need on a machine without kube-apiserver (the
-manifests' webhook configurations registered, the product's answers taken as kube-apiserver takes
-them). tests/test_apiserver_admission.py runs each case on the double and on kube-apiserver.
+"""kube-apiserver's admission webhooks for the API-server double (tests/apiserver.py), as its
+``MutatingAdmissionWebhook`` and ``ValidatingAdmissionWebhook`` plugins call them
+(k8s.io/apiserver/pkg/admission/plugin/webhook): which webhooks match (rules, namespace and object
+selectors), the AdmissionReview POSTed to ``clientConfig.url`` over verified HTTPS within
+``timeoutSeconds``, and the answer taken as they take it — a refusal or a failed call as the same
+Status and client-go words, ``failurePolicy``, JSON patches in turn, warnings. So the product's
+answers are judged here as on a real server; tests/test_apiserver_admission.py runs each case on both.
 
-What the double calls and how, as kube-apiserver's ``MutatingAdmissionWebhook`` and
-``ValidatingAdmissionWebhook`` plugins do (k8s.io/apiserver/pkg/admission/plugin/webhook):
-
-* which webhooks: every ``webhooks[]`` entry of the MutatingWebhookConfigurations (then the
-  ValidatingWebhookConfigurations) stored in the double, configurations by name, webhooks in their
-  order; a webhook is called when one of its ``rules`` matches (operations, apiGroups, apiVersions,
-  resources with ``*``, ``*/*``, ``pods/status``, ``*/status`` and ``scope``), its
-  ``namespaceSelector`` matches the namespace's labels (plus ``kubernetes.io/metadata.name``, which
-  the real server puts on every namespace; cluster-scoped objects always match) and its
-  ``objectSelector`` matches the object's labels or, for UPDATE and DELETE, the old object's;
-* how: an AdmissionReview (the first of the webhook's ``admissionReviewVersions`` that is v1 or
-  v1beta1) POSTed to ``clientConfig.url`` with ``?timeout=<timeoutSeconds>s`` appended, over HTTPS
-  verified against ``caBundle`` (the system roots without one), within ``timeoutSeconds`` (10 by
-  default); a ``clientConfig.service`` cannot be routed here and fails like an unreachable webhook;
-* what comes back: ``allowed: false`` becomes the API error the real server answers (the message
-  ``admission webhook "NAME" denied the request: MESSAGE``, the webhook's status code, raised to 400
-  when it is under 400, as ``webhook/errors.ToStatusErr`` does); a failed call (refused, timed out,
-  TLS, a non-200 answer, a body that is not an AdmissionReview for this request; client-go's words
-  for each) is a 500
-  ``Internal error occurred: failed calling webhook "NAME": ...`` under ``failurePolicy: Fail`` (the
-  v1 default) and is skipped under ``Ignore``; mutating webhooks' JSON patches are applied in turn,
-  each webhook seeing the previous ones' changes; ``response.warnings`` are returned for the API
-  answer's ``Warning`` headers.
-
-Not done, kube-apiserver is the test for these: ``reinvocationPolicy`` (no scenario has a second
-mutating webhook), ``matchConditions`` (CEL: the webhook is called), ``matchPolicy`` (only the
-request's own group/version is matched), ``sideEffects`` (a dry run calls every webhook), the
-exemption of the webhook configurations themselves, audit annotations, the in-tree admission plugins.
+Not done, kube-apiserver is the test for these: ``reinvocationPolicy``, ``matchConditions``,
+``matchPolicy`` (the request's own group/version only), ``sideEffects``, audit annotations.
 """
 
 from __future__ import annotations
@@ -49,6 +26,8 @@ from urllib.parse import urlsplit
 
 import jsonpatch
 
+from tests.manifests_util import selector_matches
+
 Obj = dict[str, Any]
 
 REVIEW_VERSIONS = ("v1", "v1beta1")
@@ -64,10 +43,6 @@ class Rejected(Exception):
     def __init__(self, status: Obj) -> None:
         super().__init__(status.get("message", ""))
         self.status = status
-
-    @property
-    def code(self) -> int:
-        return int(self.status.get("code") or 500)
 
 
 @dataclass(frozen=True)
@@ -104,36 +79,7 @@ class Call:
     patched: bool = False
 
 
-# --------------------------------------------------------------------------
-# Matching
-# --------------------------------------------------------------------------
-
-
-def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str] | None) -> bool:
-    """A ``metav1.LabelSelector`` (matchLabels, matchExpressions with In, NotIn, Exists,
-    DoesNotExist); an absent or empty selector matches everything. NotIn and DoesNotExist match a
-    missing label, as in ``labels.Selector``."""
-    if not selector:
-        return True
-    labels = labels or {}
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expression in selector.get("matchExpressions") or []:
-        key, op = expression.get("key"), expression.get("operator")
-        values = expression.get("values") or []
-        present = key in labels
-        if op == "In" and not (present and labels[key] in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            return False  # the real server refuses such a configuration when it is stored
-    return True
+# Matching ----------------------------------------------------------------------------------------
 
 
 def _listed(values: Iterable[str] | None, value: str) -> bool:
@@ -182,9 +128,7 @@ def webhooks(configurations: Iterable[Obj]) -> list[Obj]:
     return out
 
 
-# --------------------------------------------------------------------------
-# Errors, as kube-apiserver builds them
-# --------------------------------------------------------------------------
+# Errors, as kube-apiserver builds them -----------------------------------------------------------
 
 
 class CallFailed(Exception):
@@ -220,9 +164,7 @@ def denial(webhook: str, result: Mapping[str, Any] | None) -> Rejected:
     return Rejected({"kind": "Status", "apiVersion": "v1", "metadata": {}, **status})
 
 
-# --------------------------------------------------------------------------
-# Calling one webhook
-# --------------------------------------------------------------------------
+# Calling one webhook -----------------------------------------------------------------------------
 
 
 def _review(hook: Mapping[str, Any], attrs: Attributes, obj: Obj | None, version: str) -> Obj:
@@ -323,9 +265,7 @@ def call_webhook(hook: Mapping[str, Any], attrs: Attributes, obj: Obj | None) ->
     return response
 
 
-# --------------------------------------------------------------------------
-# The two plugins
-# --------------------------------------------------------------------------
+# The two plugins ---------------------------------------------------------------------------------
 
 
 @dataclass

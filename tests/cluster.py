@@ -1,34 +1,10 @@
-"""A cluster with Volcano's job controller, for scenarios that run the product beside Volcano; the
-same scenario code runs on both backends:
-
-* **real**: a kube-apiserver of its own (``KUBEBUILDER_ASSETS``, tests/envtest.py) with Volcano's
-  CRDs and Queue ``default``, and Volcano's ``vc-controller-manager`` (``VOLCANO_CONTROLLER`` names
-  the binary), started as /work/shared/real-kubernetes.md says. Both run for the whole session: the
-  controller watches every namespace, so the API server is not the one other tests share;
-* **emulated**: the API-server double (tests/apiserver.py, which calls admission webhooks) with the
-  same CRDs created in it, and tests/volcano_controller.py in a thread, per test.
-
-``volcano_cluster`` (tests/conftest.py) is the real one when both binaries exist, else the emulated
-one; ``real_volcano_cluster`` skips naming what is missing; ``emulated_volcano_cluster`` is always
-the emulation (its :attr:`VolcanoCluster.emulator` has the counters). Each gives a fresh namespace
-and a :class:`VolcanoCluster`::
-
-    def test_x(volcano_cluster):
-        c = volcano_cluster
-        c.register_webhooks(webhook_url, ca_bundle)          # what the install's reconciler registers
-        job = c.create(volcano_job("j", c.namespace))          # as the administrator
-        c.wait(lambda: c.get("Secret", "j-ssh"), "Volcano's Secret")
-        c.inqueue("j")                                         # vc-scheduler's part: Pods come
-        pods = c.wait(lambda: len(c.pods("j")) == 3 and c.pods("j"), "the Pods")
-        c.restart("j")                                         # vcctl job restart
-        c.finish("j")                                          # every Pod Succeeded
-
-Volcano's CRDs are read from ``VOLCANO_CRDS`` (a directory), else ``../shared/volcano-crds`` next to
-the repository (/work/shared/volcano-crds here), as data. Without them the double serves the four
-kinds anyway (no schema); the real backend needs them.
-
-Without Volcano, :func:`api_server` gives a test a namespace of either API server alone — the double,
-or the session's kube-apiserver — so a test of what the double serves holds it to the real one.
+"""A namespace of a cluster where Volcano's job controller runs, for the scenarios beside Volcano; the
+same scenario code runs on both backends (docs/architecture.md's tests table says why both):
+**real**, a kube-apiserver of the session's own with Volcano's CRDs and ``vc-controller-manager``
+(``VOLCANO_CONTROLLER``); **emulated**, the API-server double with the same CRDs and
+tests/volcano_controller.py, per test. Volcano's CRDs come from ``VOLCANO_CRDS`` or
+``../shared/volcano-crds``. :func:`api_server` gives either API server alone, so a test of the double
+holds it to the real one; :func:`whole_volcano` runs Volcano's scheduler and admission too.
 """
 
 from __future__ import annotations
@@ -36,7 +12,6 @@ from __future__ import annotations
 import functools
 import os
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -56,24 +31,27 @@ from tests.envtest import (
     EnvTest,
     Process,
     ProductWebhook,
-    _make_ca_and_serving_cert,
     apply,
     create,
     delete,
     find_assets,
     free_port,
+    http_ok,
+    install_crds,
     new_namespace,
     read,
+    read_path,
     request,
     serving_webhook,
     start_product,
     status_message,
     wait_until,
     webhook_configurations,
+    write_certs,
 )
 from tests.jobs import job_owner
-from tests.kustomize import DEFAULT_VARIANT
-from tests.volcano_controller import JOB_API_VERSION, VolcanoController, path
+from tests.kustomize import DEFAULT_VARIANT, documents
+from tests.volcano_controller import JOB_API_VERSION, VolcanoController, list_items, path
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -105,8 +83,7 @@ def crds_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
 
 @functools.cache
 def volcano_crds(directory: Path) -> tuple[Obj, ...]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return tuple(yaml.load((directory / f).read_text(encoding="utf-8"), Loader=loader) for f in CRD_FILES)
+    return tuple(documents((directory / f).read_text(encoding="utf-8"))[0] for f in CRD_FILES)
 
 
 def scheduler_crds(directory: Path) -> tuple[Obj, ...]:
@@ -141,13 +118,9 @@ def kind_path(kind: str, namespace: str | None, name: str | None = None, subreso
 
 @dataclass
 class VolcanoCluster:
-    """One test's view: a namespace of a cluster where Volcano's job controller runs.
-
-    ``admin`` may do anything; ``user`` is the product's user (on the real backend the token user
-    with exactly the RBAC manifests/ grant the webhook's ServiceAccount; on the double the same as
-    ``admin``: it has no authorization). ``emulator`` is the emulated controller (counters, writes,
-    events), None on the real backend; ``api`` is the double, None on the real backend.
-    """
+    """One test's namespace of a cluster where Volcano's job controller runs. ``user`` is the product's
+    (on the real backend with exactly the manifests' RBAC; the double authorizes nothing, so there it
+    is ``admin``); ``emulator`` and ``api`` are the emulated controller and the double, None on the real backend."""
 
     backend: str  # "real" or "emulated"
     admin: client.ApiClient
@@ -175,12 +148,9 @@ class VolcanoCluster:
 
     def register_webhooks(self, base_url: str, ca_bundle: bytes, *, variant: str = DEFAULT_VARIANT,
                           timeout: float = WAIT) -> list[Obj]:
-        """Register the install variant's Mutating- and ValidatingWebhookConfigurations (webhooks.yaml
-        of its settings ConfigMap, what its reconciler registers) with ``clientConfig.url`` =
-        ``base_url`` + each path and ``caBundle`` (tests/envtest.py's ``webhook_configurations``),
-        as the administrator, and return once the API server calls the mutating one: a
-        dry-run Pod of a Volcano job in this namespace comes back differently (a warning, an error,
-        a change) from before. The real server needs about a second; the double none."""
+        """Register the webhook configurations the variant's reconciler would, calling ``base_url``
+        (tests/envtest.py's ``webhook_configurations``), and return once the API server calls them: a
+        dry-run Pod comes back otherwise than before (a real server takes about a second)."""
         probe = {"apiVersion": "v1", "kind": "Pod",
                  "metadata": {"name": "webhook-probe", "namespace": self.namespace,
                               "labels": {"volcano.sh/job-name": "webhook-probe"}},
@@ -225,18 +195,10 @@ class VolcanoCluster:
 
     def get(self, kind: str, name: str) -> Obj | None:
         """One object of this namespace (a Queue: cluster-wide), None when absent."""
-        try:
-            found: Obj = request(self.admin, "GET", kind_path(kind, self.namespace, name))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return found
+        return read_path(self.admin, kind_path(kind, self.namespace, name))
 
     def list(self, kind: str, selector: str | None = None) -> list[Obj]:
-        query = [("labelSelector", selector)] if selector else []
-        items: list[Obj] = request(self.admin, "GET", kind_path(kind, self.namespace), query=query)["items"]
-        return items
+        return list_items(self.admin, kind_path(kind, self.namespace), selector)
 
     def pods(self, job: str) -> list[Obj]:
         """The Job's Pods, by name."""
@@ -281,9 +243,7 @@ class VolcanoCluster:
         """Set the Job's PodGroup to ``phase`` (vc-scheduler's enqueue action), once the controller
         has made it. Returns the PodGroup."""
         podgroup = self.wait(lambda: self.podgroup(job), f"the PodGroup of Job {job}", timeout)
-        patched: Obj = request(self.admin, "PATCH", kind_path("PodGroup", self.namespace, podgroup["metadata"]["name"]),
-                               body={"status": {"phase": phase}}, content_type="application/merge-patch+json")
-        return patched
+        return self._set_phase("PodGroup", podgroup["metadata"]["name"], phase)
 
     def restart(self, job: str, action: str = "RestartJob") -> Obj:
         """What ``vcctl job restart`` creates: a Command whose target and controller are the Job."""
@@ -298,7 +258,10 @@ class VolcanoCluster:
 
     def set_pod_phase(self, name: str, phase: str) -> Obj:
         """Write a Pod's ``status.phase`` through the status subresource, as a kubelet would."""
-        patched: Obj = request(self.admin, "PATCH", kind_path("Pod", self.namespace, name, "status"),
+        return self._set_phase("Pod", name, phase, "status")
+
+    def _set_phase(self, kind: str, name: str, phase: str, subresource: str | None = None) -> Obj:
+        patched: Obj = request(self.admin, "PATCH", kind_path(kind, self.namespace, name, subresource),
                                body={"status": {"phase": phase}}, content_type="application/merge-patch+json")
         return patched
 
@@ -307,9 +270,7 @@ class VolcanoCluster:
         return [self.set_pod_phase(p["metadata"]["name"], phase) for p in self.pods(job)]
 
 
-# --------------------------------------------------------------------------
-# Either API server alone
-# --------------------------------------------------------------------------
+# Either API server alone -------------------------------------------------------------------------
 
 SERVERS = ("double", "real")
 
@@ -338,9 +299,7 @@ def api_server(backend: str, request: pytest.FixtureRequest) -> Iterator[ServerN
         yield ServerNamespace("double", admin, new_namespace(admin), double)
 
 
-# --------------------------------------------------------------------------
-# The emulated backend
-# --------------------------------------------------------------------------
+# The emulated backend ----------------------------------------------------------------------------
 
 
 def install_volcano(api: client.ApiClient, double: FakeApiServer | None = None, timeout: float = WAIT,
@@ -356,15 +315,8 @@ def install_volcano(api: client.ApiClient, double: FakeApiServer | None = None, 
             double.register_resource(rt)
     else:
         crds = volcano_crds(directory) + (scheduler_crds(directory) if scheduler else ())
-        for crd in crds:
-            # The double checks no schema: leave out Volcano's (the Job's is 228 KB) to keep each test fast.
-            apply(api, crd if double is None else without_schema(crd))
-        for crd in crds:
-            def established(crd: Obj = crd) -> bool:
-                stored = read(api, "apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"]) or {}
-                return any(c.get("type") == "Established" and c.get("status") == "True"
-                           for c in (stored.get("status") or {}).get("conditions") or [])
-            wait_until(established, timeout, f"CRD {crd['metadata']['name']} to be established")
+        # The double checks no schema: leave out Volcano's (the Job's is 228 KB) to keep each test fast.
+        install_crds(api, [crd if double is None else without_schema(crd) for crd in crds], timeout)
     if scheduler:
         return
     try:
@@ -398,14 +350,12 @@ def emulated_cluster(**controller_options: Any) -> Iterator[VolcanoCluster]:
             admin.close()
 
 
-# --------------------------------------------------------------------------
-# The real backend
-# --------------------------------------------------------------------------
+# The real backend --------------------------------------------------------------------------------
 
 
 @dataclass
 class RealVolcano:
-    """kube-apiserver, etcd and vc-controller-manager for a session (see the module docstring)."""
+    """kube-apiserver, etcd and vc-controller-manager for a session."""
 
     assets: Path
     binary: Path
@@ -448,22 +398,16 @@ def start_controller(binary: Path, kubeconfig: Path, log_path: Path, timeout: fl
     process = Process.start("vc-controller-manager", [
         str(binary), f"--kubeconfig={kubeconfig}", "--leader-elect=false", f"--controllers={controllers}",
     ], log_path)
-
-    def running() -> bool:
-        assert process.alive, f"vc-controller-manager exited:\n{process.log(tail=40)}"
-        return "JobController is running" in process.log()
-
     try:
-        wait_until(running, timeout, "vc-controller-manager's 'JobController is running'", log=lambda: process.log(tail=40))
+        process.wait_for(lambda: "JobController is running" in process.log(), timeout,
+                         "vc-controller-manager's 'JobController is running'")
     except BaseException:
         process.stop()
         raise
     return process
 
 
-# --------------------------------------------------------------------------
-# A whole Volcano: scheduler, controllers and admission (real-kubernetes.md, "A whole Volcano")
-# --------------------------------------------------------------------------
+# A whole Volcano: scheduler, controllers and admission (real-kubernetes.md, "A whole Volcano") ---
 
 SCHEDULER_ENV, ADMISSION_ENV = "VOLCANO_SCHEDULER", "VOLCANO_ADMISSION"
 # Gang scheduling as Volcano's chart configures it, less the plugins that need a metrics server.
@@ -519,17 +463,14 @@ def volcano_missing(environ: Mapping[str, str] = os.environ) -> str | None:
 def whole_volcano(api: client.ApiClient, kubeconfig: Path, workdir: Path,
                   environ: Mapping[str, str] = os.environ) -> Iterator[dict[str, Process]]:
     """Volcano as its chart runs it, through ``kubeconfig`` (a ``system:masters`` user): its CRDs,
-    ``vc-scheduler`` (it makes the Queues and moves PodGroups to ``Inqueue``), the job and PodGroup
-    controllers, and ``vc-webhook-manager`` serving its default admissions (Jobs, Pods, PodGroups,
-    Queues; it refuses plugin names Volcano does not know in spec.plugins, which is why ours go in
-    the job annotation) on loopback with a CA of its own, registered as Volcano's chart registers
-    them. Yields the processes by name; stops them and takes the registrations away on exit."""
+    ``vc-scheduler``, the job, PodGroup and queue controllers, and ``vc-webhook-manager`` on loopback,
+    registered as the chart registers it (it refuses plugin names Volcano does not know in
+    spec.plugins: why ours go in the job annotation). Yields the processes by name; on exit stops them
+    and takes the registrations away."""
     install_volcano(api, scheduler=True)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "scheduler.conf").write_text(SCHEDULER_CONF)
-    ca, _, cert, key = _make_ca_and_serving_cert()
-    for name, data in (("ca.crt", ca), ("tls.crt", cert), ("tls.key", key)):
-        (workdir / name).write_bytes(data)
+    write_certs(workdir, ca_name="volcano-admission-ca")
     port = free_port()
     processes: dict[str, Process] = {}
     try:
@@ -537,8 +478,7 @@ def whole_volcano(api: client.ApiClient, kubeconfig: Path, workdir: Path,
             environ[SCHEDULER_ENV], f"--kubeconfig={kubeconfig}", "--leader-elect=false",
             f"--scheduler-conf={workdir / 'scheduler.conf'}", f"--listen-address=127.0.0.1:{free_port()}"],
             workdir / "vc-scheduler.log")
-        wait_until(lambda: scheduler.running() and read(api, API_VERSIONS["Queue"], "Queue", "default"), WAIT,
-                   "vc-scheduler to make the Queue default", log=lambda: scheduler.log(tail=30))
+        scheduler.wait_for(lambda: read(api, API_VERSIONS["Queue"], "Queue", "default"), WAIT, "vc-scheduler to make the Queue default")
         # The queue controller too: Volcano's admission takes Jobs only into an Open Queue.
         processes["vc-controller-manager"] = start_controller(
             Path(environ[CONTROLLER_ENV]), kubeconfig, workdir / "vc-controller-manager.log",
@@ -556,11 +496,10 @@ def whole_volcano(api: client.ApiClient, kubeconfig: Path, workdir: Path,
             apply(api, obj)
 
         def patched() -> bool:
-            return admission.running() and all(
-                (read(api, o["apiVersion"], o["kind"], o["metadata"]["name"]) or {}).get("webhooks", [{}])[0]
-                .get("clientConfig", {}).get("caBundle") for o in configurations)
+            return all((read(api, o["apiVersion"], o["kind"], o["metadata"]["name"]) or {}).get("webhooks", [{}])[0]
+                       .get("clientConfig", {}).get("caBundle") for o in configurations)
 
-        wait_until(patched, WAIT, "vc-webhook-manager to fill in its caBundles", log=lambda: admission.log(tail=30))
+        admission.wait_for(patched, WAIT, "vc-webhook-manager to fill in its caBundles")
         time.sleep(1.0)  # a new registration takes about a second to take effect (real-kubernetes.md)
         yield processes
     finally:
@@ -616,15 +555,7 @@ def product_reconciler(cluster: VolcanoCluster, workdir: Path, *args: str, timeo
                             workdir / "reconcile.log")
     health = f"http://127.0.0.1:{port}"
     try:
-        def ready() -> bool:
-            assert process.alive, f"reconcile exited:\n{process.log(tail=40)}"
-            try:
-                with urllib.request.urlopen(f"{health}/readyz", timeout=2) as answer:
-                    return bool(answer.status == 200)
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                return False
-
-        wait_until(ready, timeout, "the reconciler's /readyz (caches synced)", log=lambda: process.log(tail=40))
+        process.wait_for(lambda: http_ok(f"{health}/readyz"), timeout, "the reconciler's /readyz (caches synced)")
         yield ProductReconciler(process, health)
     finally:
         process.stop()

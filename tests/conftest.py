@@ -1,8 +1,6 @@
-"""Shared fixtures: the example jobs, a jobs directory to write into, an in-process webhook client,
-the API-server double (``api_double``, with ``k8s`` and ``core`` clients of it; see
-tests/apiserver.py), a real API server (``envtest``, ``apiserver_factory``, ``kube_admin``, ``kube_namespace``; see
-tests/envtest.py), and a cluster where Volcano's job controller runs (``volcano_cluster``,
-``real_volcano_cluster``, ``emulated_volcano_cluster``, or ``cluster``: each in turn; see tests/cluster.py)."""
+"""Shared fixtures: the example jobs, an in-process webhook client, the API-server double
+(tests/apiserver.py), a real API server (tests/envtest.py), and a cluster where Volcano's job
+controller runs, real or emulated (tests/cluster.py)."""
 
 from __future__ import annotations
 
@@ -62,31 +60,28 @@ async def client(jobs_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 def api_double() -> Iterator[FakeApiServer]:
-    """A fresh in-process API-server double, stopped afterwards: for (a) what a real server cannot stage
-    on cue or (b) what a machine without kube-apiserver must still cover (tests/apiserver.py); each
-    test file that takes it says which in its docstring."""
+    """A fresh API-server double (each test file that takes it says why: docs/architecture.md's tests table)."""
     with FakeApiServer() as server:
         yield server
 
 
 @pytest.fixture
 def k8s(api_double: FakeApiServer) -> Iterator[kube_client.ApiClient]:
-    """An official client of ``api_double``, for the same (a) or (b)."""
+    """An official client of ``api_double``."""
     with api_double.api_client() as api_client:
         yield api_client
 
 
 @pytest.fixture
 def core(k8s: kube_client.ApiClient) -> kube_client.CoreV1Api:
-    """``CoreV1Api`` of ``api_double``, for the same (a) or (b)."""
+    """``CoreV1Api`` of ``api_double``."""
     return kube_client.CoreV1Api(k8s)
 
 
 @pytest.fixture
 def certs_cluster(api_double: FakeApiServer) -> FakeApiServer:
-    """``api_double`` as ``volcano-webhook certs`` finds a cluster: namespace volcano-job-webhook and
-    the webhook configurations volcano-job-webhook, without a caBundle (two mutating webhooks, so
-    that each is seen to get one)."""
+    """``api_double`` as ``volcano-webhook certs`` finds a cluster: the namespace, and the webhook
+    configurations without a caBundle (two mutating webhooks, so that each is seen to get one)."""
     admission = kube_client.AdmissionregistrationV1Api(api_double.api_client())
     hook = {"name": "pods.volcano-job-webhook.io", "sideEffects": "None", "admissionReviewVersions": ["v1"],
             "clientConfig": {"service": {"namespace": "volcano-job-webhook", "name": "volcano-job-webhook", "path": "/mutate"}}}
@@ -103,21 +98,11 @@ ApiServerFactory = Callable[..., EnvTest]
 
 @pytest.fixture(scope="session")
 def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServerFactory]:
-    """``apiserver_factory(admission_plugins=())`` → a running :class:`EnvTest`.
-
-    One API server (with its own etcd) per distinct set of extra ``admission_plugins`` for the whole
-    session: asking twice gives the same server, so tests must not depend on a cluster nobody else
-    has touched — work in your own namespace (``kube_namespace``, or ``tests.envtest.new_namespace``)
-    and name cluster-scoped objects so they cannot collide; narrow ``audit_events`` by ``since``. Each server promises: ``/readyz`` ok, the
-    Volcano Job CRD served, and the manifests' Namespace ``volcano-job-webhook`` and RBAC applied
-    with each ServiceAccount subject rebound to the token user of the same name
-    (``WEBHOOK_USER``; ``NOBODY`` has no binding). All are stopped at session end.
-    E.g. ``apiserver_factory(admission_plugins=[OWNER_REFERENCES_ENFORCEMENT])`` behaves like
-    OpenShift: setting ``blockOwnerDeletion`` needs ``update`` on the owner's ``finalizers``.
-
-    Skips when ``KUBEBUILDER_ASSETS`` does not name a directory with ``kube-apiserver`` and ``etcd``,
-    or when no kubectl renders the manifests (tests/kustomize.py).
-    """
+    """``apiserver_factory(admission_plugins=())``: a running :class:`EnvTest` with the Job CRD and the
+    manifests' RBAC (:meth:`EnvTest.install_prerequisites`), one per set of extra admission plugins
+    for the whole session. Shared, so work in your own namespace, name cluster-scoped objects so
+    they cannot collide, and narrow ``audit_events`` by ``since``. Skips without
+    ``KUBEBUILDER_ASSETS`` or kubectl."""
     servers: dict[frozenset[str], EnvTest] = {}
     failures: dict[frozenset[str], BaseException] = {}  # a server that failed to start is not retried
 
@@ -151,8 +136,7 @@ def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiS
 
 @pytest.fixture(scope="session")
 def envtest(apiserver_factory: ApiServerFactory) -> EnvTest:
-    """The session's API server with the default admission plugins (see ``apiserver_factory``):
-    ``envtest.host``, ``envtest.ca_file``, ``envtest.api_client(user)``, ``envtest.kubeconfig(user)``."""
+    """The session's API server with the default admission plugins (see ``apiserver_factory``)."""
     return apiserver_factory()
 
 
@@ -164,9 +148,8 @@ def kube_admin(envtest: EnvTest) -> kube_client.ApiClient:
 
 @pytest.fixture
 def kube_namespace(envtest: EnvTest, kube_admin: kube_client.ApiClient) -> str:
-    """A fresh namespace of ``envtest`` (``test-<random>``) with its ``default`` ServiceAccount, so
-    Pods can be created in it. Not deleted afterwards: without a controller-manager a namespace never
-    finishes terminating, and the API server goes at session end anyway."""
+    """A fresh namespace of ``envtest`` with its ``default`` ServiceAccount; not deleted, as without a
+    controller-manager it would never finish terminating."""
     return new_namespace(kube_admin)
 
 
@@ -175,9 +158,8 @@ def kube_namespace(envtest: EnvTest, kube_admin: kube_client.ApiClient) -> str:
 
 @pytest.fixture(scope="session")
 def real_volcano(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealVolcano]:
-    """kube-apiserver with Volcano's CRDs and vc-controller-manager, for the session (they are not
-    shared with the other envtest fixtures: the controller watches every namespace). Skips naming
-    what is missing: ``VOLCANO_CONTROLLER``, ``KUBEBUILDER_ASSETS`` or Volcano's CRDs."""
+    """kube-apiserver with Volcano's CRDs and vc-controller-manager for the session, not shared with
+    ``envtest`` (the controller watches every namespace); skips naming what is missing."""
     missing = real_missing()
     if missing:
         pytest.skip(missing)
@@ -193,8 +175,8 @@ def real_volcano(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealVolca
 
 @pytest.fixture
 def real_volcano_cluster(real_volcano: RealVolcano) -> Iterator[VolcanoCluster]:
-    """A fresh namespace where Volcano's real job controller runs (skips without it). Webhooks the
-    test registered are removed afterwards: the API server serves the whole session."""
+    """A fresh namespace where Volcano's real job controller runs; the test's webhooks are removed
+    afterwards, as the API server serves the whole session."""
     cluster = real_volcano.cluster()
     try:
         yield cluster
@@ -204,10 +186,8 @@ def real_volcano_cluster(real_volcano: RealVolcano) -> Iterator[VolcanoCluster]:
 
 @pytest.fixture
 def emulated_volcano_cluster(request: pytest.FixtureRequest) -> Iterator[VolcanoCluster]:
-    """A fresh API-server double with Volcano's CRDs, a namespace, and tests/volcano_controller.py
-    running in it (``.emulator``: counters, writes, events); runs on any machine. Options of the
-    emulator come from the test's ``volcano_controller`` marker, e.g.
-    ``@pytest.mark.volcano_controller(retry_cap=2.0)`` for retries closer to Volcano's pace."""
+    """A fresh API-server double with Volcano's CRDs and tests/volcano_controller.py running in a
+    namespace; the emulator's options come from the test's ``volcano_controller`` marker."""
     marker = request.node.get_closest_marker("volcano_controller")
     with emulated_cluster(**(marker.kwargs if marker else {})) as cluster:
         yield cluster
@@ -215,16 +195,14 @@ def emulated_volcano_cluster(request: pytest.FixtureRequest) -> Iterator[Volcano
 
 @pytest.fixture(params=["emulated", "real"])
 def cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
-    """Each backend in turn: the test on the emulation, and again on Volcano's real controller
-    (skipped without it); ``volcano_cluster`` is the one backend this machine runs best."""
+    """Each backend in turn: the emulation, then Volcano's real controller (skipped without it)."""
     found: VolcanoCluster = request.getfixturevalue(f"{request.param}_volcano_cluster")
     return found
 
 
 @pytest.fixture
 def volcano_cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
-    """Where the scenarios run: Volcano's real job controller when this machine has it and a
-    kube-apiserver (``VOLCANO_CONTROLLER``, ``KUBEBUILDER_ASSETS``), else the emulation."""
+    """Volcano's real job controller where this machine has it, else the emulation."""
     backend = "real_volcano_cluster" if real_missing() is None else "emulated_volcano_cluster"
     cluster: VolcanoCluster = request.getfixturevalue(backend)
     return cluster

@@ -1,38 +1,15 @@
-"""A real kube-apiserver and etcd for the tests, envtest-style (see ../shared/real-kubernetes.md).
-
-The binaries come from the directory named by ``KUBEBUILDER_ASSETS`` (``kube-apiserver``, ``etcd``),
-the layout controller-runtime's envtest and ``setup-envtest use 1.36 -p path`` give; without it the
-fixtures in ``tests/conftest.py`` skip. Nothing else of a cluster runs: no controller-manager (no
-garbage collection, no ``default`` ServiceAccount in new namespaces, namespaces never finish
-terminating), no scheduler, no kubelet (Pods stay Pending, which is all admission needs).
-
-What :class:`EnvTest` sets up in its work directory:
-
-* one CA (``ca.crt``) that signed the API server's serving certificate (IP SAN 127.0.0.1) and is
-  also its ``--client-ca-file``;
-* a service-account key pair, so ``TokenRequest`` and projected token volumes work;
-* ``tokens.csv``: user :data:`ADMIN` in ``system:masters``, and every name of ``users`` with no
-  group at all, so what such a user may do is exactly what RBAC objects grant it;
-* one kubeconfig per user on demand (:meth:`EnvTest.kubeconfig`), for subprocesses;
-* ``audit.log``: every request's user, verb, resource and response code (audit level Metadata),
-  read back by :meth:`EnvTest.audit_events` — which API calls a process really made under RBAC,
-  and which were refused.
-
-Module functions speak to the API server through an official ``kubernetes.client.ApiClient`` with no
-generated per-kind API classes: :func:`apply` (server-side apply), :func:`create`, :func:`read`,
-:func:`delete`, and helpers that install this project's prerequisites the way
-``kubectl apply -k manifests`` would: the Volcano Job CRD (:func:`install_job_crd`), and the
-manifests' RBAC rebound from ServiceAccounts to token users (:func:`install_rbac`). The last section
-runs the product itself as a subprocess (:func:`start_product`) and registers the webhook
-configurations the reconciler would (:func:`webhook_configurations`, from the manifests' settings).
-"""
+"""A real kube-apiserver and etcd for the tests, envtest-style (../shared/real-kubernetes.md), from
+``KUBEBUILDER_ASSETS``; without it the fixtures skip. Nothing else of a cluster runs unless asked
+(:func:`controller_manager`): no garbage collection, no ``default`` ServiceAccount, no kubelet. Its
+token users have exactly what RBAC grants them (the admin: ``system:masters``), and its audit log
+says which calls a process really made. The helpers below talk to it through the official
+client's ``ApiClient``, install this project's prerequisites, and run the product as a subprocess."""
 
 from __future__ import annotations
 
 import base64
 import ctypes
 import functools
-import ipaddress
 import json
 import os
 import re
@@ -61,9 +38,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.jobs import API_VERSION as JOB_API_VERSION
+from tests.jobs import API_VERSION as JOB_API_VERSION  # noqa: F401 (the tests of a real API server import it from here)
 from tests.kustomize import DEFAULT_VARIANT, build_variant
 from tests.manifests_util import webhook_configurations as registered_configurations
+from volcano_job_webhook.certs.issue import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, generate_ca, generate_serving_cert
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 BINARIES = ("kube-apiserver", "etcd")
@@ -79,6 +57,7 @@ BASE_ADMISSION_PLUGINS = ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhoo
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"  # the kubernetes Service's ClusterIP: the first of SERVICE_CIDR
+SERVICE_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
 
 JOB_CRD = Path(__file__).resolve().parent / "fixtures" / "crd" / "batch.volcano.sh_jobs.yaml"
 FIELD_MANAGER = "envtest"
@@ -141,51 +120,24 @@ def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
-def _make_ca_and_serving_cert(ips: Sequence[str] = ()) -> tuple[bytes, bytes, bytes, bytes]:
-    """``(ca.crt, ca.key, apiserver.crt, apiserver.key)``: a throwaway CA and a serving certificate
-    for 127.0.0.1, ``ips`` and the in-cluster names, valid for a day."""
-    start = datetime.now(UTC) - timedelta(minutes=5)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "envtest-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name).issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start).not_valid_after(start + timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                     crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = [
-        *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in dict.fromkeys(("127.0.0.1", *ips))),
-        x509.DNSName("localhost"),
-        *(x509.DNSName(n) for n in ("kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                                    "kubernetes.default.svc.cluster.local")),
-    ]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start).not_valid_after(start + timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    return ca.public_bytes(pem), _pem_key(ca_key), cert.public_bytes(pem), _pem_key(key)
+def write_certs(directory: Path, dns_names: Sequence[str] = ("localhost",), ips: Sequence[str] = ("127.0.0.1",),
+                ca_name: str = "test-ca") -> bytes:
+    """A throwaway CA and a serving certificate it signed for ``dns_names`` and ``ips``, valid for a day
+    (the product's own ``generate_ca``/``generate_serving_cert``), written to ``directory`` as
+    ``ca.crt``, ``ca.key``, ``tls.crt`` and ``tls.key``; returns the CA's PEM."""
+    ca, ca_key = generate_ca(ca_name, days=1)
+    cert, key = generate_serving_cert(ca, ca_key, dns_names, ips, days=1)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in ((CA_CERT, ca), (TLS_CERT, cert)):
+        (directory / name).write_bytes(data)
+    for name, data in ((CA_KEY, ca_key), (TLS_KEY, key)):
+        _write_private(directory / name, data)
+    return ca
 
 
 def _make_client_cert(ca_pem: bytes, ca_key_pem: bytes, user: str, groups: Sequence[str]) -> tuple[bytes, bytes]:
-    """``(cert, key)``: a client certificate of ``user`` in ``groups`` (CN, O), signed by the CA."""
+    """``(cert, key)``: a client certificate of ``user`` in ``groups`` (CN, O), signed by the CA (the
+    product makes serving certificates only)."""
     ca = x509.load_pem_x509_certificate(ca_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
@@ -235,12 +187,11 @@ class Process:
     log_path: Path
 
     @classmethod
-    def start(cls, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
-              cwd: Path | None = None) -> Process:
+    def start(cls, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> Process:
         with log_path.open("ab") as log:
             popen = subprocess.Popen(
                 list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=dict(env) if env is not None else None, cwd=cwd, preexec_fn=_die_with_parent,
+                env=dict(env) if env is not None else None, preexec_fn=_die_with_parent,
             )
         return cls(name, popen, log_path)
 
@@ -252,6 +203,14 @@ class Process:
         """True while it runs; AssertionError with its last lines once it has exited (for a wait's predicate)."""
         assert self.alive, f"{self.name} exited ({self.popen.returncode}):\n{self.log(tail=40)}"
         return True
+
+    def wait_for(self, predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
+        """:func:`wait_until` ``predicate`` while the process runs; its last lines in the failure."""
+        def check() -> T:
+            assert self.alive, f"{self.name} exited ({self.popen.returncode})"
+            return predicate()
+
+        return wait_until(check, timeout, what, interval, log=lambda: self.log(tail=40))
 
     def log(self, tail: int | None = None) -> str:
         """The output so far (the last ``tail`` lines when given)."""
@@ -294,7 +253,6 @@ class AuditEvent:
     namespace: str
     name: str
     code: int | None
-    uri: str
     received: datetime  # when the API server received the request (UTC)
 
     @property
@@ -313,19 +271,11 @@ class User:
 
 @dataclass
 class EnvTest:
-    """etcd and kube-apiserver on free loopback ports, files in ``workdir``.
-
-    ``admission_plugins`` are enabled on top of the API server's defaults and the two webhook
-    plugins (e.g. :data:`OWNER_REFERENCES_ENFORCEMENT`). ``users`` become token users, with no group
-    unless ``groups`` names theirs. ``address`` is where the API server listens and what it
-    advertises: on another address than loopback (a node's, tests/node.py) it keeps the
-    ``kubernetes`` Service's endpoint there, and its certificate names it and the Service's IP.
-    ``apiserver_args`` come last on kube-apiserver's command line (a flag given twice: the last wins).
-    ``authorization``: its ``--authorization-mode`` (``Node,RBAC`` for a cluster with a kubelet).
-    ``kubelet_client``: the API server gets a ``system:masters`` client certificate for its calls to
-    kubelets (logs, exec, port-forward).
-    Use as a context manager, or :meth:`start` / :meth:`stop`.
-    """
+    """etcd and kube-apiserver on free ports, their files in ``workdir``. ``admission_plugins`` are on
+    top of the defaults and the two webhook plugins; ``users`` become token users with only their
+    ``groups``; on an ``address`` other than loopback (a node's) the API server keeps the
+    ``kubernetes`` Service's endpoint there; ``apiserver_args`` come last (the last of a flag wins);
+    ``kubelet_client`` gives it a ``system:masters`` certificate for its calls to kubelets."""
 
     assets: Path
     workdir: Path
@@ -339,7 +289,6 @@ class EnvTest:
     host: str = field(default="", init=False)  # https://127.0.0.1:PORT once started
     ca_file: Path = field(init=False)  # the CA of the API server's serving certificate
     audit_log: Path = field(init=False)
-    startup_seconds: float = field(default=0.0, init=False)  # start() until /readyz said ok
     _tokens: dict[str, User] = field(default_factory=dict, init=False)
     _etcd: Process | None = field(default=None, init=False)
     _apiserver: Process | None = field(default=None, init=False)
@@ -347,17 +296,14 @@ class EnvTest:
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.ca_file = self.workdir / "ca.crt"
+        self.ca_file = self.workdir / CA_CERT
         self.audit_log = self.workdir / "audit.log"
 
     # Lifecycle ---------------------------------------------------------------------------------
 
     def start(self, timeout: float = 60.0) -> Self:
-        """Write the certificates, keys and token file, start etcd and kube-apiserver, and return
-        once ``/readyz`` answers ``ok`` (its post-start hooks, the bootstrap RBAC roles among them,
-        have run). A port taken between choosing and binding it is retried with new ports; on any
-        failure both processes are stopped before the exception propagates."""
-        started = time.monotonic()
+        """Start etcd and kube-apiserver and return once ``/readyz`` says ok (the bootstrap RBAC roles
+        made); a port taken meanwhile is retried with new ones, and any failure stops both."""
         self._write_credentials()
         for attempt in range(3):
             try:
@@ -370,12 +316,10 @@ class EnvTest:
             except BaseException:
                 self.stop()
                 raise
-        self.startup_seconds = time.monotonic() - started
         return self
 
     def stop(self) -> None:
-        """Stop the API server (SIGTERM, 5 s, SIGKILL: its graceful shutdown can take a minute),
-        then etcd (stops at once). Idempotent."""
+        """Stop the API server (SIGKILL after 5 s: its graceful shutdown can take a minute), then etcd."""
         for api in self._clients:
             api.close()
         self._clients.clear()
@@ -394,11 +338,7 @@ class EnvTest:
 
     def _write_credentials(self) -> None:
         ips = () if self.address == "127.0.0.1" else (self.address, SERVICE_IP)
-        ca, ca_key, cert, key = _make_ca_and_serving_cert(ips)
-        self.ca_file.write_bytes(ca)
-        _write_private(self.workdir / "ca.key", ca_key)
-        (self.workdir / "apiserver.crt").write_bytes(cert)
-        _write_private(self.workdir / "apiserver.key", key)
+        write_certs(self.workdir, ("localhost", *SERVICE_NAMES), ("127.0.0.1", *ips), "envtest-ca")
         sa_key, sa_pub = _make_service_account_keys()
         _write_private(self.workdir / "sa.key", sa_key)
         (self.workdir / "sa.pub").write_bytes(sa_pub)
@@ -434,8 +374,7 @@ class EnvTest:
             str(self.assets / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
             f"--bind-address={self.address}", f"--advertise-address={self.address}", f"--secure-port={api_port}",
-            f"--cert-dir={w / 'certs'}", f"--tls-cert-file={w / 'apiserver.crt'}",
-            f"--tls-private-key-file={w / 'apiserver.key'}",
+            f"--cert-dir={w / 'certs'}", f"--tls-cert-file={w / TLS_CERT}", f"--tls-private-key-file={w / TLS_KEY}",
             f"--client-ca-file={self.ca_file}", f"--token-auth-file={w / 'tokens.csv'}",
             f"--service-account-key-file={w / 'sa.pub'}", f"--service-account-signing-key-file={w / 'sa.key'}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}", f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
@@ -450,19 +389,13 @@ class EnvTest:
             *self.apiserver_args,
         ], self.workdir / "kube-apiserver.log")
         self.host = f"https://{self.address}:{api_port}"
-        context = ssl.create_default_context(cafile=str(self.ca_file))
 
         def ready() -> bool:
             for process in (self._etcd, self._apiserver):
                 if process is not None and not process.alive:
                     raise _EarlyExit(f"{process.name} exited ({process.popen.returncode}):\n{process.log(tail=30)}")
-            request = urllib.request.Request(f"{self.host}/readyz",
-                                             headers={"Authorization": f"Bearer {self._tokens[ADMIN].token}"})
-            try:
-                with urllib.request.urlopen(request, context=context, timeout=2) as response:
-                    return bool(response.read() == b"ok")
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                return False
+            answer = https_get(f"{self.host}/readyz", self.ca_file, headers={"Authorization": f"Bearer {self.token()}"})
+            return answer == (200, b"ok")
 
         wait_until(ready, timeout, "kube-apiserver /readyz", log=lambda: self._apiserver.log(tail=30))
 
@@ -488,35 +421,23 @@ class EnvTest:
         return api
 
     def client_certificate(self, user: str, groups: Sequence[str] = ()) -> tuple[Path, Path]:
-        """``(cert, key)`` files of a client certificate for ``user`` in ``groups``, signed by the
-        API server's client CA (for what takes a certificate, not a token: its kubelet client)."""
-        cert, key = _make_client_cert(self.ca_file.read_bytes(), (self.workdir / "ca.key").read_bytes(), user, groups)
+        """``(cert, key)`` files of a client certificate for ``user`` in ``groups`` (its kubelet client takes no token)."""
+        cert, key = _make_client_cert(self.ca_file.read_bytes(), (self.workdir / CA_KEY).read_bytes(), user, groups)
         stem = re.sub(r"[^A-Za-z0-9_.-]", "_", user)
         (self.workdir / f"{stem}.crt").write_bytes(cert)
         _write_private(self.workdir / f"{stem}.key", key)
         return self.workdir / f"{stem}.crt", self.workdir / f"{stem}.key"
 
     def kubeconfig(self, user: str = ADMIN) -> Path:
-        """A kubeconfig file for ``user`` (written once, mode 0600), for ``--kubeconfig`` of a
-        subprocess: server, the API server's CA file, and the user's token."""
+        """A kubeconfig file for ``user`` (written once), for ``--kubeconfig`` of a subprocess."""
         path = self.workdir / f"kubeconfig-{re.sub(r'[^A-Za-z0-9_.-]', '_', user)}.yaml"
         if not path.exists():
-            config = {
-                "apiVersion": "v1", "kind": "Config",
-                "clusters": [{"name": "envtest", "cluster": {"server": self.host, "certificate-authority": str(self.ca_file)}}],
-                "users": [{"name": user, "user": {"token": self.token(user)}}],
-                "contexts": [{"name": f"{user}@envtest", "context": {"cluster": "envtest", "user": user}}],
-                "current-context": f"{user}@envtest",
-            }
-            _write_private(path, yaml.safe_dump(config).encode())
+            write_kubeconfig(path, self.host, user, {"token": self.token(user)}, self.ca_file)
         return path
 
     def audit_events(self, user: str | None = None, since: datetime | None = None) -> list[AuditEvent]:
-        """Every request so far (of ``user`` only, and received at or after ``since`` only, when
-        given), oldest first, one per request: a watch appears once it has started streaming, with
-        ``code`` set when it has ended. The log is written as requests complete, so poll
-        (:func:`wait_until`) for a request just made. The server is shared by the session: narrow
-        by ``since`` (e.g. when your process started) to see only your own requests."""
+        """Every request so far, oldest first (of ``user``, received since ``since``, when given); a watch
+        has a ``code`` once it has ended. Written as requests complete: poll for a request just made."""
         by_id: dict[str, AuditEvent] = {}
         if not self.audit_log.exists():
             return []
@@ -538,18 +459,29 @@ class EnvTest:
                     user=username, verb=event.get("verb", ""), api_group=ref.get("apiGroup", ""),
                     resource=ref.get("resource", ""), subresource=ref.get("subresource", ""),
                     namespace=ref.get("namespace", ""), name=ref.get("name", ""),
-                    code=None if event.get("stage") == "ResponseStarted" else code,
-                    uri=event.get("requestURI", ""), received=received,
+                    code=None if event.get("stage") == "ResponseStarted" else code, received=received,
                 )
         return list(by_id.values())
 
     def install_prerequisites(self) -> None:
-        """What the product needs of a cluster before it is installed: the Volcano Job CRD, and the
-        manifests' Namespace and RBAC with each ServiceAccount subject rebound to the token user of
-        the same name (:func:`install_rbac`)."""
+        """What the product needs of a cluster before it is installed: the Job CRD and the manifests' RBAC."""
         api = self.api_client()
         install_job_crd(api)
         install_rbac(api)
+
+
+def write_kubeconfig(path: Path, server: str, user: str, credentials: Mapping[str, str] | None = None,
+                     ca_file: Path | None = None, namespace: str | None = None) -> Path:
+    """A kubeconfig (mode 0600) whose one context is ``user``@envtest on ``server``: for a subprocess's
+    ``--kubeconfig``, on envtest and on the API double alike."""
+    cluster = {"server": server, **({"certificate-authority": str(ca_file)} if ca_file else {})}
+    context = {"cluster": "envtest", "user": user, **({"namespace": namespace} if namespace else {})}
+    _write_private(path, yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "clusters": [{"name": "envtest", "cluster": cluster}],
+        "users": [{"name": user, "user": dict(credentials or {})}],
+        "contexts": [{"name": f"{user}@envtest", "context": context}], "current-context": f"{user}@envtest",
+    }).encode())
+    return path
 
 
 class _EarlyExit(RuntimeError):
@@ -661,15 +593,20 @@ def replace(api: client.ApiClient, obj: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def read(api: client.ApiClient, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-    """The object, or None when it does not exist."""
+def read_path(api: client.ApiClient, path: str) -> dict[str, Any] | None:
+    """The object at ``path``, or None when it does not exist."""
     try:
-        result: dict[str, Any] = request(api, "GET", resource_path(api, api_version, kind, namespace, name))
+        result: dict[str, Any] = request(api, "GET", path)
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
     return result
+
+
+def read(api: client.ApiClient, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    """The object, or None when it does not exist."""
+    return read_path(api, resource_path(api, api_version, kind, namespace, name))
 
 
 def delete(api: client.ApiClient, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
@@ -707,18 +644,27 @@ JOBSET_CRD: dict[str, Any] = {
 }
 
 
+def install_crds(api: client.ApiClient, crds: Iterable[Mapping[str, Any]], timeout: float = 30.0) -> None:
+    """Apply ``crds`` and return once the API server serves each kind: discovery names it and a list answers."""
+    crds = list(crds)
+    for crd in crds:
+        apply(api, crd)
+    for crd in crds:
+        spec = crd["spec"]
+        api_version = f"{spec['group']}/{next(v['name'] for v in spec['versions'] if v.get('storage'))}"
+
+        def served(api_version: str = api_version, kind: str = spec["names"]["kind"]) -> bool:
+            try:
+                request(api, "GET", resource_path(api, api_version, kind, "default"))
+            except (LookupError, ApiException):
+                return False
+            return True
+
+        wait_until(served, timeout, f"CRD {crd['metadata']['name']} to be served")
+
+
 def install_jobset_crd(api: client.ApiClient, timeout: float = 20.0) -> None:
-    """Register :data:`JOBSET_CRD` and wait until the API server serves JobSets."""
-    apply(api, JOBSET_CRD)
-
-    def served() -> bool:
-        try:
-            request(api, "GET", "/apis/jobset.x-k8s.io/v1alpha2/jobsets")
-        except ApiException:
-            return False
-        return True
-
-    wait_until(served, timeout, "the JobSet CRD to be served")
+    install_crds(api, [JOBSET_CRD], timeout)
 
 
 def wait_for_owner_kind(api: client.ApiClient, namespace: str, api_version: str, kind: str, timeout: float = 45.0) -> None:
@@ -743,45 +689,23 @@ def wait_for_owner_kind(api: client.ApiClient, namespace: str, api_version: str,
     wait_until(mapped, timeout, f"the API server's owner-reference admission to know {kind}", interval=0.5)
 
 
-def job_crd() -> dict[str, Any]:
-    """The CustomResourceDefinition of Volcano's Job (tests/fixtures/crd/)."""
-    crd: dict[str, Any] = yaml.safe_load(JOB_CRD.read_text(encoding="utf-8"))
-    return crd
-
-
 def install_job_crd(api: client.ApiClient, timeout: float = 30.0) -> None:
-    """Apply the Job CRD and return once Jobs can be listed (the CRD is Established and served)."""
-    apply(api, job_crd())
-
-    def served() -> bool:
-        try:
-            request(api, "GET", resource_path(api, JOB_API_VERSION, "Job", "default"))
-        except (LookupError, ApiException):
-            return False
-        return True
-
-    wait_until(served, timeout, "the Volcano Job CRD to be served")
+    install_crds(api, [yaml.safe_load(JOB_CRD.read_text(encoding="utf-8"))], timeout)
 
 
 RBAC_KINDS = frozenset({"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
 
 
-def user_for(service_account: Mapping[str, Any]) -> str:
-    """The token user that stands for a ServiceAccount subject: the same name."""
-    return str(service_account["name"])
-
-
 def rbac_objects(variant: str = DEFAULT_VARIANT) -> list[dict[str, Any]]:
-    """The install variant's Roles, ClusterRoles and bindings, every ServiceAccount subject replaced
-    by ``User`` :func:`user_for` it — the rules themselves untouched, so a token user is granted
-    exactly what the manifests grant the ServiceAccount."""
+    """The install variant's Roles, ClusterRoles and bindings, every ServiceAccount subject replaced by
+    the token user of its name, so that user is granted exactly what the manifests grant the ServiceAccount."""
     out = []
     for obj in build_variant(variant):
         if obj["kind"] not in RBAC_KINDS:
             continue
         if obj["kind"].endswith("Binding"):
             obj = {**obj, "subjects": [
-                {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user_for(s)}
+                {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": s["name"]}
                 if s.get("kind") == "ServiceAccount" else s
                 for s in obj.get("subjects") or []
             ]}
@@ -876,19 +800,8 @@ def controller_manager(envtest: EnvTest, workdir: Path, controllers: Sequence[st
         "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
         "--kube-api-qps=200", "--kube-api-burst=400", *args,
     ], workdir / "kube-controller-manager.log", env=env)
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # its own self-signed certificate
-
-    def healthy() -> bool:
-        assert process.alive, f"kube-controller-manager exited:\n{process.log(tail=40)}"
-        try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=context, timeout=2) as answer:
-                return bool(answer.status == 200)
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
-
     try:
-        wait_until(healthy, timeout, "kube-controller-manager's /healthz", log=lambda: process.log(tail=40))
+        process.wait_for(lambda: http_ok(f"https://127.0.0.1:{port}/healthz"), timeout, "kube-controller-manager's /healthz")
         yield process
     finally:
         process.stop()
@@ -929,27 +842,34 @@ def serving_webhook(workdir: Path, kubeconfig: Path, *args: str, timeout: float 
                              f"--kubeconfig={kubeconfig}", "--log-level=debug", *args], workdir / "serve.log")
     base_url = f"https://127.0.0.1:{port}"
     try:
-        def ready() -> bool:
-            assert process.alive, f"serve exited:\n{process.log(tail=40)}"
-            answer = https_get(f"{base_url}/readyz", certs / "ca.crt") if (certs / "ca.crt").exists() else None
-            return answer is not None and answer[0] == 200
-
-        wait_until(ready, timeout, "the webhook's /readyz (Job cache synced)", log=lambda: process.log(tail=40))
-        yield ProductWebhook(process, base_url, (certs / "ca.crt").read_bytes())
+        process.wait_for(lambda: (certs / CA_CERT).exists() and http_ok(f"{base_url}/readyz", certs / CA_CERT), timeout,
+                         "the webhook's /readyz (Job cache synced)")
+        yield ProductWebhook(process, base_url, (certs / CA_CERT).read_bytes())
     finally:
         process.stop()
 
 
-def https_get(url: str, ca_file: Path, timeout: float = 2.0) -> tuple[int, bytes] | None:
-    """``(status, body)`` of a GET checked against ``ca_file``; None when nothing answers."""
-    context = ssl.create_default_context(cafile=str(ca_file))
+def https_get(url: str, ca_file: Path | None = None, timeout: float = 2.0,
+              headers: Mapping[str, str] | None = None) -> tuple[int, bytes] | None:
+    """``(status, body)`` of a GET; None when nothing answers. HTTPS is checked against ``ca_file``, or
+    not at all without one (a component's own self-signed certificate); plain HTTP works too."""
+    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    if ca_file is None:
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     try:
-        with urllib.request.urlopen(url, context=context, timeout=timeout) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=dict(headers or {})), context=context,
+                                    timeout=timeout) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return None
+
+
+def http_ok(url: str, ca_file: Path | None = None) -> bool:
+    """Whether a GET of ``url`` answers 200 (see :func:`https_get`)."""
+    answer = https_get(url, ca_file)
+    return answer is not None and answer[0] == 200
 
 
 def webhook_configurations(base_url: str, ca_bundle: bytes, variant: str = DEFAULT_VARIANT) -> list[dict[str, Any]]:

@@ -1,19 +1,7 @@
-"""Kubernetes' ``$(NAME)`` expansion, as the kubelet applies it to a container's environment.
-
-:func:`expand` and :func:`mapping_func_for` follow ``Expand`` and ``MappingFuncFor`` of
-``k8s.io/kubernetes/third_party/forked/golang/expansion/expand.go``: ``$(NAME)`` is replaced by the
-mapping's value, ``$$`` is one ``$``, a ``$`` before anything else stays as it is, an unclosed ``$(``
-is left as written, and a name the mapping does not know is left as ``$(NAME)``. Go scans bytes
-and Python code points; the three operator characters are ASCII and never part of a multi-byte
-UTF-8 sequence, so both read any string alike.
-
-:func:`container_env` is the kubelet's rule around it (``makeEnvironmentVariables`` in
-``pkg/kubelet/kubelet_pods.go``): ``envFrom`` first, unexpanded; then each ``env`` entry in order, a
-``value`` expanded against the variables defined so far and then the service variables, a
-``valueFrom`` resolved and never expanded, a later entry of a name replacing an earlier one; last,
-the service variables the container does not define. So ``$(RANK)`` expands only when ``RANK`` comes
-earlier in the list.
-"""
+"""Kubernetes' ``$(NAME)`` expansion as the kubelet applies it to a container's environment: a port
+of ``third_party/forked/golang/expansion/expand.go`` (:func:`expand`) and of the kubelet's
+``makeEnvironmentVariables`` (:func:`container_env`), so a test sees what a variable's value will
+be in the running container (``$(RANK)`` expands only when ``RANK`` comes earlier in the list)."""
 
 from __future__ import annotations
 

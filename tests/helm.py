@@ -1,10 +1,5 @@
-"""The Helm chart (``charts/volcano-job-webhook``) as ``helm template`` renders it.
-
-helm is looked for, in order: ``$HELM`` (when set, it alone decides; set it empty to render
-nothing), ``helm`` on ``PATH``, and ``${XDG_CACHE_HOME:-~/.cache}/volcano-job-webhook/bin/helm``, where
-``.ci/run`` puts the one of the registry's kubectl layer. Without it, :func:`helm_or_skip` skips the
-test naming what it looked for; a chart helm refuses fails it.
-"""
+"""The Helm chart (``charts/volcano-job-webhook``) as ``helm template`` renders it; helm is found as
+tests/tools.py says (``$HELM``), and a test without it skips."""
 
 from __future__ import annotations
 
@@ -15,9 +10,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import yaml
-
-from tests.kustomize import ROOT
+from tests.kustomize import ROOT, documents
 from tests.tools import Tool
 
 CHART = ROOT / "charts" / "volcano-job-webhook"
@@ -25,11 +18,8 @@ RELEASE = "volcano-job-webhook"  # the default name: the objects get the names o
 NAMESPACE = "volcano-job-webhook"
 HELM_ENV = "HELM"
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 HELM = Tool("helm", HELM_ENV)
-cached_helm, find_helm, missing_helm, helm_or_skip = HELM.cached, HELM.find, HELM.missing, HELM.or_skip
+cached_helm, find_helm, helm_or_skip = HELM.cached, HELM.find, HELM.or_skip
 
 
 def run(args: Sequence[str], *, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -56,5 +46,4 @@ def template_text(values: Mapping[str, Any] | None = None, *, release: str = REL
 
 def template(values: Mapping[str, Any] | None = None, *, release: str = RELEASE, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
     """The objects of :func:`template_text`; a fresh copy each call, so a test may edit what it gets."""
-    text = template_text(values, release=release, namespace=namespace)
-    return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc is not None]
+    return documents(template_text(values, release=release, namespace=namespace))

@@ -1,15 +1,6 @@
-"""Volcano Jobs for the tests, built in one place.
-
-* :func:`volcano_job`: a Job as a user writes it — tasks given as ``(name, replicas)`` pairs (or
-  ``(name, replicas, pod_spec_fields)``, or whole task dicts from :func:`task`), the plugins in
-  ``spec.plugins`` and/or in our annotation, any other ``spec`` field as a keyword;
-* :func:`example_job`: one of ``examples/jobs/`` as a client creates it on an API server;
-* :func:`annotate`, :func:`annotated`, :func:`set_plugin_arg`: the plugins we run named in our
-  annotation, and their arguments;
-* :func:`job_owner`, :func:`owner_reference`: the owner reference Volcano's controller and the
-  reconciler put on what they make for a Job;
-* :func:`jobs_yaml`: Jobs as one multi-document YAML file.
-"""
+"""Volcano Jobs for the tests, built in one place: as a user writes them (:func:`volcano_job`), from
+examples/jobs/, with our plugins annotation, the owner reference Volcano and the reconciler set,
+and as YAML files."""
 
 from __future__ import annotations
 

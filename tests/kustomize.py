@@ -1,11 +1,6 @@
-"""The install manifests (``manifests/``) as ``kubectl apply -k`` sees them: rendered by kubectl's
-built-in kustomize, so what the tests check is what a user installs.
-
-kubectl is looked for, in order: ``$KUBECTL`` (when set, it alone decides; set it empty to render
-nothing), ``$KUBEBUILDER_ASSETS/kubectl`` (envtest's layout ships one), ``kubectl`` on ``PATH``, and
-``${XDG_CACHE_HOME:-~/.cache}/volcano-job-webhook/bin/kubectl``, where ``.ci/run`` puts one. Without
-it, :func:`build` skips the test naming what it looked for; a kustomization kubectl refuses fails it.
-"""
+"""The install manifests (``manifests/``) rendered by kubectl's own kustomize, so that the tests check
+what ``kubectl apply -k`` installs; kubectl is found as tests/tools.py says (``$KUBECTL``, then
+envtest's ``$KUBEBUILDER_ASSETS/kubectl``), and a test without it skips."""
 
 from __future__ import annotations
 
@@ -38,7 +33,7 @@ ASSETS_ENV = "KUBEBUILDER_ASSETS"
 
 KUBECTL = Tool("kubectl", KUBECTL_ENV, lambda environ: [Path(environ[ASSETS_ENV]) / "kubectl"] if environ.get(ASSETS_ENV) else [],
                f"${ASSETS_ENV}/kubectl, ")
-cached_kubectl, find_kubectl, missing_kubectl, kubectl_or_skip = KUBECTL.cached, KUBECTL.find, KUBECTL.missing, KUBECTL.or_skip
+find_kubectl, kubectl_or_skip = KUBECTL.find, KUBECTL.or_skip
 
 
 def _render(kubectl: Path, directory: Path) -> str:
@@ -51,15 +46,19 @@ def _render(kubectl: Path, directory: Path) -> str:
 # The repository's own kustomizations do not change during a run; a test's own (under tmp_path) may.
 _render_manifests = functools.cache(_render)
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML has it: several times faster
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    """The non-empty documents of a multi-document YAML text."""
+    return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc is not None]
 
 
 def build(directory: Path) -> list[dict[str, Any]]:
     """``kubectl kustomize directory``, in kustomize's order; a fresh copy each call, so a test may
     edit what it gets."""
     kubectl, directory = kubectl_or_skip(), directory.resolve()
-    text = (_render_manifests if directory.is_relative_to(MANIFESTS) else _render)(kubectl, directory)
-    return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc is not None]
+    return documents((_render_manifests if directory.is_relative_to(MANIFESTS) else _render)(kubectl, directory))
 
 
 def build_variant(name: str) -> list[dict[str, Any]]:

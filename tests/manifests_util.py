@@ -1,19 +1,6 @@
-"""What the tests read out of the install manifests, once kubectl has rendered them
-(:mod:`tests.kustomize`):
-
-* :func:`find`, :func:`find_one`, :func:`describe`, :func:`object_id`, :func:`canonical`: objects of a
-  rendered variant (kustomize's or the chart's);
-* :func:`settings_configmap`, :func:`settings`, :func:`webhook_configurations`: the settings
-  ConfigMap the Deployments mount, its ``config.yaml``, and the webhook configurations of its
-  ``webhooks.yaml`` (what the reconciler registers);
-* :func:`schema_problems`: an object against the strict Kubernetes schema (cert-manager's kinds by
-  their required fields, the Prometheus Operator's by its CRDs: :mod:`tests.prometheus_operator`);
-* :func:`selector_matches`: Kubernetes label-selector semantics (``matchLabels``, ``matchExpressions``
-  with ``In``/``NotIn``/``Exists``/``DoesNotExist``), and :func:`rule_matches`, a webhook's ``rules``;
-* :func:`rbac_permissions`: the ``(apiGroup, resource, verb)`` triples a ServiceAccount is granted by
-  the Roles and ClusterRoles bound to it — to compare with the API calls the code makes;
-* :func:`dockerfile_instructions`, :func:`dockerignore_excludes`: the image's build.
-"""
+"""What the tests read out of the rendered install manifests (kustomize's or the chart's): objects, the
+settings ConfigMap, schema problems, label selectors and webhook rules, RBAC grants, the image's
+build files. Label selectors are matched here for every helper (the API double, NetworkPolicies)."""
 
 from __future__ import annotations
 
@@ -29,7 +16,7 @@ import yaml
 from kubernetes_validate.utils import latest_version, major_minor
 
 from tests import prometheus_operator
-from tests.kustomize import DEFAULT_VARIANT, ROOT, build_variant
+from tests.kustomize import DEFAULT_VARIANT, ROOT, build_variant, documents
 
 NAMESPACE = "volcano-job-webhook"
 SERVICE_ACCOUNT = "volcano-job-webhook"
@@ -52,13 +39,9 @@ K8S_VERSIONS = ["1.30", major_minor(latest_version())]
 # Reading ----------------------------------------------------------------------------------------
 
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def load_documents(path: Path) -> list[dict[str, Any]]:
     """Every non-empty YAML document of a file."""
-    with path.open(encoding="utf-8") as f:
-        return [doc for doc in yaml.load_all(f, Loader=_Loader) if doc is not None]
+    return documents(path.read_text(encoding="utf-8"))
 
 
 def api_group(api_version: str) -> str:

@@ -1,28 +1,6 @@
-"""What a set of NetworkPolicies admits, by the rules of the NetworkPolicy API (networking.k8s.io/v1),
-for the tests of svc's NetworkPolicy flags: an exact evaluator of ingress, small enough to read.
-
-The rules it keeps, each from the API's documentation:
-
-* a Pod no policy of its namespace selects (``podSelector``, the empty selector selecting every Pod)
-  for ``Ingress`` admits everything; once one does, it admits only what some rule of such a policy
-  allows (policies are additive: OR);
-* ``policyTypes`` missing is ``Ingress``, plus ``Egress`` when the policy has egress rules; a policy
-  whose types lack ``Ingress`` never restricts ingress;
-* a rule allows a connection when its source matches one of the ``from`` peers (OR; none or an
-  empty list: every source, in the cluster or not) and its port one of the ``ports`` (none: every
-  port);
-* a peer is an ``ipBlock`` (the source address in ``cidr``, not in ``except``), or selectors: a
-  ``podSelector`` alone picks Pods of the policy's own namespace, a ``namespaceSelector`` alone every
-  Pod of the namespaces it picks, both together Pods that match both (AND); selectors never match a
-  source outside the cluster;
-* a port has a ``protocol`` (TCP when missing) and a ``port``: none is every port of the protocol, a
-  number that port (to ``endPort`` when given), a name the target Pod's container port of that name
-  and protocol;
-* a label selector: every ``matchLabels`` pair and every ``matchExpressions`` requirement (``In``,
-  ``NotIn`` — true when the key is missing —, ``Exists``, ``DoesNotExist``) must hold; the empty
-  selector selects everything;
-* every namespace carries the label ``kubernetes.io/metadata.name: <name>`` (the API server sets it).
-"""
+"""What a set of NetworkPolicies admits by the rules of networking.k8s.io/v1 (ingress only: policies
+OR'ed, peers and ports as documented, every namespace labelled ``kubernetes.io/metadata.name``), for
+the tests of svc's NetworkPolicy flags: an exact evaluator small enough to read."""
 
 from __future__ import annotations
 
@@ -30,6 +8,8 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.manifests_util import selector_matches as selects
 
 NAME_LABEL = "kubernetes.io/metadata.name"
 
@@ -50,23 +30,6 @@ class Source:
     name: str
     pod: Pod | None = None
     ip: str = "203.0.113.7"
-
-
-def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """Whether a LabelSelector selects a set of labels."""
-    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
-        return False
-    for requirement in selector.get("matchExpressions") or []:
-        key, operator, values = requirement["key"], requirement["operator"], requirement.get("values") or []
-        held = {
-            "In": key in labels and labels[key] in values,
-            "NotIn": key not in labels or labels[key] not in values,
-            "Exists": key in labels,
-            "DoesNotExist": key not in labels,
-        }[operator]
-        if not held:
-            return False
-    return True
 
 
 def policy_types(policy: Mapping[str, Any]) -> list[str]:

@@ -1,70 +1,14 @@
-"""A single-node Kubernetes cluster on this machine, from real parts, for the tests that install the
-product and run jobs as its users do (tests/on_node/). The facts it follows are
-../shared/real-kubernetes.md's ("A real node: kubelet, containerd, kube-proxy"; "cluster DNS").
+"""A one-node Kubernetes cluster on this machine from real parts, for the tests that install the
+product and run jobs as its users do (tests/on_node/), as ../shared/real-kubernetes.md describes:
+envtest's API server on the node's address (Node and RBAC authorizers), kube-controller-manager,
+kube-scheduler, and in a mount namespace of their own containerd, kubelet and kube-proxy, with
+CoreDNS when asked. :func:`missing` says what this machine lacks (root among it); tests skip with it.
 
-What runs, each a child process of the test with its log in the work directory:
-
-* etcd and kube-apiserver (:class:`tests.envtest.EnvTest`), listening on the node's address (not
-  loopback: Pods reach the API server through the ``kubernetes`` Service, whose endpoint it keeps
-  there) with the Node and RBAC authorizers, and a ``system:masters`` client certificate for its
-  calls to the kubelet (logs, exec);
-* kube-controller-manager with every controller and the service-account key
-  (:func:`tests.envtest.controller_manager`), so ServiceAccount tokens, Deployments, ReplicaSets and
-  the garbage collector work; kube-scheduler;
-* containerd (restrict_oom_score_adj, cgroupfs), kubelet (failCgroupV1 false, cgroupfs, failSwapOn
-  false) and kube-proxy (iptables), each under its component's own identity, in a mount namespace
-  of their own (below);
-* with ``coredns`` given, CoreDNS on the node's address serving ``cluster.local`` from the API
-  server, and kubelet's ``clusterDNS`` pointing Pods at it.
-
-Where the parts come from: ``KUBEBUILDER_ASSETS`` (kube-apiserver, etcd, kube-controller-manager),
-``KUBE_NODE_ASSETS`` (kubelet, kube-scheduler, kube-proxy), Debian's containerd, runc,
-containernetworking-plugins, iptables, nftables, iproute2, util-linux and busybox. :func:`missing`
-says what of it this machine lacks (tests skip with it); it also needs root.
-
-Images without a registry: :meth:`Node.import_image` imports an OCI archive (e.g. ``buildah push
-IMAGE oci-archive:FILE``) with ``ctr -n k8s.io images import``; Pods name it with
-``imagePullPolicy: Never`` or ``IfNotPresent``. The sandbox ("pause") image is this machine's
-busybox (Debian's ``busybox-static``, or ``busybox`` with the libraries it links), written as an OCI
-archive here (:func:`pause_image_archive`).
-
-The network, and the rule that nothing leaves this machine: the node's address is the first of a
-``10.244.N.0/24`` that no interface or route here uses, on a bridge of the harness's own (this
-kernel has no ``dummy`` device); the CNI ``bridge`` plugin puts Pods on it with ``isGateway`` and
-``ipMasq`` off, and their only routes are that subnet and the Service range (through the bridge's
-address). The bridge alone forwards (``net.ipv4.conf.BRIDGE.forwarding``), and a rule in the mangle
-table's FORWARD chain (before anything kube-proxy adds to filter's) drops every packet that
-enters the bridge from elsewhere or leaves it for elsewhere. The host routes the Service range to
-the bridge too, so a ClusterIP that kube-proxy has no rule for stays on the machine.
-
-What it changes on the machine, and how :meth:`Node.stop` undoes it. Each change is recorded in a
-:class:`Footprint` (a JSON file in the node's directory) before it is made, and :func:`erase` undoes
-what the footprint records, every step even when another fails: at :meth:`Node.stop`, after a failed
-start as well, and, for a test process killed outright (SIGKILL: no teardown ran), at the next
-start (:func:`clean_stale` erases every footprint whose test process is gone):
-
-* the bridge, its route and the two mangle rules: deleted;
-* iptables and ip6tables chains that kubelet and kube-proxy create: ``kube-proxy --cleanup``, then
-  every chain that did not exist before the start is emptied and deleted with the rules that jump
-  to it (the start refuses a machine where kube-proxy's ``KUBE-SERVICES`` chain already exists:
-  another node runs here);
-* sysctls kubelet and kube-proxy set (kubelet's kernel tunables, conntrack limits...): each one
-  restored when its value changed;
-* a cgroup ``/vjw-node-XXXX`` in every cgroup hierarchy (v1's, and v2's mounted beside them),
-  kubelet's ``cgroupRoot``: every process in it killed (the containers), then removed with every
-  cgroup under it;
-* the mount namespace: containerd, kubelet and kube-proxy run in one made by ``unshare --mount``,
-  with tmpfs over ``/run``, ``/var/log`` and ``/var/lib/cni`` (paths they write no matter their
-  flags: shim sockets, ``/var/log/containers``, CNI's result cache), so every mount they make
-  (overlay root file systems, volumes, network namespaces) is in it alone and goes with it: at the
-  end every process in it (containerd's shims too) is killed by its pid. ``/var/lib/cni`` is created
-  empty for its mount point when it does not exist, and removed again;
-* a short directory ``/tmp/vjw-node-XXXX`` (socket paths are limited to 108 bytes) for containerd's
-  and kubelet's state and the footprint: removed last;
-* the processes: the control plane's stopped by pid (SIGTERM, a few seconds, SIGKILL), the node's
-  (in its cgroup or its mount namespace) killed by pid.
-
-Use as a context manager; ``timings`` records ``bring_up`` and ``teardown`` seconds.
+Nothing leaves the machine: the node's bridge is on a free ``10.244.N.0/24``, Pods route only to it
+and the Service range, and a mangle rule drops whatever would cross the bridge. Every change to the
+machine (bridge, rules, chains, sysctls, cgroups, mounts, processes) is recorded in a
+:class:`Footprint` before it is made, so :func:`erase` undoes it at :meth:`Node.stop`, after a failed
+start, or at the next start when the test process was killed (:func:`clean_stale`).
 """
 
 from __future__ import annotations
@@ -79,13 +23,10 @@ import platform
 import shlex
 import shutil
 import signal
-import ssl
 import subprocess
 import tarfile
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -104,6 +45,7 @@ from tests.envtest import (
     controller_manager,
     find_assets,
     free_port,
+    http_ok,
     read,
     wait_until,
 )
@@ -237,16 +179,6 @@ def _nft_tables() -> set[tuple[str, str]]:
     """``(family, name)`` of every nftables table (iptables-nft keeps its tables there)."""
     listing = run("nft", "list", "tables").stdout.split("\n")
     return {(words[1], words[2]) for words in map(str.split, listing) if len(words) == 3 and words[0] == "table"}
-
-
-def _https_ok(url: str) -> bool:
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # a component's self-signed certificate
-    try:
-        with urllib.request.urlopen(url, context=context, timeout=2) as answer:
-            return bool(answer.status == 200)
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
 
 
 def _processes_in_mount_namespace(inode: int) -> list[int]:
@@ -384,10 +316,8 @@ def _start_ticks(pid: int) -> int | None:
 
 @dataclass
 class Footprint:
-    """What a node has changed on this machine so far. It grows with each step of the start and is
-    kept in ``RUNTIME/footprint.json``, so :func:`erase` undoes everything from the file alone: at
-    :meth:`Node.stop`, and, when the test process was killed before it could stop the node, at the
-    next start (:func:`clean_stale`)."""
+    """What a node has changed on this machine so far, saved in ``RUNTIME/footprint.json`` before each
+    change, so that :func:`erase` can undo it from the file alone (also for a killed test process)."""
 
     runtime: str  # the node's short directory under /tmp (its name is unique: the namespace's tmpfs name too)
     owner: tuple[int, int]  # pid and start ticks of the test process
@@ -727,8 +657,7 @@ class Node:
             str(self.node_assets / "kube-scheduler"), f"--kubeconfig={self.envtest.kubeconfig(SCHEDULER_USER)}",
             "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
         ])
-        wait_until(lambda: scheduler.running() and _https_ok(f"https://127.0.0.1:{port}/healthz"), 30,
-                   "kube-scheduler's /healthz", log=lambda: scheduler.log(tail=30))
+        scheduler.wait_for(lambda: http_ok(f"https://127.0.0.1:{port}/healthz"), 30, "kube-scheduler's /healthz")
         if self.coredns is not None:
             self._cluster_dns(self.coredns)
 
@@ -753,7 +682,7 @@ cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{
 }}
 """)
         dns = self._start("coredns", [str(binary), "-conf", str(corefile)])
-        wait_until(lambda: dns.running() and "CoreDNS-" in dns.log(), 30, "CoreDNS to serve", log=lambda: dns.log(tail=30))
+        dns.wait_for(lambda: "CoreDNS-" in dns.log(), 30, "CoreDNS to serve")
 
     def _start(self, name: str, argv: Sequence[str], *, namespaced: bool = False) -> Process:
         """A process of the node: in its mount namespace (then :func:`erase` kills it), or of the
@@ -796,7 +725,7 @@ cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{
         )
         self._holder = holder = self._start(
             "mount-namespace", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
-        wait_until(lambda: holder.running() and ready.exists(), 10, "the mount namespace", log=lambda: holder.log())
+        holder.wait_for(ready.exists, 10, "the mount namespace")
         fp.namespace_inode = os.stat(f"/proc/{holder.popen.pid}/ns/mnt").st_ino
         fp.save()
 
@@ -856,11 +785,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 """)
         containerd = self._start("containerd", ["containerd", f"--config={config}", "--log-level=warn"], namespaced=True)
 
-        def up() -> bool:
-            containerd.running()
-            return self.socket.exists() and self.ctr("version", check=False).returncode == 0
-
-        wait_until(up, 30, "containerd's socket", log=lambda: containerd.log(tail=30))
+        containerd.wait_for(lambda: self.socket.exists() and self.ctr("version", check=False).returncode == 0, 30,
+                            "containerd's socket")
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """``ctr -n k8s.io ARGS`` against the node's containerd (the namespace the CRI uses)."""
@@ -899,8 +825,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             f"--root-dir={r / 'kubelet'}", f"--cert-dir={r / 'kubelet' / 'pki'}", f"--hostname-override={NODE_NAME}",
             f"--node-ip={self.address}", "-v=1",
         ], namespaced=True)
-        wait_until(lambda: kubelet.running() and self._http_ok(f"http://127.0.0.1:{health}/healthz"), 60,
-                   "kubelet's /healthz", log=lambda: kubelet.log(tail=40))
+        kubelet.wait_for(lambda: http_ok(f"http://127.0.0.1:{health}/healthz"), 60, "kubelet's /healthz")
 
     def _kube_proxy(self) -> None:
         metrics, health = free_port(), free_port()
@@ -917,19 +842,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
         def synced() -> bool:
             # Its /healthz answers before the first sync: the kubernetes Service's rule is the sign.
-            proxy.running()
             done = run("iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES", check=False)
             return done.returncode == 0 and "default/kubernetes:https" in done.stdout
 
-        wait_until(synced, 60, "kube-proxy's rules for the kubernetes Service", interval=0.2, log=lambda: proxy.log(tail=40))
-
-    @staticmethod
-    def _http_ok(url: str) -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as answer:
-                return bool(answer.status == 200)
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
+        proxy.wait_for(synced, 60, "kube-proxy's rules for the kubernetes Service", interval=0.2)
 
     def _wait_ready(self, timeout: float) -> None:
         api = self.api_client()

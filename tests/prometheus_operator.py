@@ -1,27 +1,18 @@
-"""The Prometheus Operator's CRDs of the kinds the chart's monitoring makes (ServiceMonitor, PodMonitor,
-PrometheusRule), as data: ``tests/fixtures/prometheus-operator/``, copied unchanged from the
-operator's repository (each file's first line names the tag and commit).
-
-* :func:`problems`: an object of those kinds against its CRD's ``openAPIV3Schema``, as the API server
-  judges it with strict field validation (an unknown field is an error, as ``kubectl`` asks by
-  default), offline;
-* :func:`install_crds`: the CRDs created on a real API server (envtest), waiting until each kind is
-  served.
-"""
+"""The Prometheus Operator's CRDs of the kinds the chart's monitoring makes, copied unchanged into
+``tests/fixtures/prometheus-operator/``: objects checked offline against their schemas as the API
+server's strict field validation would (:func:`problems`), and the CRDs installed on envtest."""
 
 from __future__ import annotations
 
 import copy
 import functools
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import jsonschema
 import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prometheus-operator"
 GROUP = "monitoring.coreos.com"
@@ -75,24 +66,7 @@ def problems(obj: Mapping[str, Any]) -> list[str]:
 
 
 def install_crds(api: client.ApiClient, timeout: float = 60.0) -> None:
-    """Create the CRDs (an existing one is left as it is) and wait until every kind is served."""
-    extensions = client.ApiextensionsV1Api(api)
-    for crd in crds().values():
-        try:
-            extensions.create_custom_resource_definition(cast(Any, crd))  # the client takes a dict as it is
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    custom = client.CustomObjectsApi(api)
-    deadline = time.monotonic() + timeout
-    for crd in crds().values():
-        plural = crd["spec"]["names"]["plural"]
-        version = next(v["name"] for v in crd["spec"]["versions"] if v["storage"])
-        while True:
-            try:
-                custom.list_cluster_custom_object(GROUP, version, plural, limit=1)
-                break
-            except ApiException as exc:
-                if exc.status != 404 or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+    """The CRDs applied to a real API server, once it serves every kind."""
+    from tests.envtest import install_crds as install  # not at the top: envtest imports this module
+
+    install(api, crds().values(), timeout)

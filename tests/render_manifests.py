@@ -3,15 +3,11 @@
     .venv/bin/python -m tests.render_manifests          # rewrite manifests/ from the chart
     .venv/bin/python -m tests.render_manifests --check  # exit 1, with a diff, if they differ
 
-Each kustomize variant is ``helm template volcano-job-webhook charts/volcano-job-webhook -n
-volcano-job-webhook`` with its values (:data:`VARIANTS`), written to
-``manifests/overlays/<variant>/install.yaml``. What kustomize's configMapGenerator supplies is left
-out of it: the settings ConfigMap, whose two keys become ``manifests/settings/<certificates
-mode>/config.yaml`` and ``webhooks.yaml`` (a Component the variants of that mode include, so its hash
-suffix rolls the Deployments), and the Pods' ``checksum/config`` annotation. Helm's own labels (``helm.sh/chart``,
-``app.kubernetes.io/managed-by: Helm``) go too. The rest is helm's output as it is, comments
-included. tests/test_chart.py fails
-when the files in the repository differ from a fresh rendering.
+Each variant of :data:`VARIANTS` is ``helm template`` with its values, written to
+``manifests/overlays/<variant>/install.yaml`` without Helm's own labels and what kustomize's
+configMapGenerator supplies instead: the settings ConfigMap (its keys go to
+``manifests/settings/<certificates mode>/``, whose hash suffix rolls the Deployments) and the Pods'
+``checksum/config``. tests/test_chart.py fails while the files differ from a fresh rendering.
 """
 
 from __future__ import annotations

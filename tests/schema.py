@@ -1,26 +1,7 @@
-"""Validation of produced objects against the real Kubernetes schemas, plus the Pod rules the API
-server enforces that a JSON schema cannot say.
-
-* :func:`validate_object` — any object with ``apiVersion``/``kind``, checked with
-  ``kubernetes-validate`` against the strict (unknown fields fail) schemas of Kubernetes
-  :data:`K8S_VERSION`.
-* :func:`validate_pod` — the schema check (``apiVersion: v1``/``kind: Pod`` assumed when absent), then
-  the API server's own Pod validation (``pkg/apis/core/validation``) for the fields the plugins touch:
-
-  - volume names are DNS-1123 labels and unique in the Pod; a volume has exactly one source; a
-    ``configMap``/``secret`` ``defaultMode`` is in 0..0777;
-  - container names (regular and init together) are unique;
-  - every ``volumeMount`` names a volume of the Pod; ``mountPath`` is unique per container;
-    ``subPath`` is relative and has no ``..``;
-  - ``hostname`` and ``subdomain`` are DNS-1123 labels (≤ 63);
-  - ``containerPort`` is in 1..65535; port names are IANA_SVC_NAMEs (≤ 15, lower-case
-    alphanumerics and ``-``, at least one letter, no leading, trailing or double ``-``) and unique
-    per container.
-
-  Duplicate env var names are legal (the last one wins) and are deliberately not checked.
-
-Every failure is an ``AssertionError`` whose message says which object and field broke which rule.
-"""
+"""Produced objects against the strict Kubernetes schemas (``kubernetes-validate``), and Pods also
+against the rules of the API server's Pod validation that a schema cannot say, for the fields the
+plugins touch (names, volumes and mounts, ports). Duplicate env names are legal (the last wins) and
+not checked. Each failure is an AssertionError naming the object, the field and the rule."""
 
 from __future__ import annotations
 

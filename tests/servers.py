@@ -1,7 +1,6 @@
-"""Run a real HTTPS server of the product in a thread, for tests that talk to it over sockets (and
-raw TLS clients of it that send exactly the bytes a test says, :func:`guarded_webhook` and
-:func:`tls`; bench/timeouts.py times the same clients); a tiny admission webhook served that way,
-whose answers a test sets; and a TCP proxy a test can cut."""
+"""Servers in a thread for the tests that talk over sockets: the product's HTTPS server with raw TLS
+clients that send exactly the bytes a test says (bench/timeouts.py times the same clients), a tiny
+admission webhook whose answers a test sets, and a TCP proxy a test can cut."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.envtest import wait_until
-from volcano_job_webhook.certs.issue import generate_ca, generate_serving_cert
+from tests.envtest import wait_until, write_certs
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits
@@ -216,10 +214,7 @@ class TinyWebhook:
 @contextmanager
 def tiny_webhook(workdir: Path) -> Iterator[TinyWebhook]:
     """A :class:`TinyWebhook` served in a thread, with a certificate for 127.0.0.1 from its own CA."""
-    ca_cert, ca_key = generate_ca("tiny-webhook-ca")
-    cert, key = generate_serving_cert(ca_cert, ca_key, [], ["127.0.0.1"])
-    (workdir / "tls.crt").write_bytes(cert)
-    (workdir / "tls.key").write_bytes(key)
+    ca_cert = write_certs(workdir, ca_name="tiny-webhook-ca")
     hook = TinyWebhook(ca_bundle=base64.b64encode(ca_cert).decode())
     server = build_server(hook, "127.0.0.1", 0, workdir / "tls.crt", workdir / "tls.key", log_level="warning", lifespan="off")
     with in_thread(server):

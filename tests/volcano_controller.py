@@ -1,57 +1,16 @@
-"""An emulation of Volcano's job controller (``vc-controller-manager --controllers=job-controller``,
-volcano-sh/volcano at ``ed72c7c``), for scenarios that run the product beside Volcano on machines
-without Volcano's binary (tests/cluster.py picks the real one when it exists).
+"""Volcano's job controller (``vc-controller-manager --controllers=job-controller`` at ``ed72c7c``)
+emulated, so the scenarios beside Volcano run on a machine without its binary (tests/cluster.py
+picks the real one where it exists; tests/test_volcano_controller.py runs each check on both).
 
-Why it stays beside the real one: without ``VOLCANO_CONTROLLER`` (the README's test command on a
-plain machine) it is what runs the scenarios beside Volcano — the controller's loop, states, Pod
-sync, kill and retries, which the 4,000 recorded answers of Volcano's plugins
-(tests/volcano_reference.py, replayed on every run without it) do not cover. It holds only what those
-scenarios reach, and tests/test_volcano_controller.py runs each of its checks on it and on the real
-controller, so a difference in what they check fails there.
-
-It makes, through the official client against any API server (the double or a real one), the
-writes /work/shared/real-kubernetes.md documents ("Volcano's job controller"), by porting the parts
-of ``pkg/controllers/job`` that make them: the states (``state/*.go``), ``syncJob``, ``killPods``,
-``initiateJob``, ``createOrUpdatePodGroup``, the plugin hooks and the retry limit of
-``processNextReq``/``handleJobError``. So, for each Volcano Job of one namespace:
-
-* **new Job**: status ``Pending``; the plugin objects of ``spec.plugins`` (``OnJobAdd``: Secret
-  ``<job>-ssh`` with a new key pair, ConfigMap ``<job>-svc``, headless Service and NetworkPolicy
-  ``<job>``), owned by the Job (controller, blockOwnerDeletion) and with no label; the PodGroup
-  ``<job>-<uid>`` with no phase;
-* **PodGroup past Pending** (``inqueue()`` in tests/cluster.py plays vc-scheduler): the Pods
-  ``<job>-<task>-<index>``, built by plugins/podgen.py's ``make_pod`` and wired by the plugins of
-  ``spec.plugins`` (Volcano's ``OnPodCreate``), created through the API so admission webhooks run;
-  then a status write with the Pod counts and ``controlledResources`` (``plugin-<name>: <name>``);
-* **Pod phases**: the counts and ``Pending`` → ``Running`` → ``Completed``/``Failed``; a finished Job
-  loses its plugin objects and PodGroup (``OnJobDelete``, deleted by name whoever made them) and
-  keeps its Succeeded/Failed Pods;
-* **a Command** (``bus.volcano.sh/v1alpha1``, ``target`` a Job): deleted, then its action —
-  ``RestartJob``: Pods marked out-of-sync and deleted, plugin objects deleted, ``Restarting`` with
-  ``retryCount`` and ``version`` + 1, the PodGroup deleted and made again with no phase, the
-  ConfigMap back at once (svc's ``OnJobUpdate``); once the new PodGroup is Inqueue, the Pods (now
-  ``job-version``/``job-retry-count`` 1), then ``Pending`` and a *new* Secret, the Service and the
-  NetworkPolicy, with ``controlledResources`` left empty (Volcano's own quirk: the map it fills is
-  the one it compares with); also ``TerminateJob``;
-* job **policies** for the ``PodFailed`` and ``TaskCompleted`` events (and ``*``);
-* **failures**: a failed sync (a Pod the API refuses, a plugin error, a missing Queue) is retried;
-  after ``max_requeue`` retries (``--max-requeue-num``, 15) the event "Job failed on action SyncJob
-  for retry limit reached" and ``TerminateJob``: ``Terminating`` then ``Terminated``;
-* **Events** as Volcano's recorder writes them (CommandIssued, ExecuteAction, FailedCreate...).
-
-Timing: level-based, every ``interval`` (50 ms) it lists the namespace's Jobs, Pods, PodGroups and
-Commands and syncs a Job when Volcano's informers would have queued it (a new Job, a change of its
-spec or phase, of its Pods, of its PodGroup's phase, a Command, a retry due). Retries back off from
-``retry_base`` to ``retry_cap`` (Volcano: 5 ms to 1000 s), so 15 retries take well under a second.
-
-Where it is not Volcano: plugins run in Volcano's registration order (Volcano: Go map order, random
-per call); the plugins are this project's (Volcano's match them field by field, but they refuse a bad
-argument where Volcano logs it and carries on, and never append duplicates); one retry counter per
-Job where Volcano keeps one per queued request. Not done, as no scenario reaches them: ray's head
-Service, a PodGroup's update when the Job scales, ``minSuccess``, a task's ``minAvailable`` and
-``maxRetry`` ending a Job, a running Job falling back to Pending, ``AbortJob``/``CompleteJob``,
-PodGroup ``minResources``, job ``volumes``, ``dependsOn``, partitions, ``RestartTask``/``RestartPod``
-(recorded in ``errors``), policy ``timeout``/``exitCode``, queue forwarding.
+It ports the parts of ``pkg/controllers/job`` that make the writes ../shared/real-kubernetes.md
+documents, for the Jobs of one namespace: the states (``state/*.go``), ``syncJob``, ``killPods``,
+``initiateJob``, the PodGroup, the plugin hooks (our plugins in Volcano's order and strictness, the
+Pods built by plugins/podgen.py and created through the API so admission runs), Commands,
+``PodFailed``/``TaskCompleted`` policies, Events, and the retries up to ``max_requeue`` of
+``processNextReq``/``handleJobError``. It holds only what those scenarios reach, level-based: every
+``interval`` it lists the namespace and syncs each Job an informer event would have queued. Not
+Volcano's: plugins in registration order (Volcano's is a Go map's), one retry counter per Job; not
+done: ``RestartTask``/``RestartPod``, scaling, ``minSuccess``, ``dependsOn``, queue forwarding.
 """
 
 from __future__ import annotations
@@ -69,7 +28,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.envtest import request
+from tests.envtest import read_path, request, status_message
 from tests.jobs import API_VERSION as JOB_API_VERSION
 from tests.jobs import job_owner
 from volcano_job_webhook.plugins import Chain, ChainConfig, Job, PluginError
@@ -117,6 +76,12 @@ def path(kind: str, namespace: str | None, name: str | None = None, subresource:
     prefix, plural = PATHS[kind]
     out = f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
     return out + (f"/{name}" if name else "") + (f"/{subresource}" if subresource else "")
+
+
+def list_items(api: client.ApiClient, collection: str, selector: str | None = None) -> list[Obj]:
+    """The items at a collection's path, label-selected when ``selector`` is given."""
+    items: list[Obj] = request(api, "GET", collection, query=[("labelSelector", selector)] if selector else [])["items"]
+    return items
 
 
 def _now() -> str:
@@ -223,15 +188,14 @@ UpdateStatus = Callable[[Obj], bool]
 
 
 class VolcanoController:
-    """Volcano's job controller for ``namespace``, through ``api`` (an administrator's client):
-    ``start()``/``stop()`` or a ``with`` block. Read :attr:`counters` and :attr:`writes`;
-    :attr:`errors` holds what went wrong in the emulator itself (a test should end
-    with it empty)."""
+    """Volcano's job controller for ``namespace``, through an administrator's client; :attr:`errors`
+    holds the emulator's own failures (a test ends with it empty)."""
 
     def __init__(self, api: client.ApiClient, namespace: str, *, interval: float = 0.05, max_requeue: int = 15,
                  retry_base: float = 0.005, retry_cap: float = 0.05) -> None:
         self.api, self.namespace = api, namespace
         self.interval, self.max_requeue = interval, max_requeue
+        # Volcano backs off from 5 ms to 1000 s; capped at 50 ms, its 15 retries take well under a second.
         self.retry_base, self.retry_cap = retry_base, retry_cap
         self._lock = threading.Lock()
         self._counters = Counters()
@@ -290,18 +254,10 @@ class VolcanoController:
         return request(self.api, method, url, body=body, content_type=content_type)
 
     def _list(self, kind: str, selector: str | None = None) -> list[Obj]:
-        query = [("labelSelector", selector)] if selector else []
-        items: list[Obj] = request(self.api, "GET", path(kind, self.namespace), query=query)["items"]
-        return items
+        return list_items(self.api, path(kind, self.namespace), selector)
 
     def _get(self, kind: str, name: str, namespace: str | None = None) -> Obj | None:
-        try:
-            found: Obj = self._call("GET", path(kind, namespace, name))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return found
+        return read_path(self.api, path(kind, namespace, name))
 
     def _record(self, verb: str, kind: str, name: str) -> None:
         with self._lock:
@@ -550,9 +506,6 @@ class VolcanoController:
                     prepared = prepared or chain.prepare(job)
                     to_create.setdefault(task["name"], []).append(prepared.mutate(make_pod(job, task["name"], index)).pod)
                     continue
-                if pod["metadata"].get("deletionTimestamp"):
-                    counts["terminating"] += 1
-                    continue
                 if OUT_OF_SYNC_KEY in (pod["metadata"].get("annotations") or {}):
                     to_delete.append(pod)
                 _classify(pod, counts, task_counts)
@@ -660,12 +613,8 @@ class VolcanoController:
         last_retry = int(status.get("retryCount") or 0) >= int(spec.get("maxRetry", DEFAULT_MAX_RETRY)) - 1
         counts: Counter[str] = Counter()
         task_counts: dict[str, dict[str, int]] = {}
-        to_kill = []
-        for pod in c.pods:
-            if pod["metadata"].get("deletionTimestamp"):
-                counts["terminating"] += 1
-            elif _phase(pod) not in (SOFT if last_retry else retain):
-                to_kill.append(pod)
+        # The double deletes at once: no Pod is ever seen terminating (with a deletionTimestamp).
+        to_kill = [pod for pod in c.pods if _phase(pod) not in (SOFT if last_retry else retain)]
         errors = []
         marked = []
         for pod in to_kill:
@@ -780,9 +729,7 @@ class VolcanoController:
             self._create(obj["kind"], obj)
 
 
-# --------------------------------------------------------------------------
-# Helpers: the plugins as Volcano runs them, statuses
-# --------------------------------------------------------------------------
+# Helpers: the plugins as Volcano runs them, statuses ---------------------------------------------
 
 
 def volcano_chain(job_obj: Obj) -> tuple[Job, Chain]:
@@ -804,12 +751,7 @@ def _volcano_object(obj: Obj) -> Obj:
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        try:
-            return str(json.loads(exc.body or "")["message"])
-        except (ValueError, KeyError, TypeError):
-            return f"{exc.status} {exc.reason}"
-    return str(exc)
+    return status_message(exc) if isinstance(exc, ApiException) else str(exc)
 
 
 def _classify(pod: Obj, counts: Counter[str], task_counts: dict[str, dict[str, int]]) -> None:

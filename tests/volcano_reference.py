@@ -1,19 +1,8 @@
-"""Volcano's own plugin code as the reference for ours: generated jobs, Volcano's answers (live from
-the vcref runner, or recorded), and the comparison, with every documented difference named in one
-place (``DIFFERENCES``).
-
-vcref (a build of Volcano's own code, ``VOLCANO_REF``; none is shipped) runs Volcano's Go plugins, Pod builder and job
-admission on a job. :func:`run_reference` runs a batch of generated jobs through one vcref process
-(``buildAll``); :func:`recorded_reference` reads the same kind of batch from Volcano's recorded
-answers (``../shared/volcano-reference/``, :func:`recorded_path`), where no vcref is needed. Either
-way :func:`compare` runs the jobs through our chain (:func:`reference_chain`: ``mutate`` on the Pods
-:func:`make_pod` builds, ``resources``), then compares the Pods and side objects field by field after
-the normalisations vcref's README asks for (``NORMALISATIONS``). What is left is either one of the
-documented differences, counted by name, or a mismatch.
-
-Used by ``tests/test_volcano_reference.py`` (CI size, and every recorded job) and
-``bench/volcano_reference.py`` (long run).
-"""
+"""Volcano's own plugin code as the reference for ours: generated jobs run through vcref (a build of
+Volcano's Go plugins, Pod builder and job admission, ``VOLCANO_REF``) or read from its recorded
+answers (``../shared/volcano-reference/``), compared field by field with our chain's after the
+normalisations vcref's README asks for; each documented difference is named once (``DIFFERENCES``)
+and counted, anything else is a mismatch."""
 
 from __future__ import annotations
 
@@ -750,10 +739,6 @@ def compare(reference: Reference) -> Report:
     for job, rewrites, ref, label in zip(reference.jobs, reference.rewrites, reference.results, labels, strict=True):
         report.add(compare_job(job, ref, run_ours(job), rewrites, label))
     return report
-
-
-def compare_batch(jobs: list[Obj], vcref: str) -> Report:
-    return compare(run_reference(jobs, vcref))
 
 
 # ---------------------------------------------------------------------------------------------
