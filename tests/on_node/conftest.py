@@ -2,7 +2,8 @@
 (CoreDNS), a whole Volcano (tests/cluster.py's ``whole_volcano``: scheduler, controllers, admission),
 the product's image and the jobs' image in the node's containerd. Brought up once for this folder
 (about a minute) and torn down after its last test, since a machine holds one node; each test
-installs and uninstalls the product itself.
+installs and uninstalls the product itself, with the helpers below (the chart's install, the webhook
+registrations, a stream of Pods created while something happens).
 
 Skips, naming what is missing, without root, the node's parts (``KUBEBUILDER_ASSETS``,
 ``KUBE_NODE_ASSETS``, Debian's containerd, runc, CNI plugins, iptables...), Volcano's three binaries
@@ -15,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,20 +26,25 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tests import node as node_module
 from tests.cluster import VolcanoCluster, volcano_missing, whole_volcano
-from tests.envtest import ADMIN, Process, create, read, wait_until
+from tests.envtest import ADMIN, Process, create, read, request, status_message, wait_until
 from tests.helm import helm_or_skip
+from tests.jobs import job_owner, volcano_job
 from tests.kustomize import kubectl_or_skip
 from tests.node import Node
 from tests.test_image import CACHE, TAG, Image, base_or_skip, build_image, buildah
+from volcano_job_webhook.plugins import Job
+from volcano_job_webhook.plugins.podgen import make_pod
 
 COREDNS_ENV = "COREDNS"
 # Debian's Python 3.11 (the base) with what the jobs run besides Python: Open MPI and OpenSSH for
-# mpirun over ssh, netcat for the wait for the master. The frameworks come from the host. Tagged by
-# its package list, so a changed list builds anew.
-JOBS_PACKAGES = ("openmpi-bin", "openssh-server", "openssh-client", "netcat-openbsd")
+# mpirun over ssh, netcat for the wait for the master, GNU OpenMP for Paddle's CPU build, pdsh for
+# DeepSpeed's own launcher. The frameworks come from the host. Tagged by its package list, so a
+# changed list builds anew.
+JOBS_PACKAGES = ("openmpi-bin", "openssh-server", "openssh-client", "netcat-openbsd", "libgomp1", "pdsh")
 JOBS_IMAGE = f"localhost/vjw-jobs:{hashlib.sha256(' '.join(JOBS_PACKAGES).encode()).hexdigest()[:12]}"
 
 
@@ -160,3 +168,153 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             timings["volcano_up_s"] = time.monotonic() - started
             yield Cluster(node, admin, processes, timings)
     assert not node.leftovers(), f"left on this machine: {node.leftovers()}"
+
+
+# The product's install, shared by the modules ----------------------------------------------------------
+
+NAMESPACE = "volcano-job-webhook"  # the release's, as docs/install.md installs it
+RELEASE = "volcano-job-webhook"
+DEPLOYMENT = "volcano-job-webhook"
+CONFIGURATIONS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+REPOSITORY, _, IMAGE_TAG = TAG.rpartition(":")
+WIRED = "VC_TASK_INDEX"  # what the job annotation asks of the webhook (env)
+POD_INTERVAL = 0.2  # seconds between Pod creations: 5 a second
+IMAGE_VALUES = [f"--set=image.repository={REPOSITORY}", f"--set=image.tag={IMAGE_TAG}", "--set=image.pullPolicy=Never"]
+
+
+def wait_installed(cluster: Cluster, *deployments: str) -> None:
+    """Each Deployment Available with every replica updated, no Pod of the release terminating, and
+    the webhooks registered."""
+    def settled() -> bool:
+        pods = request(cluster.admin, "GET", f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+        return (all(deployment_available(cluster, d) for d in deployments)
+                and not any(p["metadata"].get("deletionTimestamp") for p in pods)
+                and None not in registrations(cluster).values())
+
+    wait_until(settled, 180, f"{', '.join(deployments)} Available, nothing terminating, the webhooks registered",
+               interval=0.2, log=lambda: cluster.kubectl("-n", NAMESPACE, "get", "all,events") + cluster.node.logs())
+
+
+def install(cluster: Cluster, chart: Path, *values: str) -> None:
+    # An install an earlier module took away may still be terminating its namespace.
+    wait_until(lambda: not read(cluster.admin, "v1", "Namespace", NAMESPACE), 180, f"namespace {NAMESPACE} gone", interval=0.5)
+    cluster.helm("install", RELEASE, str(chart), "-n", NAMESPACE, "--create-namespace", *IMAGE_VALUES, *values)
+    wait_installed(cluster, DEPLOYMENT)
+
+
+def uninstall(cluster: Cluster) -> None:
+    """helm uninstall and the namespace deleted, until both are gone with the registrations (the next
+    test installs the same release in the same namespace)."""
+    try:
+        cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=120s", timeout=150)
+    finally:
+        cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+        wait_until(lambda: set(registrations(cluster).values()) == {None} and not read(cluster.admin, "v1", "Namespace", NAMESPACE),
+                   180, f"the webhook registrations and namespace {NAMESPACE} deleted", interval=0.5)
+
+
+def window_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    """A Volcano Job whose Pods the streams create; it asks for more CPU than the node has, so
+    vc-scheduler never moves it to Inqueue and Volcano's controller makes no Pods of its own."""
+    job = volcano_job(name, namespace=namespace, tasks=[("worker", 4)], annotation={"env": []},
+                      schedulerName="volcano", minAvailable=4)
+    job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1000"}}
+    return create(cluster.admin, job)
+
+
+def registrations(cluster: Cluster) -> dict[str, Any]:
+    return {kind: read(cluster.admin, "admissionregistration.k8s.io/v1", kind, RELEASE) for kind in CONFIGURATIONS}
+
+
+def deployment_available(cluster: Cluster, name: str = DEPLOYMENT) -> bool:
+    found = read(cluster.admin, "apps/v1", "Deployment", name, NAMESPACE) or {}
+    status, spec = found.get("status") or {}, found.get("spec") or {}
+    conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+    replicas = spec.get("replicas", 1)
+    return (conditions.get("Available") == "True" and status.get("observedGeneration") == found["metadata"]["generation"]
+            and status.get("updatedReplicas") == status.get("readyReplicas") == status.get("availableReplicas") == replicas
+            and not status.get("unavailableReplicas"))
+
+
+
+
+# Pods created while something happens ----------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    at: float  # seconds since the stream started
+    result: str  # wired, unwired, refused (an error naming the webhook), error
+    seconds: float  # how long the create took
+    message: str = ""
+
+
+class PodStream:
+    """Creates a Pod of Volcano Job ``job`` (as Volcano's controller would: labels, annotations,
+    owner reference) every ``interval`` seconds in a thread of its own, until stopped or ``limit``
+    Pods; records each outcome."""
+
+    def __init__(self, cluster: Cluster, job: dict[str, Any], phase: str, limit: int | None = None) -> None:
+        self.api = cluster.node.api_client()
+        self.job, self.phase, self.limit = job, phase, limit
+        self.outcomes: list[Outcome] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"pods-{phase}", daemon=True)
+        self.started = 0.0
+
+    def __enter__(self) -> PodStream:
+        self.started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def wait(self, timeout: float) -> None:
+        """Until ``limit`` Pods are created."""
+        self._thread.join(timeout=timeout)
+        assert not self._thread.is_alive(), f"{len(self.outcomes)} of {self.limit} Pods in {timeout:.0f} s"
+
+    def _run(self) -> None:
+        replicas = self.job["spec"]["tasks"][0]["replicas"]
+        i = 0
+        while not self._stop.is_set() and (self.limit is None or i < self.limit):
+            pod = make_pod(Job.from_object(self.job), "worker", i % replicas)
+            pod["metadata"].update(name=f"{self.job['metadata']['name']}-{self.phase.replace('_', '-')}-{i}",
+                                   namespace=self.job["metadata"]["namespace"], ownerReferences=[job_owner(self.job)])
+            begun = time.monotonic()
+            try:
+                made = create(self.api, pod)
+                env = {e["name"] for e in made["spec"]["containers"][0].get("env") or []}
+                outcome = Outcome(begun - self.started, "wired" if WIRED in env else "unwired", time.monotonic() - begun)
+            except ApiException as exc:
+                message = status_message(exc)
+                result = "refused" if "webhook" in message else "error"
+                outcome = Outcome(begun - self.started, result, time.monotonic() - begun, message)
+            except Exception as exc:  # anything else ends the stream, as an error the test reports
+                self.outcomes.append(Outcome(begun - self.started, "error", time.monotonic() - begun, repr(exc)))
+                return
+            self.outcomes.append(outcome)
+            i += 1
+            self._stop.wait(max(0.0, self.started + i * POD_INTERVAL - time.monotonic()))
+
+    def count(self, result: str) -> int:
+        return sum(o.result == result for o in self.outcomes)
+
+    def record(self, figures: Figures, prefix: str) -> None:
+        figures[f"{prefix}_pods"] = len(self.outcomes)
+        for result in ("wired", "unwired", "refused", "error"):
+            figures[f"{prefix}_{result}"] = self.count(result)
+        latencies = sorted(o.seconds * 1000 for o in self.outcomes if o.result in ("wired", "unwired"))
+        if latencies:
+            figures[f"{prefix}_create_ms_p50"] = statistics.median(latencies)
+            figures[f"{prefix}_create_ms_max"] = latencies[-1]
+
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.result in ("refused", "error")]
+
+

@@ -26,33 +26,34 @@ docs/benchmarks.md ("Installed on a real node") records a run. Skips as the conf
 from __future__ import annotations
 
 import os
-import statistics
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes.client.rest import ApiException
 
 from tests import node as node_module
-from tests.envtest import create, read, request, status_message, wait_until
+from tests.envtest import create, read, request, wait_until
 from tests.helm import CHART
-from tests.jobs import job_owner, volcano_job
+from tests.jobs import volcano_job
 from tests.kustomize import MANIFESTS
-from tests.on_node.conftest import Cluster, Figures, figures_fixture
-from tests.test_image import TAG
-from volcano_job_webhook.plugins import Job
-from volcano_job_webhook.plugins.podgen import make_pod
+from tests.on_node.conftest import (
+    DEPLOYMENT,
+    IMAGE_TAG,
+    NAMESPACE,
+    POD_INTERVAL,
+    RELEASE,
+    REPOSITORY,
+    WIRED,
+    Cluster,
+    Figures,
+    PodStream,
+    deployment_available,
+    figures_fixture,
+    registrations,
+    window_job,
+)
 
-NAMESPACE = "volcano-job-webhook"  # the release's, as docs/install.md installs it
-RELEASE = "volcano-job-webhook"
-DEPLOYMENT = "volcano-job-webhook"
-CONFIGURATIONS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-REPOSITORY, _, IMAGE_TAG = TAG.rpartition(":")
-WIRED = "VC_TASK_INDEX"  # what the job annotation asks of the webhook (env)
-INTERVAL = 0.2  # seconds between Pod creations: 5 a second
 AFTER_AVAILABLE = 5.0  # the install window runs until this long after Available
 ROLLOUT_PODS = 300
 
@@ -60,110 +61,7 @@ ROLLOUT_PODS = 300
 figures = figures_fixture("node-install", "Installed on a real node")
 
 
-# Pods created while something happens ----------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    at: float  # seconds since the stream started
-    result: str  # wired, unwired, refused (an error naming the webhook), error
-    seconds: float  # how long the create took
-    message: str = ""
-
-
-class PodStream:
-    """Creates a Pod of Volcano Job ``job`` (as Volcano's controller would: labels, annotations,
-    owner reference) every ``interval`` seconds in a thread of its own, until stopped or ``limit``
-    Pods; records each outcome."""
-
-    def __init__(self, cluster: Cluster, job: dict[str, Any], phase: str, limit: int | None = None) -> None:
-        self.api = cluster.node.api_client()
-        self.job, self.phase, self.limit = job, phase, limit
-        self.outcomes: list[Outcome] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"pods-{phase}", daemon=True)
-        self.started = 0.0
-
-    def __enter__(self) -> PodStream:
-        self.started = time.monotonic()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def wait(self, timeout: float) -> None:
-        """Until ``limit`` Pods are created."""
-        self._thread.join(timeout=timeout)
-        assert not self._thread.is_alive(), f"{len(self.outcomes)} of {self.limit} Pods in {timeout:.0f} s"
-
-    def _run(self) -> None:
-        replicas = self.job["spec"]["tasks"][0]["replicas"]
-        i = 0
-        while not self._stop.is_set() and (self.limit is None or i < self.limit):
-            pod = make_pod(Job.from_object(self.job), "worker", i % replicas)
-            pod["metadata"].update(name=f"{self.job['metadata']['name']}-{self.phase.replace('_', '-')}-{i}",
-                                   namespace=self.job["metadata"]["namespace"], ownerReferences=[job_owner(self.job)])
-            begun = time.monotonic()
-            try:
-                made = create(self.api, pod)
-                env = {e["name"] for e in made["spec"]["containers"][0].get("env") or []}
-                outcome = Outcome(begun - self.started, "wired" if WIRED in env else "unwired", time.monotonic() - begun)
-            except ApiException as exc:
-                message = status_message(exc)
-                result = "refused" if "webhook" in message else "error"
-                outcome = Outcome(begun - self.started, result, time.monotonic() - begun, message)
-            except Exception as exc:  # anything else ends the stream, as an error the test reports
-                self.outcomes.append(Outcome(begun - self.started, "error", time.monotonic() - begun, repr(exc)))
-                return
-            self.outcomes.append(outcome)
-            i += 1
-            self._stop.wait(max(0.0, self.started + i * INTERVAL - time.monotonic()))
-
-    def count(self, result: str) -> int:
-        return sum(o.result == result for o in self.outcomes)
-
-    def record(self, figures: Figures, prefix: str) -> None:
-        figures[f"{prefix}_pods"] = len(self.outcomes)
-        for result in ("wired", "unwired", "refused", "error"):
-            figures[f"{prefix}_{result}"] = self.count(result)
-        latencies = sorted(o.seconds * 1000 for o in self.outcomes if o.result in ("wired", "unwired"))
-        if latencies:
-            figures[f"{prefix}_create_ms_p50"] = statistics.median(latencies)
-            figures[f"{prefix}_create_ms_max"] = latencies[-1]
-
-    def failures(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.result in ("refused", "error")]
-
-
 # The steps ------------------------------------------------------------------------------------------
-
-
-def window_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    """A Volcano Job whose Pods the streams create; it asks for more CPU than the node has, so
-    vc-scheduler never moves it to Inqueue and Volcano's controller makes no Pods of its own."""
-    job = volcano_job(name, namespace=namespace, tasks=[("worker", 4)], annotation={"env": []},
-                      schedulerName="volcano", minAvailable=4)
-    job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1000"}}
-    return create(cluster.admin, job)
-
-
-def registrations(cluster: Cluster) -> dict[str, Any]:
-    return {kind: read(cluster.admin, "admissionregistration.k8s.io/v1", kind, RELEASE) for kind in CONFIGURATIONS}
-
-
-def deployment_available(cluster: Cluster, name: str = DEPLOYMENT) -> bool:
-    found = read(cluster.admin, "apps/v1", "Deployment", name, NAMESPACE) or {}
-    status, spec = found.get("status") or {}, found.get("spec") or {}
-    conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
-    replicas = spec.get("replicas", 1)
-    return (conditions.get("Available") == "True" and status.get("observedGeneration") == found["metadata"]["generation"]
-            and status.get("updatedReplicas") == status.get("readyReplicas") == status.get("availableReplicas") == replicas
-            and not status.get("unavailableReplicas"))
 
 
 def webhook_pods_ready(cluster: Cluster) -> int:
@@ -244,7 +142,7 @@ def rolling_restart(cluster: Cluster, figures: Figures, prefix: str, job: dict[s
         cluster.kubectl("-n", NAMESPACE, "rollout", "restart", f"deployment/{DEPLOYMENT}")
         cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{DEPLOYMENT}", "--timeout=120s", timeout=150)
         figures[f"{prefix}_rollout_s"] = time.monotonic() - begun
-        stream.wait(ROLLOUT_PODS * INTERVAL + 60)
+        stream.wait(ROLLOUT_PODS * POD_INTERVAL + 60)
     stream.record(figures, prefix)
     assert len(stream.outcomes) == ROLLOUT_PODS
     assert not stream.failures(), stream.failures()[:5]
@@ -264,7 +162,7 @@ def leftovers(cluster: Cluster) -> list[str]:
     return found
 
 
-def uninstall(cluster: Cluster, figures: Figures, prefix: str, commands: list[list[str]], job: dict[str, Any]) -> None:
+def uninstall_under_pods(cluster: Cluster, figures: Figures, prefix: str, commands: list[list[str]], job: dict[str, Any]) -> None:
     """The uninstall commands under Pod creations (their refusals a figure: docs/install.md allows a
     few seconds of them), until nothing of the install is left; then Pods are admitted unwired."""
     with PodStream(cluster, job, prefix) as stream:
@@ -318,7 +216,7 @@ def test_pods_reach_the_api_server_through_its_service_and_nothing_off_the_machi
         "10.96.0.1:443 open", f"{gateway}:53 closed", "1.1.1.1:443 closed"]
 
 
-def test_helm_install_window_wiring_rollout_and_uninstall(cluster: Cluster, figures: Figures) -> None:
+def test_helm_install_window_wiring_rollout_and_uninstall_under_pods(cluster: Cluster, figures: Figures) -> None:
     namespace = cluster.namespace("helm-")
     job = window_job(cluster, namespace, "window")
     install_window(cluster, figures, "helm", [
@@ -328,7 +226,7 @@ def test_helm_install_window_wiring_rollout_and_uninstall(cluster: Cluster, figu
     ], job)
     check_wiring(cluster, figures, "helm", namespace, "wired")
     rolling_restart(cluster, figures, "helm_rollout", job)
-    uninstall(cluster, figures, "helm_uninstall", [
+    uninstall_under_pods(cluster, figures, "helm_uninstall", [
         ["helm", "uninstall", RELEASE, "-n", NAMESPACE],
         ["kubectl", "delete", "namespace", NAMESPACE, "--wait=false"],
     ], job)
@@ -340,4 +238,4 @@ def test_kustomize_install_window_wiring_and_delete(cluster: Cluster, figures: F
     job = window_job(cluster, namespace, "window")
     install_window(cluster, figures, "kustomize", [["kubectl", "apply", "-k", str(install)]], job)
     check_wiring(cluster, figures, "kustomize", namespace, "wired")
-    uninstall(cluster, figures, "kustomize_delete", [["kubectl", "delete", "-k", str(install), "--wait=false"]], job)
+    uninstall_under_pods(cluster, figures, "kustomize_delete", [["kubectl", "delete", "-k", str(install), "--wait=false"]], job)

@@ -4,8 +4,9 @@ admission checks each Job, CoreDNS resolves the Pods' names), with the product i
 in the README's order.
 
 Each job is submitted unchanged but for three things (:func:`runnable`): its image (the jobs' image:
-Debian's Python 3.11 with Open MPI, OpenSSH and busybox), a short program where the example's needs
-a download or a file the example does not ship, and no resource limits (the node has two CPUs). The
+Debian's Python 3.11 with the conftest's ``JOBS_PACKAGES``), a short program where the example's needs
+a download or a file the example does not ship, and no CPU or memory limits (the node has two CPUs;
+a GPU count stays, and the node advertises GPUs it does not have, as the plugins only count them). The
 frameworks come from the host, not from an image per framework: the test's own virtualenv and the
 interpreter it was made from are mounted read-only at the same paths (hostPath), first on ``PATH``,
 so ``torchrun``, ``ray`` and ``python`` in a Pod are the ones this test process has. A framework
@@ -28,6 +29,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +40,8 @@ from tests.cluster import VolcanoCluster
 from tests.conftest import EXAMPLES
 from tests.envtest import wait_until
 from tests.helm import CHART
-from tests.node import PAUSE_IMAGE
-from tests.on_node.conftest import JOBS_IMAGE, Cluster, Figures, figures_fixture
-from tests.on_node.test_install import RELEASE, registrations
-from tests.on_node.test_operations import install, uninstall
+from tests.node import NODE_NAME, PAUSE_IMAGE
+from tests.on_node.conftest import JOBS_IMAGE, RELEASE, Cluster, Figures, figures_fixture, install, registrations, uninstall
 from volcano_job_webhook.plugins.builtin.pytorch import DEFAULT_WAIT_IMAGE
 
 Obj = dict[str, Any]
@@ -64,7 +64,7 @@ def needs(extra: str, module: str | None = None) -> pytest.MarkDecorator:
 @pytest.fixture(scope="module")
 def installed(cluster: Cluster) -> Iterator[Cluster]:
     """The chart installed as the README says, until a replica serves and the webhooks are registered
-    (test_operations' install); uninstalled at the end. waitfor's image, busybox, is the node's."""
+    (the conftest's install); uninstalled at the end. waitfor's image, busybox, is the node's."""
     cluster.node.ctr("images", "tag", "--force", PAUSE_IMAGE, f"docker.io/library/{DEFAULT_WAIT_IMAGE}")
     install(cluster, CHART)
     time.sleep(1.0)  # a new registration takes about a second to take effect
@@ -78,7 +78,7 @@ def installed(cluster: Cluster) -> Iterator[Cluster]:
 def runnable(example: str, programs: Mapping[str, Sequence[str]] = {}, *, late: str | None = None,
              job: Obj | None = None) -> Obj:
     """``examples/jobs/<example>-job.yaml`` as it runs here: every container on the jobs' image
-    with the host's Python first on PATH, no resource limits, the command of ``programs[task]``
+    with the host's Python first on PATH, no CPU or memory limits, the command of ``programs[task]``
     where given; ``late``: that task's Pods start :data:`LATE_SECONDS` later."""
     job = copy.deepcopy(job) if job is not None else yaml.safe_load((EXAMPLES / "jobs" / f"{example}-job.yaml").read_text())
     job["metadata"].pop("uid", None)
@@ -92,7 +92,9 @@ def runnable(example: str, programs: Mapping[str, Sequence[str]] = {}, *, late: 
             {"name": f"host-python-{i}", "hostPath": {"path": p, "type": "Directory"}} for i, p in enumerate(HOST_PYTHON))
         for container in spec["containers"]:
             container.update(image=JOBS_IMAGE, imagePullPolicy="Never")
-            container.pop("resources", None)
+            limits = (container.pop("resources", None) or {}).get("limits") or {}
+            if extended := {k: v for k, v in limits.items() if k not in ("cpu", "memory")}:
+                container["resources"] = {"limits": extended}  # a GPU count: the node advertises some (advertised())
             container.setdefault("env", []).append({"name": "PATH", "value": PATH})
             container.setdefault("volumeMounts", []).extend(
                 {"name": f"host-python-{i}", "mountPath": p, "readOnly": True} for i, p in enumerate(HOST_PYTHON))
@@ -464,3 +466,84 @@ def test_xgboost(installed: Cluster, figures: Figures) -> None:
     models = {line.rsplit(" ", 1)[1] for pod in volcano.pods("xgboost-demo")
               for line in logs(installed, volcano, pod["metadata"]["name"]).splitlines() if line.startswith("worker ")}
     assert len(models) == 1, f"the four workers did not train one model together: {models}"
+
+
+@needs("paddle")
+def test_paddle(installed: Cluster, figures: Figures) -> None:
+    """Our paddle plugin's PADDLE_*: a plain ``python -m paddle.distributed.launch train.py`` on
+    every Pod meets at the master's rendezvous and trains one model (every rank ends with the same
+    weights); the launcher writes the trainer's output to ./log, which the program then prints."""
+    launch = "python -m paddle.distributed.launch /opt/train/train.py; code=$?; cat log/workerlog.0; exit $code"
+    job = runnable("paddle", {t: ["sh", "-c", launch] for t in ("master", "worker")})
+    volcano, times = run_job(installed, job, files={"paddle-demo-train": EXAMPLES / "paddle" / "train.py"})
+    record(figures, "paddle", times)
+    results = [re.search(r"^rank (\d+)/(\d+): loss [\d.]+ -> [\d.]+, weights (\S+)$", logs(installed, volcano, name), re.MULTILINE)
+               for name in ("paddle-demo-master-0", "paddle-demo-worker-0", "paddle-demo-worker-1")]
+    assert all(results), diagnostics(installed, volcano, "paddle-demo")
+    assert [(m[1], m[2]) for m in results if m] == [("0", "3"), ("1", "3"), ("2", "3")]
+    assert len({m[3] for m in results if m}) == 1, "the ranks ended with different weights"
+
+
+@contextmanager
+def advertised(cluster: Cluster, resource: str, count: int) -> Iterator[None]:
+    """The node offers ``count`` of an extended resource (Kubernetes' "advertise extended resources
+    for a node": no device plugin, so the kubelet admits the Pods and hands them nothing)."""
+    path = f"/status/%s/{resource.replace('/', '~1')}"
+    patch = [{"op": "add", "path": path % field, "value": str(count)} for field in ("capacity", "allocatable")]
+    cluster.kubectl("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(patch))
+    try:
+        yield
+    finally:
+        gone = [{"op": "remove", "path": path % field} for field in ("capacity", "allocatable")]
+        cluster.kubectl("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(gone))
+
+
+HOSTFILE_WORKER = ["/bin/sh", "-c", "mkdir -p /run/sshd && exec /usr/sbin/sshd -D"]
+
+
+def test_hostfile(installed: Cluster, figures: Figures) -> None:
+    """Our hostfile plugin's Open MPI file (``slots=2`` from each worker's GPU limit) with mpi, ssh
+    and svc: the example's ``mpiexec -np 4``, given no host, reads the file through
+    OMPI_MCA_orte_default_hostfile and starts two ranks on each worker."""
+    with advertised(installed, "nvidia.com/gpu", 4):
+        job = runnable("hostfile", {"mpimaster": ["/bin/sh", "-c", "mpiexec --allow-run-as-root -np 4 hostname"],
+                                    "worker": HOSTFILE_WORKER})
+        volcano, times = run_job(installed, job)
+    record(figures, "hostfile", times)
+    assert mpi_hosts(installed, volcano, "hostfile-demo") == ["hostfile-demo-worker-0"] * 2 + ["hostfile-demo-worker-1"] * 2
+
+
+DEEPSPEED_RANK = """
+import socket
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from DeepSpeed's launcher
+total = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(total)
+print(f"RANK {dist.get_rank()}/{dist.get_world_size()} {socket.gethostname()} sum {int(total.item())}", flush=True)
+"""
+
+
+@needs("torch", "deepspeed")
+def test_deepspeed(installed: Cluster, figures: Figures) -> None:
+    """The hostfile example with ``--format=deepspeed``: a bare ``deepspeed rank.py`` on the master
+    reads /job/hostfile (its default path), asks the first worker its address over ssh, and starts
+    its launcher on each worker through pdsh over ssh (DeepSpeed's default), two ranks a worker from
+    the file's slots, which all-reduce across both workers (1 + 2 + 3 + 4 = 10). The ranks join
+    through torch.distributed: ``deepspeed.init_distributed`` on CPU first compiles a shared-memory
+    op, and the jobs' image has no compiler."""
+    job = runnable("hostfile", {"mpimaster": ["deepspeed", "/opt/train/rank.py"], "worker": HOSTFILE_WORKER})
+    annotations = job["metadata"]["annotations"]
+    annotations["volcano-job-webhook/plugins"] = annotations["volcano-job-webhook/plugins"].replace("openmpi", "deepspeed")
+    for task in job["spec"]["tasks"]:  # the ranks' script, on every Pod (Open MPI runs it on the workers)
+        spec = task["template"]["spec"]
+        spec.setdefault("volumes", []).append({"name": "train", "configMap": {"name": "deepspeed-rank"}})
+        spec["containers"][0].setdefault("volumeMounts", []).append({"name": "train", "mountPath": "/opt/train"})
+    script = Path(installed.node.workdir) / "rank.py"
+    script.write_text(DEEPSPEED_RANK)
+    with advertised(installed, "nvidia.com/gpu", 4):
+        volcano, times = run_job(installed, job, files={"deepspeed-rank": script})
+    record(figures, "deepspeed", times)
+    # pdsh puts the host in front of each line
+    ranks = sorted(re.findall(r"RANK (\d+)/(\d+) (\S+) sum (\d+)$", logs(installed, volcano, "hostfile-demo-mpimaster-0"), re.MULTILINE))
+    hosts = ["hostfile-demo-worker-0"] * 2 + ["hostfile-demo-worker-1"] * 2
+    assert ranks == [(str(r), "4", host, "10") for r, host in enumerate(hosts)], diagnostics(installed, volcano, "hostfile-demo")

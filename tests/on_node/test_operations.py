@@ -28,7 +28,7 @@ installs it (the image values pointing at the local image):
    registration in place fires VolcanoJobWebhookDown, and scaled back to 2 it resolves.
 2. **Upgrades** (:func:`test_upgrades_and_rollback_under_a_running_job`): a Volcano job running,
    its side objects made by the reconciler (``svc``, ``ssh``); then, each while a Pod of another
-   Volcano job is created every 0.2 s (tests/on_node/test_install.py's :class:`PodStream`): ``helm
+   Volcano job is created every 0.2 s (the conftest's :class:`PodStream`): ``helm
    upgrade --set layout=split``; ``helm rollback`` to the default install; ``helm upgrade`` to the
    chart of the newest commit whose chart differs from this one (``git archive`` into the test's
    directory) and ``helm upgrade`` from it to this chart. None refused, every one wired, the running
@@ -72,21 +72,24 @@ from tests.envtest import Process, free_port, read, request, wait_until
 from tests.helm import CHART, helm_or_skip
 from tests.jobs import volcano_job
 from tests.kustomize import ROOT
-from tests.on_node.conftest import Cluster, Figures, figures_fixture
-from tests.on_node.test_install import (
+from tests.on_node.conftest import (
     DEPLOYMENT,
-    IMAGE_TAG,
+    IMAGE_VALUES,
     NAMESPACE,
     RELEASE,
-    REPOSITORY,
     WIRED,
+    Cluster,
+    Figures,
     PodStream,
-    deployment_available,
+    figures_fixture,
+    install,
     registrations,
+    uninstall,
+    wait_installed,
     window_job,
 )
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
-from volcano_job_webhook.plugins.kinds import OWNED
+from volcano_job_webhook.reconciler.owned import OWNED
 
 Obj = dict[str, Any]
 PROMETHEUS_ENV = "PROMETHEUS"
@@ -99,7 +102,6 @@ DASHBOARD = CHART / "dashboards" / "volcano-job-webhook.json"
 # with cert-manager: the healthy install on this node has none of them.
 ONLY_ON_FAILURE = ('result=~"denied|error"', 'result="audit"', "apiserver_admission_webhook_rejection_count",
                    "volcano_reconciler_api_errors_total", "certmanager_")
-IMAGE_VALUES = [f"--set=image.repository={REPOSITORY}", f"--set=image.tag={IMAGE_TAG}", "--set=image.pullPolicy=Never"]
 RECONCILER = f"{DEPLOYMENT}-reconciler"  # the split layout's second Deployment
 CERT_MANAGER_REFUSAL = "this cluster does not serve cert-manager.io/v1 Issuer and Certificate"
 PAUSE = node_module.PAUSE_IMAGE  # busybox: the running job's Pods sleep
@@ -126,40 +128,6 @@ def previous_chart_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return None
-
-
-# Install, uninstall ---------------------------------------------------------------------------------
-
-
-def wait_installed(cluster: Cluster, *deployments: str) -> None:
-    """Each Deployment Available with every replica updated, no Pod of the release terminating, and
-    the webhooks registered."""
-    def settled() -> bool:
-        pods = request(cluster.admin, "GET", f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
-        return (all(deployment_available(cluster, d) for d in deployments)
-                and not any(p["metadata"].get("deletionTimestamp") for p in pods)
-                and None not in registrations(cluster).values())
-
-    wait_until(settled, 180, f"{', '.join(deployments)} Available, nothing terminating, the webhooks registered",
-               interval=0.2, log=lambda: cluster.kubectl("-n", NAMESPACE, "get", "all,events") + cluster.node.logs())
-
-
-def install(cluster: Cluster, chart: Path, *values: str) -> None:
-    # An install an earlier module took away may still be terminating its namespace.
-    wait_until(lambda: not read(cluster.admin, "v1", "Namespace", NAMESPACE), 180, f"namespace {NAMESPACE} gone", interval=0.5)
-    cluster.helm("install", RELEASE, str(chart), "-n", NAMESPACE, "--create-namespace", *IMAGE_VALUES, *values)
-    wait_installed(cluster, DEPLOYMENT)
-
-
-def uninstall(cluster: Cluster) -> None:
-    """helm uninstall and the namespace deleted, until both are gone with the registrations (the next
-    test installs the same release in the same namespace)."""
-    try:
-        cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=120s", timeout=150)
-    finally:
-        cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
-        wait_until(lambda: set(registrations(cluster).values()) == {None} and not read(cluster.admin, "v1", "Namespace", NAMESPACE),
-                   180, f"the webhook registrations and namespace {NAMESPACE} deleted", interval=0.5)
 
 
 # Prometheus -----------------------------------------------------------------------------------------
@@ -445,7 +413,7 @@ def running_job(cluster: Cluster, namespace: str, name: str) -> Obj:
 def side_objects(cluster: Cluster, namespace: str) -> dict[str, tuple[str, str]]:
     """The reconciler's objects in ``namespace``: ``kind/name`` → (uid, resourceVersion)."""
     found: dict[str, tuple[str, str]] = {}
-    for kind in OWNED:
+    for kind in OWNED.values():
         path = f"/api/{kind.version}" if not kind.group else f"/apis/{kind.group}/{kind.version}"
         items = request(cluster.admin, "GET", f"{path}/namespaces/{namespace}/{kind.plural}",
                         query=[("labelSelector", f"{MANAGED_BY_LABEL}={MANAGED_BY}")])["items"]
