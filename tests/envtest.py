@@ -187,11 +187,12 @@ class Process:
     log_path: Path
 
     @classmethod
-    def start(cls, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> Process:
+    def start(cls, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
+              cwd: Path | None = None) -> Process:
         with log_path.open("ab") as log:
             popen = subprocess.Popen(
                 list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=dict(env) if env is not None else None, preexec_fn=_die_with_parent,
+                env=dict(env) if env is not None else None, cwd=cwd, preexec_fn=_die_with_parent,
             )
         return cls(name, popen, log_path)
 
