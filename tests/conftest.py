@@ -29,6 +29,14 @@ def pytest_configure(config: pytest.Config) -> None:
                             "(tests/volcano_controller.py: interval, max_requeue, retry_base, retry_cap)")
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if any(item.name == "test_mypy_finds_nothing" for item in items):
+        from tests.test_gates import start_mypy
+
+        start_mypy()
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
