@@ -67,9 +67,12 @@ def webhook_pods(cluster: Cluster) -> list[dict[str, Any]]:
                         query=[("labelSelector", "app.kubernetes.io/component=webhook")])["items"])
 
 
+def ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or [])
+
+
 def webhook_pods_ready(cluster: Cluster) -> int:
-    return sum(any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or [])
-               for p in webhook_pods(cluster))
+    return sum(map(ready, webhook_pods(cluster)))
 
 
 def install_window(cluster: Cluster, figures: Figures, prefix: str, install: list[list[str]], job: dict[str, Any]) -> None:
@@ -144,8 +147,11 @@ def rolling_restart(cluster: Cluster, figures: Figures, prefix: str, job: dict[s
         cluster.kubectl("-n", NAMESPACE, "rollout", "restart", f"deployment/{DEPLOYMENT}")
         cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{DEPLOYMENT}", "--timeout=120s", timeout=150)
         figures[f"{prefix}_rollout_s"] = time.monotonic() - begun
-        wait_until(lambda: webhook_pods_ready(cluster) == 2 and len(webhook_pods(cluster)) == 2, 60,
-                   "the old webhook Pods gone", interval=0.5)
+        def only_new() -> bool:
+            pods = webhook_pods(cluster)
+            return len(pods) == 2 and all(map(ready, pods))
+
+        wait_until(only_new, 60, "the old webhook Pods gone", interval=0.5)
         time.sleep(AFTER_AVAILABLE)
     stream.record(figures, prefix)
     assert not stream.failures(), stream.failures()[:5]
