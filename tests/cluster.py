@@ -1,9 +1,6 @@
-"""A namespace of a cluster where Volcano's job controller runs, for the scenarios beside Volcano; the
-same scenario code runs on both backends (docs/architecture.md's tests table says why both):
-**real**, a kube-apiserver of the session's own with Volcano's CRDs and ``vc-controller-manager``
-(``VOLCANO_CONTROLLER``); **emulated**, the API-server double with the same CRDs and
-tests/volcano_controller.py, per test. Volcano's CRDs come from ``VOLCANO_CRDS`` or
-``../shared/volcano-crds``. :func:`api_server` gives either API server alone, so a test of the double
+"""A namespace of a cluster where Volcano's job controller runs, for the scenarios beside Volcano: a
+kube-apiserver of the session's own with Volcano's CRDs (``VOLCANO_CRDS`` or ``../shared/volcano-crds``)
+and ``vc-controller-manager`` (``VOLCANO_CONTROLLER``). :func:`api_server` gives either API server alone, so a test of the double
 holds it to the real one; :func:`whole_volcano` runs Volcano's scheduler and admission too.
 """
 
@@ -12,7 +9,6 @@ from __future__ import annotations
 import functools
 import os
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -24,7 +20,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.apiserver import FakeApiServer, ResourceType
+from tests.apiserver import FakeApiServer
 from tests.envtest import (
     ASSETS_ENV,
     WEBHOOK_USER,
@@ -37,6 +33,7 @@ from tests.envtest import (
     find_assets,
     free_port,
     http_ok,
+    https_get,
     install_crds,
     new_namespace,
     read,
@@ -49,9 +46,9 @@ from tests.envtest import (
     webhook_configurations,
     write_certs,
 )
+from tests.jobs import API_VERSION as JOB_API_VERSION
 from tests.jobs import job_owner
 from tests.kustomize import DEFAULT_VARIANT, documents
-from tests.volcano_controller import JOB_API_VERSION, VolcanoController, list_items, path
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -64,12 +61,6 @@ CRD_FILES = ("batch.volcano.sh_jobs.yaml", "bus.volcano.sh_commands.yaml", "sche
 # What vc-scheduler would create; the job controller refuses to sync a Job whose Queue is missing.
 DEFAULT_QUEUE = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "default"},
                  "spec": {"weight": 1, "reclaimable": True}}
-# The four kinds when no CRD file is at hand (the double needs no schema).
-FALLBACK_TYPES = (
-    ResourceType("bus.volcano.sh", "v1alpha1", "commands", "Command", custom=True),
-    ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", custom=True),
-    ResourceType("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False, custom=True, status=True),
-)
 API_VERSIONS = {"Job": JOB_API_VERSION, "PodGroup": "scheduling.volcano.sh/v1beta1", "Queue": "scheduling.volcano.sh/v1beta1",
                 "Command": "bus.volcano.sh/v1alpha1", "NetworkPolicy": "networking.k8s.io/v1"}
 WAIT = 30.0  # seconds: generous, since a slow machine must not fail a correct test
@@ -111,38 +102,44 @@ def real_missing(environ: Mapping[str, str] = os.environ) -> str | None:
     return "; ".join(missing) or None
 
 
+# REST paths of the kinds the scenarios read: (prefix, plural) by kind.
+PATHS = {
+    "Job": ("/apis/batch.volcano.sh/v1alpha1", "jobs"),
+    "PodGroup": ("/apis/scheduling.volcano.sh/v1beta1", "podgroups"),
+    "Command": ("/apis/bus.volcano.sh/v1alpha1", "commands"),
+    "Queue": ("/apis/scheduling.volcano.sh/v1beta1", "queues"),
+    "Pod": ("/api/v1", "pods"),
+    "ConfigMap": ("/api/v1", "configmaps"),
+    "Secret": ("/api/v1", "secrets"),
+    "Service": ("/api/v1", "services"),
+    "Event": ("/api/v1", "events"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
+}
+
+
 def kind_path(kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
     """The REST path of a kind Volcano's controller touches, or of a Queue (cluster-scoped)."""
-    return path(kind, None if kind == "Queue" else namespace, name, subresource)
+    prefix, plural = PATHS[kind]
+    out = f"{prefix}/namespaces/{namespace}/{plural}" if namespace and kind != "Queue" else f"{prefix}/{plural}"
+    return out + (f"/{name}" if name else "") + (f"/{subresource}" if subresource else "")
 
 
 @dataclass
 class VolcanoCluster:
-    """One test's namespace of a cluster where Volcano's job controller runs. ``user`` is the product's
-    (on the real backend with exactly the manifests' RBAC; the double authorizes nothing, so there it
-    is ``admin``); ``emulator`` and ``api`` are the emulated controller and the double, None on the real backend."""
+    """One test's namespace of a cluster where Volcano's job controller runs. ``user`` is the
+    product's, with exactly the manifests' RBAC."""
 
-    backend: str  # "real" or "emulated"
     admin: client.ApiClient
     user: client.ApiClient
     user_name: str
     namespace: str
-    emulator: VolcanoController | None = None
-    api: FakeApiServer | None = None
-    envtest: EnvTest | None = None
+    envtest: EnvTest
     controller_log: Callable[[int], str] | None = None
     registered: list[Obj] = field(default_factory=list)
 
-    @property
-    def emulated(self) -> bool:
-        return self.emulator is not None
-
     def kubeconfig(self, workdir: Path) -> Path:
         """A kubeconfig for the product's user (``--kubeconfig`` of a product subprocess)."""
-        if self.envtest is not None:
-            return self.envtest.kubeconfig(self.user_name)
-        assert self.api is not None
-        return Path(self.api.kubeconfig(str(workdir / "kubeconfig.yaml")))
+        return self.envtest.kubeconfig(self.user_name)
 
     # -- webhooks -------------------------------------------------------------------------------
 
@@ -160,8 +157,7 @@ class VolcanoCluster:
         for obj in configurations:
             apply(self.admin, obj)
         self.registered = configurations
-        if self.api is None:
-            wait_until(lambda: self._dry_run(probe) != before, timeout, "the MutatingWebhookConfiguration to take effect")
+        wait_until(lambda: self._dry_run(probe) != before, timeout, "the MutatingWebhookConfiguration to take effect")
         return configurations
 
     def unregister_webhooks(self) -> None:
@@ -198,7 +194,9 @@ class VolcanoCluster:
         return read_path(self.admin, kind_path(kind, self.namespace, name))
 
     def list(self, kind: str, selector: str | None = None) -> list[Obj]:
-        return list_items(self.admin, kind_path(kind, self.namespace), selector)
+        items: list[Obj] = request(self.admin, "GET", kind_path(kind, self.namespace),
+                                   query=[("labelSelector", selector)] if selector else [])["items"]
+        return items
 
     def pods(self, job: str) -> list[Obj]:
         """The Job's Pods, by name."""
@@ -221,21 +219,15 @@ class VolcanoCluster:
         return sorted(events, key=lambda e: (e.get("lastTimestamp") or "", e["metadata"]["name"]))
 
     def wait(self, predicate: Callable[[], T], what: str, timeout: float = WAIT) -> T:
-        """``predicate()``'s first truthy value; AssertionError naming ``what`` (and, on the real
-        backend, the controller's log tail) after ``timeout`` seconds."""
+        """``predicate()``'s first truthy value; AssertionError naming ``what`` (and the controller's
+        log tail) after ``timeout`` seconds."""
         controller_log = self.controller_log
         return wait_until(predicate, timeout, what, interval=0.02, log=(lambda: controller_log(40)) if controller_log else None)
 
     def settle(self) -> None:
-        """Before checking that something did *not* happen: the emulator has taken two more full
-        looks at the namespace; the real controller has had a second (never used to wait for
-        something that should happen: use :meth:`wait`)."""
-        emulator = self.emulator
-        if emulator is None:
-            time.sleep(1.0)
-            return
-        start = emulator.ticks
-        self.wait(lambda: emulator.ticks >= start + 2, "the emulated controller to look twice more")
+        """Before checking that something did *not* happen: the controller has had a second (never
+        used to wait for something that should happen: use :meth:`wait`)."""
+        time.sleep(1.0)
 
     # -- what vc-scheduler and vcctl would do -------------------------------------------------------
 
@@ -299,24 +291,17 @@ def api_server(backend: str, request: pytest.FixtureRequest) -> Iterator[ServerN
         yield ServerNamespace("double", admin, new_namespace(admin), double)
 
 
-# The emulated backend ----------------------------------------------------------------------------
+# Volcano on the real API server ------------------------------------------------------------
 
 
-def install_volcano(api: client.ApiClient, double: FakeApiServer | None = None, timeout: float = WAIT,
-                    *, scheduler: bool = False) -> None:
+def install_volcano(api: client.ApiClient, timeout: float = WAIT, *, scheduler: bool = False) -> None:
     """Volcano's CRDs (from :func:`crds_dir`) and the Queue ``default``, once the CRDs are served.
-    On the double without CRD files the four kinds are registered directly. ``scheduler``: also the
-    two CRDs vc-scheduler lists (``scheduler/``) and no Queue (vc-scheduler makes ``root`` and ``default``)."""
+    ``scheduler``: also the two CRDs vc-scheduler lists (``scheduler/``) and no Queue (vc-scheduler
+    makes ``root`` and ``default``)."""
     directory = crds_dir()
     if directory is None:
-        if double is None:
-            raise FileNotFoundError(f"Volcano's CRDs are not in {CRDS_ENV} or ../shared/volcano-crds")
-        for rt in FALLBACK_TYPES:
-            double.register_resource(rt)
-    else:
-        crds = volcano_crds(directory) + (scheduler_crds(directory) if scheduler else ())
-        # The double checks no schema: leave out Volcano's (the Job's is 228 KB) to keep each test fast.
-        install_crds(api, [crd if double is None else without_schema(crd) for crd in crds], timeout)
+        raise FileNotFoundError(f"Volcano's CRDs are not in {CRDS_ENV} or ../shared/volcano-crds")
+    install_crds(api, volcano_crds(directory) + (scheduler_crds(directory) if scheduler else ()), timeout)
     if scheduler:
         return
     try:
@@ -324,33 +309,6 @@ def install_volcano(api: client.ApiClient, double: FakeApiServer | None = None, 
     except ApiException as exc:
         if exc.status != 409:
             raise
-
-
-def without_schema(crd: Obj) -> Obj:
-    versions = [{**v, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
-                for v in crd["spec"]["versions"]]
-    return {**crd, "spec": {**crd["spec"], "versions": versions}}
-
-
-@contextmanager
-def emulated_cluster(**controller_options: Any) -> Iterator[VolcanoCluster]:
-    """A fresh double with Volcano installed, a namespace, and the emulated controller running; on
-    exit the controller must have stopped without an error of its own."""
-    with FakeApiServer() as double:
-        admin = double.api_client()
-        try:
-            install_volcano(admin, double)
-            namespace = create(admin, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "volcano-"}})
-            name = namespace["metadata"]["name"]
-            emulator = VolcanoController(admin, name, **controller_options)
-            with emulator:
-                yield VolcanoCluster("emulated", admin, admin, "system:admin", name, emulator=emulator, api=double)
-            assert not emulator.errors, f"the Volcano controller emulator failed: {emulator.errors!r}"
-        finally:
-            admin.close()
-
-
-# The real backend --------------------------------------------------------------------------------
 
 
 @dataclass
@@ -385,7 +343,7 @@ class RealVolcano:
         assert self.envtest is not None and self.process is not None
         admin = self.envtest.api_client()
         process = self.process
-        return VolcanoCluster("real", admin, self.envtest.api_client(WEBHOOK_USER), WEBHOOK_USER,
+        return VolcanoCluster(admin, self.envtest.api_client(WEBHOOK_USER), WEBHOOK_USER,
                               new_namespace(admin, "volcano-"), envtest=self.envtest,
                               controller_log=lambda tail: f"vc-controller-manager:\n{process.log(tail=tail)}")
 
@@ -521,6 +479,20 @@ def names(objects: Sequence[Obj]) -> list[str]:
     return [o["metadata"]["name"] for o in objects]
 
 
+def metrics(url: str) -> dict[str, float]:
+    """Every sample of the ``/metrics`` at ``url`` (HTTP, or HTTPS unchecked), by name and labels as
+    Prometheus writes them."""
+    answer = https_get(f"{url}/metrics", timeout=5)
+    assert answer is not None and answer[0] == 200, f"{url}/metrics: {answer}"
+    return {name: float(value) for line in answer[1].decode().splitlines() if line and not line.startswith("#")
+            for name, _, value in [line.rpartition(" ")]}
+
+
+def total(url: str, prefix: str) -> float:
+    """The sum of the samples at ``url``'s /metrics whose name and labels start with ``prefix``."""
+    return sum(v for k, v in metrics(url).items() if k.startswith(prefix))
+
+
 @dataclass
 class ProductReconciler:
     """The product's reconciler, running: its health port, and its metrics as numbers."""
@@ -529,29 +501,19 @@ class ProductReconciler:
     health: str
 
     def metrics(self) -> dict[str, float]:
-        """Every sample of its ``/metrics``, by name and labels as Prometheus writes them."""
-        with urllib.request.urlopen(f"{self.health}/metrics", timeout=5) as answer:
-            text = answer.read().decode()
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
+        return metrics(self.health)
 
     def total(self, prefix: str) -> float:
-        """The sum of the samples whose name and labels start with ``prefix``."""
-        return sum(v for k, v in self.metrics().items() if k.startswith(prefix))
+        return total(self.health, prefix)
 
 
 @contextmanager
-def product_reconciler(cluster: VolcanoCluster, workdir: Path, *args: str, timeout: float = WAIT,
-                       kubeconfig: Path | None = None) -> Iterator[ProductReconciler]:
-    """``volcano-webhook reconcile`` (plus ``args``) as the cluster's product user, watching the
-    test's namespace, once ``/readyz`` says its caches are synced; stopped at the end."""
+def product_reconciler(kubeconfig: Path, namespace: str, workdir: Path, *args: str,
+                       timeout: float = WAIT) -> Iterator[ProductReconciler]:
+    """``volcano-webhook reconcile`` (plus ``args``) through ``kubeconfig``, watching ``namespace``,
+    once ``/readyz`` says its caches are synced; stopped at the end."""
     port = free_port()
-    process = start_product(["reconcile", f"--kubeconfig={kubeconfig or cluster.kubeconfig(workdir)}",
-                             f"--namespace={cluster.namespace}", f"--health-port={port}", "--log-level=debug", *args],
+    process = start_product(["reconcile", f"--kubeconfig={kubeconfig}", f"--namespace={namespace}", f"--health-port={port}", "--log-level=debug", *args],
                             workdir / "reconcile.log")
     health = f"http://127.0.0.1:{port}"
     try:

@@ -1,6 +1,6 @@
 """Shared fixtures: the example jobs, an in-process webhook client, the API-server double
 (tests/apiserver.py), a real API server (tests/envtest.py), and a cluster where Volcano's job
-controller runs, real or emulated (tests/cluster.py)."""
+controller runs (tests/cluster.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client as kube_client
 
 from tests.apiserver import FakeApiServer
-from tests.cluster import RealVolcano, VolcanoCluster, emulated_cluster, find_controller, real_missing
+from tests.cluster import RealVolcano, VolcanoCluster, find_controller, real_missing
 from tests.envtest import ASSETS_ENV, EnvTest, find_assets, new_namespace
 from tests.kustomize import kubectl_or_skip
 from volcano_job_webhook.plugins import Chain
@@ -22,11 +22,6 @@ from volcano_job_webhook.server.jobs import DirectoryJobSource
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "volcano_controller(**options): options of the emulated Volcano job controller "
-                            "(tests/volcano_controller.py: interval, max_requeue, retry_base, retry_cap)")
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected
@@ -182,7 +177,7 @@ def real_volcano(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealVolca
 
 
 @pytest.fixture
-def real_volcano_cluster(real_volcano: RealVolcano) -> Iterator[VolcanoCluster]:
+def cluster(real_volcano: RealVolcano) -> Iterator[VolcanoCluster]:
     """A fresh namespace where Volcano's real job controller runs; the test's webhooks are removed
     afterwards, as the API server serves the whole session."""
     cluster = real_volcano.cluster()
@@ -190,27 +185,3 @@ def real_volcano_cluster(real_volcano: RealVolcano) -> Iterator[VolcanoCluster]:
         yield cluster
     finally:
         cluster.unregister_webhooks()
-
-
-@pytest.fixture
-def emulated_volcano_cluster(request: pytest.FixtureRequest) -> Iterator[VolcanoCluster]:
-    """A fresh API-server double with Volcano's CRDs and tests/volcano_controller.py running in a
-    namespace; the emulator's options come from the test's ``volcano_controller`` marker."""
-    marker = request.node.get_closest_marker("volcano_controller")
-    with emulated_cluster(**(marker.kwargs if marker else {})) as cluster:
-        yield cluster
-
-
-@pytest.fixture(params=["emulated", "real"])
-def cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
-    """Each backend in turn: the emulation, then Volcano's real controller (skipped without it)."""
-    found: VolcanoCluster = request.getfixturevalue(f"{request.param}_volcano_cluster")
-    return found
-
-
-@pytest.fixture
-def volcano_cluster(request: pytest.FixtureRequest) -> VolcanoCluster:
-    """Volcano's real job controller where this machine has it, else the emulation."""
-    backend = "real_volcano_cluster" if real_missing() is None else "emulated_volcano_cluster"
-    cluster: VolcanoCluster = request.getfixturevalue(backend)
-    return cluster

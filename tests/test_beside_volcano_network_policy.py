@@ -1,15 +1,13 @@
 """svc's NetworkPolicy flags and the ``cluster_domain`` setting beside Volcano's own job controller
-(tests/cluster.py: the real ``vc-controller-manager`` where it exists, and its emulation), with the
-product registered as an operator runs it:
+(tests/cluster.py: the real ``vc-controller-manager``), with the product registered as an operator
+runs it:
 
 * our flags in ``spec.plugins.svc``, where Volcano's controller runs svc, stay Volcano's flag error:
   a running job (admitted before the webhook) gets Volcano's NetworkPolicy, the flag after ours
   unread, its Pods are admitted and nothing is ours to make; a new Job naming them is refused at
   ``/validate``;
 * in the annotation, where svc is ours, the reconciler makes the opened policies and host files fully
-  qualified in the configured domain, and the webhook wires the Pods with those names.
-
-Why the API double: the emulated backend runs on it, so a machine without the real parts still runs both."""
+  qualified in the configured domain, and the webhook wires the Pods with those names."""
 
 from __future__ import annotations
 
@@ -52,7 +50,8 @@ def _start(stack: ExitStack, cluster: VolcanoCluster, workdir: Path, settings: P
     for name in ("serve", "reconcile"):
         (workdir / name).mkdir()
     webhook = stack.enter_context(product_webhook(cluster, workdir / "serve", f"--config={settings}"))
-    stack.enter_context(product_reconciler(cluster, workdir / "reconcile", f"--config={settings}", "--resync-seconds=1"))
+    stack.enter_context(product_reconciler(cluster.kubeconfig(workdir), cluster.namespace, workdir / "reconcile",
+                                           f"--config={settings}", "--resync-seconds=1"))
     cluster.register_webhooks(webhook.base_url, webhook.ca_bundle)
 
 

@@ -2,15 +2,13 @@
 (``serve --job-source kube``) registered with the manifests' configurations, the reconciler
 (``reconcile``, resync every second) running, both as the product's user under the manifests'
 RBAC, and Volcano's controller making its plugin objects and the Pods (tests/cluster.py: the real
-``vc-controller-manager`` and kube-apiserver where they exist, else its emulation on the API double).
+``vc-controller-manager`` and kube-apiserver).
 
 Every object has exactly one maker; Volcano's objects get nothing from us (no write, no 409, no key,
 no Warning Event) over several resyncs and status updates; every Pod is wired once; a restart and
 a completion leave Volcano's objects to Volcano; a running job with a flag Volcano ignores keeps
 getting Pods and can be labelled; a Job made again under the same name gets new objects and a new
-key; a webhook cut off from the API server refuses a Pod with an error and wires it once it is back.
-Why the API double: the emulated backend runs on it, so a machine without the real parts still runs
-every scenario (its record of webhook calls adds the checks only it can make)."""
+key; a webhook cut off from the API server refuses a Pod with an error and wires it once it is back."""
 
 from __future__ import annotations
 
@@ -32,6 +30,7 @@ from tests.cluster import (
     product_webhook,
     server_address,
     through,
+    total,
 )
 from tests.envtest import request
 from tests.jobs import scheduled_job
@@ -73,10 +72,15 @@ def assert_wired_once(pod: dict[str, Any]) -> None:
             assert len(values) == len(set(values)), (pod["metadata"]["name"], field, values)
 
 
-def no_patches_from_us(c: VolcanoCluster) -> None:
-    if c.api is not None:
-        patched = [call.name for call in c.api.webhook_calls if call.resource == "pods" and call.patched]
-        assert patched == [], f"the webhook patched Pods Volcano had wired: {patched}"
+def no_patches_from_us(webhook: ProductWebhook) -> None:
+    patched = total(webhook.base_url, "volcano_webhook_patches_total")
+    assert patched == 0, f"the webhook patched {patched} Pods Volcano had wired"
+
+
+def refused(webhook: ProductWebhook) -> float:
+    """The Pods the webhook has refused (denied, or an error answered), from its /metrics."""
+    return sum(total(webhook.base_url, f'volcano_webhook_admission_requests_total{{endpoint="mutate",result="{result}"}}')
+               for result in ("denied", "error", "bad-request"))
 
 
 @pytest.fixture
@@ -85,7 +89,8 @@ def product(cluster: VolcanoCluster, tmp_path: Path) -> Iterator[tuple[ProductWe
         (tmp_path / "serve").mkdir()
         (tmp_path / "reconcile").mkdir()
         webhook = stack.enter_context(product_webhook(cluster, tmp_path / "serve"))
-        reconciler = stack.enter_context(product_reconciler(cluster, tmp_path / "reconcile", "--resync-seconds=1"))
+        reconciler = stack.enter_context(product_reconciler(
+            cluster.kubeconfig(tmp_path), cluster.namespace, tmp_path / "reconcile", "--resync-seconds=1"))
         cluster.register_webhooks(webhook.base_url, webhook.ca_bundle)
         yield webhook, reconciler
 
@@ -106,7 +111,7 @@ def through_resyncs(c: VolcanoCluster, seconds: float = 3.5) -> None:
 
 
 def test_spec_plugins_only_volcano_makes_everything_and_we_touch_nothing(cluster, product):
-    _, reconciler = product
+    webhook, reconciler = product
     made = cluster.create(scheduled_job("vj", plugins={"svc": [], "ssh": [], "env": []}))
     cluster.wait(lambda: len(objects(cluster, ours=False)) == 4, "Volcano's four objects")
     pods = run_pods(cluster, "vj")
@@ -118,12 +123,10 @@ def test_spec_plugins_only_volcano_makes_everything_and_we_touch_nothing(cluster
     assert reconciler.total("volcano_reconciler_writes_total") == 0
     assert reconciler.total('volcano_reconciler_api_errors_total{status="409"}') == 0
     assert our_warnings(cluster) == []
-    if cluster.emulator is not None:
-        assert cluster.emulator.counters.key_pairs == 1, "one key pair, Volcano's"
     for pod in cluster.pods("vj"):
         assert_wired_once(pod)
         assert env_names(pod).count("VC_TASK_INDEX") == 1
-    no_patches_from_us(cluster)
+    no_patches_from_us(webhook)
     assert names(pods) == names(cluster.pods("vj"))
 
 
@@ -207,9 +210,8 @@ def test_a_running_job_with_a_flag_volcano_ignores_keeps_getting_pods_and_can_be
         labelled = request(cluster.admin, "PATCH", kind_path("Job", cluster.namespace, "fj"),
                            body={"metadata": {"labels": {"team": "vision"}}}, content_type="application/merge-patch+json")
         assert labelled["metadata"]["labels"] == {"team": "vision"}
-        if cluster.api is not None:
-            pods = [call for call in cluster.api.webhook_calls if call.resource == "pods"]
-            assert pods and all(call.allowed for call in pods)
+        assert total(webhook.base_url, 'volcano_webhook_admission_requests_total{endpoint="mutate"') >= 3
+        assert refused(webhook) == 0
 
 
 def test_a_job_made_again_under_the_same_name_gets_new_objects_and_a_new_key(cluster, product):
@@ -243,14 +245,8 @@ def test_a_webhook_cut_off_from_the_api_server_refuses_the_pod_then_wires_it(clu
             # A Job the cut-off webhook has not seen: its Pods need a lookup, which fails.
             cluster.create(scheduled_job("cj", annotation={"env": []}))
             cluster.inqueue("cj")
-            if cluster.api is not None:
-                def refused() -> bool:
-                    return any(call.resource == "pods" and call.allowed is False for call in cluster.api.webhook_calls)
-                cluster.wait(refused, "a Pod refused while the webhook cannot look its Job up")
-                assert cluster.pods("cj") == [], "no Pod let through unwired"
-            else:
-                cluster.settle()
-                assert cluster.pods("cj") == []
+            cluster.wait(lambda: refused(webhook), "a Pod refused while the webhook cannot look its Job up")
+            assert cluster.pods("cj") == [], "no Pod let through unwired"
             proxy.mend()
             pods = cluster.wait(lambda: len(found := cluster.pods("cj")) == 3 and found, "the Pods, once the API server is back")
             for pod in pods:

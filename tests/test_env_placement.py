@@ -9,9 +9,8 @@ placement ``first`` (the job's annotation ``volcano-job-webhook/env-placement`` 
 reference to one expands, for every example job; those of the plugins Volcano's controller runs
 stay where it writes them. The patch inserts rather than rewrites, a wired Pod gives an empty patch,
 and the API server stores the Pods as the chain makes them: on an API server with the webhook
-(envtest), and beside Volcano's controller (the real one, or its emulation). What a real kubelet
-starts the container with: tests/on_node/test_kubelet_expansion.py. Why the
-API double: the emulation of Volcano's controller runs on it (coverage without the real parts).
+(envtest), and beside Volcano's controller. What a real kubelet starts the container with:
+tests/on_node/test_kubelet_expansion.py.
 """
 
 from __future__ import annotations

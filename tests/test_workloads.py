@@ -499,7 +499,7 @@ def test_through_the_api_double_pods_are_wired_on_the_way_in_and_objects_follow_
     from kubernetes.client.rest import ApiException
 
     from tests.apiserver import FakeApiServer, ResourceType
-    from tests.cluster import VolcanoCluster, product_reconciler
+    from tests.cluster import product_reconciler
     from tests.envtest import apply, create, delete, read, serving_webhook, status_message, wait_until, webhook_configurations
 
     with FakeApiServer() as server:
@@ -509,10 +509,9 @@ def test_through_the_api_double_pods_are_wired_on_the_way_in_and_objects_follow_
         kubeconfig = Path(server.kubeconfig(str(tmp_path / "kubeconfig.yaml")))
         config = tmp_path / "config.yaml"
         config.write_text("volcano_controller_plugins: []\n", encoding="utf-8")
-        cluster = VolcanoCluster("emulated", admin, admin, "fake", "default", api=server)
         (tmp_path / "serve").mkdir()
         with serving_webhook(tmp_path / "serve", kubeconfig, f"--config={config}") as served, \
-                product_reconciler(cluster, tmp_path, f"--config={config}"):
+                product_reconciler(kubeconfig, "default", tmp_path, f"--config={config}"):
             for obj in webhook_configurations(served.base_url, served.ca_bundle):
                 apply(admin, obj)
             # The Indexed Job: /validate lets it in, its Pods come back wired.

@@ -88,7 +88,7 @@ class Cluster:
 
     def volcano(self, namespace: str) -> VolcanoCluster:
         """tests/cluster.py's view of a namespace here (create, pods, phase...)."""
-        return VolcanoCluster("real", self.admin, self.admin, ADMIN, namespace, envtest=self.node.envtest,
+        return VolcanoCluster(self.admin, self.admin, ADMIN, namespace, envtest=self.node.envtest,
                               controller_log=self.volcano_logs)
 
     def volcano_logs(self, tail: int = 30) -> str:
