@@ -20,6 +20,12 @@ def plugin_error(plugin: Plugin, field: str, reason: str) -> PluginError:
     return PluginError(plugin.job.key, plugin.name, field, reason)
 
 
+def reject(plugin: Plugin, field: str, problem: str | None) -> None:
+    """Raise :func:`plugin_error` on ``field`` when there is a ``problem`` (what ``pod.ensure_*`` and the naming rules return)."""
+    if problem:
+        raise plugin_error(plugin, field, problem)
+
+
 def plugin_warning(plugin: Plugin, text: str) -> str:
     return f"job {plugin.job.key}: plugin {plugin.name}: {text}"
 
@@ -27,6 +33,15 @@ def plugin_warning(plugin: Plugin, text: str) -> str:
 def task_hint(plugin: Plugin, name: str) -> str:
     """``"; did you mean 'worker'?"`` when ``name``, a task the job lacks, is close to one it has."""
     return did_you_mean(name, [t.name for t in plugin.job.tasks], repr)
+
+
+def require_task(plugin: Plugin, flag: str, name: str, about: str = "") -> Task:
+    """The job's task ``name``; else an error on ``flag``, after ``about``, listing the job's tasks."""
+    task = plugin.job.task(name)
+    if task is None:
+        known = ", ".join(t.name for t in plugin.job.tasks)
+        raise plugin_error(plugin, flag, f"{about}the job has no task {name!r}{task_hint(plugin, name)} (tasks: {known})")
+    return task
 
 
 def name_taken(name: str, what: str) -> str:
@@ -38,9 +53,7 @@ def name_taken(name: str, what: str) -> str:
 def require_name(plugin: Plugin, rule: str, value: str, what: str) -> None:
     """Raise unless ``value`` satisfies the naming ``rule`` (``label``, ``dns1035`` or ``subdomain``)."""
     check = {"label": names.dns1123_label, "dns1035": names.dns1035_label, "subdomain": names.dns1123_subdomain}[rule]
-    problem = check(value)
-    if problem:
-        raise plugin_error(plugin, what, problem)
+    reject(plugin, what, check(value))
 
 
 def template_containers(task: Task, *, init: bool = True) -> Iterator[tuple[str, Obj]]:
@@ -62,8 +75,7 @@ def require_mount_free(plugin: Plugin, tasks: Iterable[Task], mount: Mount, *, i
             problem = mount_conflict(container, mount.volume, mount.path)
             if problem and mount.field.startswith("-"):  # the path is the argument's choice
                 raise plugin_error(plugin, mount.field, f"{where}: {problem}")
-            if problem:
-                raise plugin_error(plugin, f"{where}.volumeMounts", problem)
+            reject(plugin, f"{where}.volumeMounts", problem)
 
 
 def require_port_free(plugin: Plugin, tasks: Iterable[Task], name: str, number: int, *, init: bool = False) -> None:
@@ -71,9 +83,7 @@ def require_port_free(plugin: Plugin, tasks: Iterable[Task], name: str, number: 
     tasks' templates (the same rule :func:`pod.ensure_port` applies to each Pod)."""
     for task in tasks:
         for where, container in template_containers(task, init=init):
-            problem = port_conflict(container, name, number)
-            if problem:
-                raise plugin_error(plugin, f"{where}.ports", problem)
+            reject(plugin, f"{where}.ports", port_conflict(container, name, number))
 
 
 def require_hostnames(plugin: Plugin, task: Task) -> None:

@@ -171,14 +171,8 @@ def ensure_mount(container: Obj, mount: Obj) -> str | None:
     if problem:
         return problem
     mounts = container.setdefault("volumeMounts", [])
-    for current in mounts:
-        if (
-            isinstance(current, dict)
-            and current.get("name") == mount["name"]
-            and current.get("mountPath") == mount["mountPath"]
-        ):
-            return None
-    mounts.append(mount)
+    if not any(isinstance(m, dict) and m.get("name") == mount["name"] and m.get("mountPath") == mount["mountPath"] for m in mounts):
+        mounts.append(mount)
     return None
 
 

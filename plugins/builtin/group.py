@@ -1,35 +1,42 @@
 """One group of every Pod of a job, for ``xgboost``, ``paddle`` and ``jax``: rank 0 is a named task's
-Pod 0, the rest follow in ``spec.tasks`` order; and the refusal of a template that sets a variable
-the plugin sets."""
+Pod 0, the rest follow in ``spec.tasks`` order."""
 
 from __future__ import annotations
 
+from functools import cached_property
+from typing import ClassVar
+
 from ..base import Plugin, PodContext
-from ..helpers import plugin_error, plugin_warning, task_hint
+from ..helpers import plugin_error, plugin_warning, reject, require_task
 from ..job import Task
 from ..pod import Obj, containers, ensure_envs, ensure_port
 
 
-def first_task(plugin: Plugin, flag: str, no_pod_0: str = "there is no Pod 0 to be rank 0") -> Task:
-    """The task named by ``flag`` (default: the first task), which must have a Pod 0; ``no_pod_0``
-    ends the error when it has none."""
-    name = plugin.options[flag]
-    task = plugin.job.tasks[0] if not name else plugin.job.task(name)
-    if task is None:
-        tasks = ", ".join(t.name for t in plugin.job.tasks)
-        raise plugin_error(plugin, f"--{flag}", f"the job has no task {name!r}{task_hint(plugin, name)} (tasks: {tasks})")
-    if task.replicas < 1:
-        raise plugin_error(plugin, f"--{flag}", f"task {task.name!r} has no replicas, so {no_pod_0}")
-    return task
+class GroupPlugin(Plugin):
+    """A plugin of one group of every Pod of the job, rank 0 on Pod 0 of the task its flag
+    ``leader_flag`` names (default: the first task)."""
 
+    requires = ("svc",)
+    leader_flag: ClassVar[str] = ""
+    # How the error ends when that task has no Pod 0.
+    no_pod_0: ClassVar[str] = "there is no Pod 0 to be rank 0"
 
-def offsets(tasks: tuple[Task, ...], first: Task) -> dict[str, int]:
-    """The rank of each task's Pod 0: ``first`` counts first, then the others in ``spec.tasks`` order."""
-    out, total = {}, 0
-    for task in [first, *(t for t in tasks if t is not first)]:
-        out[task.name] = total
-        total += task.replicas
-    return out
+    @cached_property
+    def leader(self) -> Task:
+        name = self.options[self.leader_flag]
+        task = self.job.tasks[0] if not name else require_task(self, f"--{self.leader_flag}", name)
+        if task.replicas < 1:
+            raise plugin_error(self, f"--{self.leader_flag}", f"task {task.name!r} has no replicas, so {self.no_pod_0}")
+        return task
+
+    @cached_property
+    def offsets(self) -> dict[str, int]:
+        """The rank of each task's Pod 0: the leader's task first, then the others in ``spec.tasks`` order."""
+        out, total = {}, 0
+        for task in [self.leader, *(t for t in self.job.tasks if t is not self.leader)]:
+            out[task.name] = total
+            total += task.replicas
+        return out
 
 
 def size(tasks: tuple[Task, ...]) -> int:
@@ -54,7 +61,5 @@ def wire_members(plugin: Plugin, ctx: PodContext, entries: list[tuple[str, str |
     Pods of the rank-0 task, also declare that port, refusing a container whose port name is taken."""
     for i, container in enumerate(containers(ctx.pod)):
         if port is not None:
-            problem = ensure_port(container, *port)
-            if problem:
-                raise plugin_error(plugin, f"spec.containers[{i}].ports", problem)
+            reject(plugin, f"spec.containers[{i}].ports", ensure_port(container, *port))
         ensure_envs(container, entries)

@@ -9,7 +9,7 @@ from functools import cached_property
 from ..base import Existing, Mount, Plugin, PodContext
 from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits
 from ..flags import Flag
-from ..helpers import host_names, hosts_size, plugin_error, require_mount_free, require_name, sole_task, task_hint
+from ..helpers import host_names, hosts_size, plugin_error, reject, require_mount_free, require_name, sole_task, task_hint
 from ..job import Task
 from ..pod import Obj, ensure_envs, ensure_mount, ensure_volume
 from .quantity import gpu_limit
@@ -138,9 +138,7 @@ class HostfilePlugin(Plugin):
         if not is_master and ctx.task.name != worker:
             return
         name = config_map_name(self.job.name)
-        problem = ensure_volume(ctx.pod, {"name": name, "configMap": {"name": name}})
-        if problem:
-            raise plugin_error(self, "spec.volumes", problem)
+        reject(self, "spec.volumes", ensure_volume(ctx.pod, {"name": name, "configMap": {"name": name}}))
         ctx.names_hosts(self.name)  # the file it mounts
         path = self.path
         env: list[tuple[str, str | None, Obj | None]] = [(var, path if value is None else value, None) for var, value in ENV[self.options["format"]]] if is_master else []

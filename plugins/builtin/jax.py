@@ -3,41 +3,30 @@
 
 from __future__ import annotations
 
-from functools import cached_property
-
-from ..base import Plugin, PodContext
+from ..base import PodContext
 from ..flags import Flag, port_flag
 from ..helpers import domain_name, require_port_free
-from ..job import Task
 from ..pod import Obj
-from .group import first_task, member_index, offsets, size, wire_members
+from .group import GroupPlugin, member_index, size, wire_members
 
 PORT_NAME = "jax-port"
 
 
-class JaxPlugin(Plugin):
+class JaxPlugin(GroupPlugin):
     name = "jax"
-    requires = ("svc",)
+    leader_flag = "coordinator"
+    no_pod_0 = "there is no coordinator Pod 0"
     flags = (
         port_flag("port", 6666, "coordinator port"),
         Flag("coordinator", "string", "", "task whose Pod 0 is the coordinator (process 0); default the first task"),
     )
 
-    @cached_property
-    def coordinator(self) -> Task:
-        return first_task(self, "coordinator", no_pod_0="there is no coordinator Pod 0")
-
-    @cached_property
-    def offsets(self) -> dict[str, int]:
-        """The first process id of each task: the coordinator task first, then ``spec.tasks`` order."""
-        return offsets(self.job.tasks, self.coordinator)
-
     def check(self) -> list[str]:
-        require_port_free(self, [self.coordinator], PORT_NAME, self.options["port"])
+        require_port_free(self, [self.leader], PORT_NAME, self.options["port"])
         return []
 
     def mutate(self, ctx: PodContext) -> None:
-        coordinator = self.coordinator
+        coordinator = self.leader
         index = member_index(self, ctx)
         port = self.options["port"]
         entries: list[tuple[str, str | None, Obj | None]] = [

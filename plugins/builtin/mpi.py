@@ -9,7 +9,7 @@ from functools import cached_property
 from ..base import Plugin, PodContext
 from ..budget import ENV_LIMIT_TEXT, env_value_limit
 from ..flags import Flag, port_flag
-from ..helpers import host_names, hosts_size, plugin_error, plugin_warning, require_port_free, task_hint
+from ..helpers import host_names, hosts_size, plugin_error, plugin_warning, reject, require_port_free, task_hint
 from ..pod import ensure_env, ensure_port
 from .svc import MOUNT_PATH, host_file_key
 
@@ -63,8 +63,6 @@ class MPIPlugin(Plugin):
             if hosts is not None:
                 ctx.names_hosts(self.name)
         for where, container in ctx.located_containers(init_first=True):
-            problem = ensure_port(container, PORT_NAME, self.options["port"])
-            if problem:
-                raise plugin_error(self, f"{where}.ports", problem)
+            reject(self, f"{where}.ports", ensure_port(container, PORT_NAME, self.options["port"]))
             if hosts is not None:
                 ensure_env(container, "MPI_HOST", hosts)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..base import Plugin
 from ..flags import Flag
-from ..helpers import plugin_error, task_hint
+from ..helpers import plugin_error, require_task
 from ..job import Task
 from ..names import dns1123_label, dns1123_subdomain, port_name
 from ..pod import Obj
@@ -104,10 +104,7 @@ def _port(plugin: Plugin, text: str, where: str) -> Obj:
 
 def _opening(plugin: Plugin, value: str) -> Opening:
     name, colon, ports = value.partition(":")
-    task = plugin.job.task(name)
-    if task is None:
-        known = ", ".join(t.name for t in plugin.job.tasks)
-        raise plugin_error(plugin, f"--{OPEN_TASK_PORTS}", f"{value!r}: the job has no task {name!r}{task_hint(plugin, name)} (tasks: {known})")
+    task = require_task(plugin, f"--{OPEN_TASK_PORTS}", name, f"{value!r}: ")
     found: list[Obj] = []
     for text in ports.split(",") if colon else []:
         port = _port(plugin, text.strip(), repr(value))

@@ -3,14 +3,11 @@ every Pod of the job (docs/volcano-behaviour.md#paddle)."""
 
 from __future__ import annotations
 
-from functools import cached_property
-
-from ..base import Plugin, PodContext
+from ..base import PodContext
 from ..flags import Flag, port_flag
 from ..helpers import domain_name, reject_reserved_env, require_port_free
-from ..job import Task
 from ..pod import Obj
-from .group import first_task, member_index, offsets, size, wire_members
+from .group import GroupPlugin, member_index, size, wire_members
 
 PORT_NAME = "paddle-port"
 DEFAULT_PORT = 6768
@@ -23,32 +20,24 @@ RESERVED = frozenset({
 })
 
 
-class PaddlePlugin(Plugin):
+class PaddlePlugin(GroupPlugin):
     name = "paddle"
-    requires = ("svc",)
+    leader_flag = "master"
     flags = (
         port_flag("port", DEFAULT_PORT, "the master's rendezvous port (PADDLE_MASTER)"),
         Flag("master", "string", "", "task whose Pod 0 is node rank 0 and runs the rendezvous server; default the first task"),
     )
 
-    @cached_property
-    def master(self) -> Task:
-        return first_task(self, "master")
-
-    @cached_property
-    def offsets(self) -> dict[str, int]:
-        return offsets(self.job.tasks, self.master)
-
     def check(self) -> list[str]:
-        _ = self.master
+        _ = self.leader
         reject_reserved_env(
             self, RESERVED.__contains__, "paddle.distributed.launch would take the job's master, node count, rank or id from it instead of the plugin's"
         )
-        require_port_free(self, [self.master], PORT_NAME, self.options["port"])
+        require_port_free(self, [self.leader], PORT_NAME, self.options["port"])
         return []
 
     def mutate(self, ctx: PodContext) -> None:
-        master = self.master
+        master = self.leader
         index = member_index(self, ctx)
         port = self.options["port"]
         on_master = ctx.task.name == master.name

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..base import Plugin, PodContext
 from ..flags import Flag, port_flag
-from ..helpers import domain_name, name_taken, peer_options, plugin_error, plugin_warning, require_port_free, template_containers
+from ..helpers import domain_name, name_taken, peer_options, plugin_error, plugin_warning, reject, require_port_free, template_containers
 from ..pod import containers, ensure_envs, ensure_port
 
 PORT_NAME = "pytorchjob-port"
@@ -91,9 +91,7 @@ class PytorchPlugin(Plugin):
         if rank is not None:
             entries.append(("RANK", str(rank), None))
         for i, container in enumerate(containers(ctx.pod)):
-            problem = ensure_port(container, PORT_NAME, port)
-            if problem:
-                raise plugin_error(self, f"spec.containers[{i}].ports", problem)
+            reject(self, f"spec.containers[{i}].ports", ensure_port(container, PORT_NAME, port))
             ensure_envs(container, entries)
 
     def _add_wait_container(self, ctx: PodContext, master_addr: str) -> None:

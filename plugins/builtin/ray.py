@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..base import Existing, Plugin, PodContext
 from ..flags import Flag, port_flag
-from ..helpers import domain_name, plugin_error, plugin_warning, require_name, task_hint, template_containers
+from ..helpers import domain_name, plugin_error, plugin_warning, reject, require_name, task_hint, template_containers
 from ..job import Task
 from ..keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY, TASK_SPEC_KEY
 from ..pod import Obj, containers, ensure_port
@@ -80,9 +80,7 @@ class RayPlugin(Plugin):
                 continue
             trial: Obj = {"name": container, "ports": [dict(p) for p in found.get("ports") or [] if isinstance(p, dict)]}
             for name, number in self.ports():
-                problem = ensure_port(trial, name, number)
-                if problem:
-                    raise plugin_error(self, f"{where}.ports", problem)
+                reject(self, f"{where}.ports", ensure_port(trial, name, number))
 
     def mutate(self, ctx: PodContext) -> None:
         head = self.job.task(self.options["head"])
@@ -103,9 +101,7 @@ class RayPlugin(Plugin):
             name = container.get("name")
             if is_head and name == self.options["headContainer"]:
                 for port_name, number in self.ports():
-                    problem = ensure_port(container, port_name, number)
-                    if problem:
-                        raise plugin_error(self, f"spec.containers[{i}].ports", problem)
+                    reject(self, f"spec.containers[{i}].ports", ensure_port(container, port_name, number))
                 container["command"] = ["sh", "-c", head_command]
             if is_worker and name == self.options["workerContainer"]:
                 container["command"] = ["sh", "-c", worker_command]

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from ..base import Digest, Existing, Mount, Plugin, PodContext
 from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits
 from ..flags import Flag, port_flag
-from ..helpers import host_suffix, hosts_size, plugin_error, plugin_warning, require_mount_free, require_name
+from ..helpers import host_suffix, hosts_size, plugin_error, plugin_warning, reject, require_mount_free, require_name
 from ..pod import Obj, ensure_mount, ensure_volume
 
 DEFAULT_PATH = "/root/.ssh"
@@ -126,9 +126,7 @@ class SSHPlugin(Plugin):
                 "defaultMode": 0o600 if path == DEFAULT_PATH else 0o644,
             },
         }
-        problem = ensure_volume(ctx.pod, volume)
-        if problem:
-            raise plugin_error(self, "spec.volumes", problem)
+        reject(self, "spec.volumes", ensure_volume(ctx.pod, volume))
         for where, container in ctx.located_containers():
             problem = ensure_mount(container, {"name": name, "mountPath": path, "subPath": SUB_PATH})
             if problem:

@@ -40,6 +40,7 @@ from ..helpers import (
     name_taken,
     plugin_error,
     plugin_warning,
+    reject,
     require_hostnames,
     require_mount_free,
     require_name,
@@ -406,18 +407,14 @@ class SvcPlugin(Plugin):
             volumes.append({"name": volume, "emptyDir": {}})
             mount = {"name": volume, "mountPath": MOUNT_PATH, "readOnly": True}
         for volume_obj in volumes:
-            problem = ensure_volume(ctx.pod, volume_obj)
-            if problem:
-                raise plugin_error(self, "spec.volumes", problem)
+            reject(self, "spec.volumes", ensure_volume(ctx.pod, volume_obj))
         env = self._env if self._env and self._env_fits(ctx) else []
         for where, container in ctx.located_containers():
             if container.get("name") == INIT_CONTAINER and self._plan.generated:
                 continue  # ours (when the chain did not say so: a plugin run on its own)
             if env:
                 ensure_envs(container, env)
-            problem = ensure_mount(container, dict(mount))
-            if problem:
-                raise plugin_error(self, f"{where}.volumeMounts", problem)
+            reject(self, f"{where}.volumeMounts", ensure_mount(container, dict(mount)))
         if self._plan.generated:
             self._add_init_container(ctx)
 

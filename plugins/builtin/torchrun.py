@@ -14,6 +14,7 @@ from ..helpers import (
     peer_options,
     plugin_error,
     plugin_warning,
+    reject,
     reject_reserved_env,
     require_port_free,
     sole_task,
@@ -199,9 +200,7 @@ class TorchrunPlugin(Plugin):
                     raise plugin_error(self, "--nproc-per-node=auto", str(exc)) from None
             else:
                 nproc = fixed
-            problem = ensure_port(container, PORT_NAME, port)
-            if problem:
-                raise plugin_error(self, f"spec.containers[{i}].ports", problem)
+            reject(self, f"spec.containers[{i}].ports", ensure_port(container, PORT_NAME, port))
             entries = [*common, ("PET_NPROC_PER_NODE", str(nproc), None), *extra]
             if self.elastic and not any(isinstance(e, dict) and e.get("name") == UNSHARED_STORE for e in container.get("env") or []):
                 entries.append((UNSHARED_STORE, "1", None))

@@ -14,7 +14,7 @@ from functools import cached_property
 from ..base import Plugin, PodContext
 from ..budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
 from ..flags import Flag
-from ..helpers import host_names, host_suffix, name_taken, peer_options, plugin_error, plugin_warning, task_hint, template_containers
+from ..helpers import host_names, host_suffix, name_taken, peer_options, plugin_error, plugin_warning, require_task, template_containers
 from ..job import Task
 from ..pod import Obj, containers, spec
 from .pytorch import WAIT_CONTAINER as PYTORCH_WAIT
@@ -98,7 +98,7 @@ class WaitforPlugin(Plugin):
 
     @cached_property
     def tasks(self) -> list[Task]:
-        return self._tasks("--tasks", _names(self.options["tasks"]))
+        return [require_task(self, "--tasks", name) for name in _names(self.options["tasks"])]
 
     @cached_property
     def waiters(self) -> list[Task]:
@@ -106,17 +106,7 @@ class WaitforPlugin(Plugin):
         if not names:
             waited = {t.name for t in self.tasks}
             names = [t.name for t in self.job.tasks if t.name not in waited]
-        return self._tasks("--waiters", names)
-
-    def _tasks(self, flag: str, names: list[str]) -> list[Task]:
-        out = []
-        for name in names:
-            task = self.job.task(name)
-            if task is None:
-                known = ", ".join(t.name for t in self.job.tasks)
-                raise plugin_error(self, flag, f"the job has no task {name!r}{task_hint(self, name)} (tasks: {known})")
-            out.append(task)
-        return out
+        return [require_task(self, "--waiters", name) for name in names]
 
     @cached_property
     def image(self) -> str:

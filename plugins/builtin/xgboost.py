@@ -4,44 +4,33 @@ itself, the program passes them (``examples/xgboost/train.py``)."""
 
 from __future__ import annotations
 
-from functools import cached_property
-
-from ..base import Plugin, PodContext
+from ..base import PodContext
 from ..flags import Flag, port_flag
 from ..helpers import domain_name, reject_reserved_env, require_port_free
-from ..job import Task
 from ..pod import Obj
-from .group import first_task, member_index, offsets, size, wire_members
+from .group import GroupPlugin, member_index, size, wire_members
 
 PORT_NAME = "xgboost-port"
 DEFAULT_PORT = 9091
 RESERVED = frozenset({"DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_NUM_WORKER", "DMLC_TASK_ID"})
 
 
-class XGBoostPlugin(Plugin):
+class XGBoostPlugin(GroupPlugin):
     name = "xgboost"
-    requires = ("svc",)
+    leader_flag = "tracker"
     flags = (
         port_flag("port", DEFAULT_PORT, "DMLC_TRACKER_PORT: the tracker's port"),
         Flag("tracker", "string", "", "task whose Pod 0 runs the tracker (DMLC_TASK_ID 0); default the first task"),
     )
 
-    @cached_property
-    def tracker(self) -> Task:
-        return first_task(self, "tracker")
-
-    @cached_property
-    def offsets(self) -> dict[str, int]:
-        return offsets(self.job.tasks, self.tracker)
-
     def check(self) -> list[str]:
-        _ = self.tracker
+        _ = self.leader
         reject_reserved_env(self, RESERVED.__contains__, "the xgboost plugin sets it, with the other DMLC_* variables of the XGBoost group")
-        require_port_free(self, [self.tracker], PORT_NAME, self.options["port"])
+        require_port_free(self, [self.leader], PORT_NAME, self.options["port"])
         return []
 
     def mutate(self, ctx: PodContext) -> None:
-        tracker = self.tracker
+        tracker = self.leader
         index = member_index(self, ctx)
         port = self.options["port"]
         entries: list[tuple[str, str | None, Obj | None]] = [
