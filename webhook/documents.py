@@ -106,19 +106,17 @@ def read_file(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     hang ``open``) and checked on the open descriptor."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise DocumentError(f"{path}: not a regular file")
+            if info.st_size > limit:
+                raise _over(path, limit)
+            return _read_all(fd, path, limit)  # over the limit only if it grew while being read
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise DocumentError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise DocumentError(f"{path}: not a regular file")
-        if info.st_size > limit:
-            raise _over(path, limit)
-        return _read_all(fd, path, limit)  # over the limit only if it grew while being read
-    except OSError as exc:
-        raise DocumentError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
 
 
 def read_stdin(limit: int = MAX_INPUT_BYTES, idle: float = STDIN_IDLE_SECONDS) -> bytes:

@@ -103,12 +103,8 @@ def _read_pair(cert_file: Path, key_file: Path) -> tuple[bytes, bytes] | None:
         return None
 
 
-def _describe(cert_pem: bytes) -> str:
-    """Serial, expiry and names of the first certificate — what a reload log line may say."""
-    try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-    except ValueError:
-        return "unparsable certificate"
+def _describe(cert: x509.Certificate) -> str:
+    """Serial, expiry and names of the certificate — what a reload log line may say."""
     try:
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         sans = ",".join(str(v) for v in (*names.get_values_for_type(x509.DNSName), *names.get_values_for_type(x509.IPAddress)))
@@ -158,10 +154,11 @@ class CertReloader:
     def _serve(self, pair: tuple[bytes, bytes], what: str) -> None:
         self._loaded = pair
         try:
-            self.not_after: datetime | None = x509.load_pem_x509_certificate(pair[0]).not_valid_after_utc
+            cert: x509.Certificate | None = x509.load_pem_x509_certificate(pair[0])
         except ValueError:
-            self.not_after = None
-        log.info("%s TLS certificate %s: %s", what, self.cert_file, _describe(pair[0]))
+            cert = None
+        self.not_after = cert.not_valid_after_utc if cert is not None else None
+        log.info("%s TLS certificate %s: %s", what, self.cert_file, _describe(cert) if cert is not None else "unparsable certificate")
 
     def reload_now(self) -> bool:
         """Look at the files now; True when a different pair was loaded, False when the bytes are the

@@ -95,12 +95,8 @@ class Outcome:
     changes: tuple[str, ...]
 
 
-def _load(pem: bytes) -> x509.Certificate:
-    return x509.load_pem_x509_certificate(pem)
-
-
 def _der(pem: bytes) -> bytes:
-    return _load(pem).public_bytes(serialization.Encoding.DER)
+    return x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER)
 
 
 def certificates_of(bundle: bytes | None) -> set[bytes]:
@@ -168,7 +164,7 @@ def plan(
             cert, key = generate_ca(days=policy.ca_days, now=at)
             upcoming = KeyPair(cert, key)
             changes.append(f"announced the next CA ({describe(cert)}); the current one is due")
-        elif _der(upcoming.cert) in published and _load(upcoming.cert).not_valid_before_utc <= at - policy.overlap:
+        elif _der(upcoming.cert) in published and x509.load_pem_x509_certificate(upcoming.cert).not_valid_before_utc <= at - policy.overlap:
             retired.append(current.cert)
             current, upcoming = upcoming, None
             changes.append(f"switched to the next CA ({describe(current.cert)})")
@@ -188,7 +184,7 @@ def plan(
     candidates = list(dict.fromkeys(pem for pem in retired if _der(pem) not in active))
     # A retired CA stays trusted until the certificate that replaced the last one it signed has been
     # out for the overlap; an expired one is worth nothing in a bundle.
-    settled = serving_kept and _load(cert).not_valid_before_utc <= at - policy.overlap
+    settled = serving_kept and x509.load_pem_x509_certificate(cert).not_valid_before_utc <= at - policy.overlap
     kept = [pem for pem in candidates if is_valid(pem, at) and not settled]
     if len(kept) < len(candidates):
         changes.append(f"{len(candidates) - len(kept)} retired CA(s) left the trust bundle")

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from volcano_job_webhook.certs.cluster import CertsError, sync
     from volcano_job_webhook.certs.rotation import Policy
-    from volcano_job_webhook.kube.client import api_client
+    from volcano_job_webhook.kube.rest import api_client
 
     namespace, sep, name = args.secret.partition("/")
     if not sep or not namespace or not name:

@@ -16,10 +16,10 @@ from typing import Any, Generic, Protocol, TypeVar
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, Kind, ObjectKey
+from volcano_job_webhook.plugins.kinds import Kind, ObjectKey
 
 from .backoff import delay
-from .records import JobRecord, Version, resource_version
+from .records import Version, resource_version
 from .rest import Rest, Stream
 
 log = logging.getLogger(__name__)
@@ -310,10 +310,3 @@ class Informer(Generic[R]):
             with self._lock:
                 self._streams.discard(stream)
         return rv
-
-
-class JobInformer(Informer[JobRecord]):
-    """The cache of Volcano Jobs, in all namespaces or the ones given, as :class:`JobRecord`."""
-
-    def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), on_synced: Callable[[], None] | None = None) -> None:
-        super().__init__(api, VOLCANO_JOB, namespaces, transform=JobRecord, on_synced=on_synced)

@@ -15,8 +15,7 @@ import time
 from volcano_job_webhook import logs, memory
 from volcano_job_webhook.certs.cluster import sync as certs_sync
 from volcano_job_webhook.config import WebhookSettings
-from volcano_job_webhook.kube.client import api_client
-from volcano_job_webhook.kube.rest import Rest
+from volcano_job_webhook.kube.rest import Rest, api_client
 
 from .health import HealthServer, ReconcilerMetrics
 from .leader import LeaderElector

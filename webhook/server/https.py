@@ -28,14 +28,17 @@ class ListenError(Exception):
     """The listening socket could not be opened; the message says where, why and what to do."""
 
     def __init__(self, host: str, port: int, error: OSError) -> None:
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if error.errno == errno.EADDRINUSE:
             reason = "the address is already in use (another process listens there)"
         elif error.errno == errno.EACCES:
             reason = "permission denied (ports below 1024 need privileges)"
         else:  # an address not this host's, say
             reason = f"{error.strerror or error}; check --host"
-        super().__init__(f"cannot listen on {address}: {reason}; choose another port with --port")
+        super().__init__(f"cannot listen on {_address(host, port)}: {reason}; choose another port with --port")
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def listen(host: str, port: int, backlog: int, receive_buffer: int) -> list[socket.socket]:
@@ -113,7 +116,7 @@ class HTTPSServer(uvicorn.Server):
             raise ValueError("HTTPSServer opens its own listening sockets")
         config = self.config
         self.sockets = listen(config.host, config.port, config.backlog, self.guard.limits.receive_buffer_bytes)
-        log.info("serving HTTPS on %s", ", ".join(_url(address) for address in self.addresses))
+        log.info("serving HTTPS on %s", ", ".join(f"https://{_address(host, port)}" for host, port, *_ in self.addresses))
         self.reloader.start()
         loop = asyncio.get_running_loop()
         tasks = [loop.create_task(factory()) for factory in self.background]
@@ -134,11 +137,6 @@ class HTTPSServer(uvicorn.Server):
     def addresses(self) -> list[Any]:
         """``getsockname()`` of every listening socket (the real port when bound to port 0)."""
         return [sock.getsockname() for sock in self.sockets if sock.fileno() != -1]
-
-
-def _url(address: Any) -> str:
-    host, port = address[0], address[1]
-    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
 
 def build_server(

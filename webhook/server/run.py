@@ -37,7 +37,7 @@ def jobs_dir(settings: WebhookSettings) -> Path:
 
 def make_source(settings: WebhookSettings) -> JobSource:
     if settings.job_source == "kube":
-        from volcano_job_webhook.kube.client import api_client
+        from volcano_job_webhook.kube.rest import api_client
 
         from .jobs.kube import KubeJobSource
 
@@ -70,7 +70,7 @@ def server_options(limits: ConnectionLimits, loaded: Callable[[], bool] = lambda
 
 def certs_from_secret(settings: WebhookSettings) -> CertPaths:
     """The serving Secret (``tls_secret``) followed into ``certs_dir`` from now on, once it holds a certificate."""
-    from volcano_job_webhook.kube.client import api_client
+    from volcano_job_webhook.kube.rest import api_client
 
     follower = SecretFiles(api_client(settings.kubeconfig), settings.service_namespace, settings.tls_secret,
                            settings.certs_dir, interval=settings.cert_reload_seconds)

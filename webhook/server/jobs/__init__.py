@@ -8,9 +8,9 @@ from typing import Any, Protocol
 
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, Kind
 
-from .directory import DirectoryJobSource
+from .directory import DirectoryJobSource, WorkloadKey
 
-__all__ = ["DirectoryJobSource", "JobSource", "NamespaceNotWatched"]
+__all__ = ["DirectoryJobSource", "JobSource", "NamespaceNotWatched", "WorkloadKey"]
 
 
 class NamespaceNotWatched(LookupError):

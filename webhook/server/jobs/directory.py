@@ -17,8 +17,8 @@ from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, WORKLOADS, Kind, kind
 
 log = logging.getLogger(__name__)
 
-# A workload's identity in the table: (its kind, namespace, name).
-FileKey = tuple[Kind, str, str]
+# A workload's identity, in the files' table and in the cluster's lookups: (its kind, namespace, name).
+WorkloadKey = tuple[Kind, str, str]
 
 JOB_SUFFIXES = (".yaml", ".yml", ".json")
 # A look that re-reads only files this small (a few milliseconds of parsing) is waited for by a lookup.
@@ -45,12 +45,12 @@ class DirectoryJobSource:
         self._checked = float("-inf")
         # Owned by the worker thread; the event loop reads only ``_jobs``, replaced whole.
         self._signature: Signature = {}
-        self._by_file: dict[Path, dict[FileKey, dict[str, Any]]] = {}
+        self._by_file: dict[Path, dict[WorkloadKey, dict[str, Any]]] = {}
         self._skipped: dict[Path, tuple[int, int]] = {}
         # Why a file that parsed gives the table nothing (or less than it holds): said once each.
         self._empty: dict[Path, str] = {}
         self._said: dict[Path, str] = {}
-        self._jobs: dict[FileKey, dict[str, Any]] = {}
+        self._jobs: dict[WorkloadKey, dict[str, Any]] = {}
         self._ready = False
         self._stopped = False
 
@@ -126,12 +126,12 @@ class DirectoryJobSource:
                     by_file[path] = loaded
         if self._stopped:  # a look that outlived the server (one that could not listen, say): it says nothing more
             return False
-        jobs: dict[FileKey, dict[str, Any]] = {}
-        origin: dict[FileKey, Path] = {}
+        jobs: dict[WorkloadKey, dict[str, Any]] = {}
+        origin: dict[WorkloadKey, Path] = {}
         notes: dict[Path, str] = {}
         # In name order, the first file holding a job keeps it: the same table whatever order files changed in.
         for path in sorted(by_file):
-            duplicates: list[tuple[FileKey, Path]] = []
+            duplicates: list[tuple[WorkloadKey, Path]] = []
             for key, doc in by_file[path].items():
                 if key in origin:
                     duplicates.append((key, origin[key]))
@@ -167,7 +167,7 @@ class DirectoryJobSource:
             signature[path] = (st.st_mtime_ns, st.st_size)
         return signature
 
-    def _load(self, path: Path, sig: tuple[int, int]) -> dict[FileKey, dict[str, Any]] | None:
+    def _load(self, path: Path, sig: tuple[int, int]) -> dict[WorkloadKey, dict[str, Any]] | None:
         try:
             docs = parse_documents(read_text(str(path), self.max_file_bytes), str(path))
         except DocumentError as exc:
@@ -202,7 +202,7 @@ class DirectoryJobSource:
 _WORKLOAD_TITLES = f"{', '.join(kind.title for kind in WORKLOADS[:-1])} or {WORKLOADS[-1].title}"
 
 
-def _duplicates(path: Path, duplicates: list[tuple[FileKey, Path]], *, whole: bool) -> str:
+def _duplicates(path: Path, duplicates: list[tuple[WorkloadKey, Path]], *, whole: bool) -> str:
     """The warning for a file's jobs that files earlier in name order hold already."""
     (kind, namespace, name), first = duplicates[0]
     what = f"{kind.title} {namespace}/{name}"

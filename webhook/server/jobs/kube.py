@@ -10,15 +10,12 @@ from typing import Any
 
 from kubernetes import client
 
-from volcano_job_webhook.kube.informer import JobInformer
+from volcano_job_webhook.kube.informer import Informer
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, WORKLOADS, Kind, ObjectKey
 
-from . import NamespaceNotWatched
-
-# A live lookup's identity: (workload kind, namespace, name).
-LookupKey = tuple[Kind, str, str]
+from . import NamespaceNotWatched, WorkloadKey
 
 
 class KubeJobSource:
@@ -31,14 +28,14 @@ class KubeJobSource:
     def __init__(self, api: client.ApiClient, namespaces: Iterable[str] = (), get_timeout: float = 2.0,
                  *, lookup_ttl: float = 5.0, not_found_ttl: float = 1.0, max_fetched: int = 10_000,
                  max_decoded: int = 256, on_synced: Callable[[], None] | None = None) -> None:
-        self.informer = JobInformer(api, namespaces, on_synced=on_synced)
+        self.informer: Informer[JobRecord] = Informer(api, VOLCANO_JOB, namespaces, transform=JobRecord, on_synced=on_synced)
         self.rest = Rest(api, timeout=get_timeout)
         self.lookup_ttl = lookup_ttl
         self.not_found_ttl = not_found_ttl
         self.max_fetched = max_fetched
         self.watched = frozenset(ns for ns in self.informer.namespaces if ns)  # empty: every namespace
-        self._fetched: OrderedDict[LookupKey, tuple[float, dict[str, Any] | None]] = OrderedDict()
-        self._inflight: dict[LookupKey, asyncio.Future[dict[str, Any] | None]] = {}
+        self._fetched: OrderedDict[WorkloadKey, tuple[float, dict[str, Any] | None]] = OrderedDict()
+        self._inflight: dict[WorkloadKey, asyncio.Future[dict[str, Any] | None]] = {}
         self.max_decoded = max_decoded
         self._decoded_jobs: OrderedDict[ObjectKey, tuple[JobRecord, dict[str, Any]]] = OrderedDict()
         self.live_gets = 0
@@ -77,7 +74,7 @@ class KubeJobSource:
             expires, job = fetched
             if time.monotonic() >= expires:
                 del self._fetched[key]
-            elif job is not None and (uid is None or _job_uid(job) == uid):
+            elif job is not None and (uid is None or (job.get("metadata") or {}).get("uid") == uid):
                 return job
             elif job is None and uid is None:
                 return None
@@ -102,18 +99,18 @@ class KubeJobSource:
             self._decoded_jobs.popitem(last=False)
         return job
 
-    def _finished(self, key: LookupKey, task: asyncio.Task[dict[str, Any] | None]) -> None:
+    def _finished(self, key: WorkloadKey, task: asyncio.Task[dict[str, Any] | None]) -> None:
         self._inflight.pop(key, None)
         if not task.cancelled():
             task.exception()  # retrieved here too: every requester may have gone
 
-    async def _fetch(self, key: LookupKey) -> dict[str, Any] | None:
+    async def _fetch(self, key: WorkloadKey) -> dict[str, Any] | None:
         self.live_gets += 1
         job = await asyncio.to_thread(self.rest.get, *key)  # None: 404
         self._remember(key, job)
         return job
 
-    def _remember(self, key: LookupKey, job: dict[str, Any] | None) -> None:
+    def _remember(self, key: WorkloadKey, job: dict[str, Any] | None) -> None:
         ttl = self.lookup_ttl if job is not None else self.not_found_ttl
         if ttl <= 0:
             self._fetched.pop(key, None)
@@ -122,7 +119,3 @@ class KubeJobSource:
         self._fetched.move_to_end(key)
         while len(self._fetched) > self.max_fetched:
             self._fetched.popitem(last=False)
-
-
-def _job_uid(job: dict[str, Any]) -> str | None:
-    return (job.get("metadata") or {}).get("uid")
