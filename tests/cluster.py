@@ -39,6 +39,7 @@ from tests.envtest import (
     read,
     read_path,
     request,
+    resource_path,
     serving_webhook,
     start_product,
     status_message,
@@ -61,6 +62,7 @@ CRD_FILES = ("batch.volcano.sh_jobs.yaml", "bus.volcano.sh_commands.yaml", "sche
 # What vc-scheduler would create; the job controller refuses to sync a Job whose Queue is missing.
 DEFAULT_QUEUE = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "default"},
                  "spec": {"weight": 1, "reclaimable": True}}
+# Of the kinds the scenarios touch, those not in the core group.
 API_VERSIONS = {"Job": JOB_API_VERSION, "PodGroup": "scheduling.volcano.sh/v1beta1", "Queue": "scheduling.volcano.sh/v1beta1",
                 "Command": "bus.volcano.sh/v1alpha1", "NetworkPolicy": "networking.k8s.io/v1"}
 WAIT = 30.0  # seconds: generous, since a slow machine must not fail a correct test
@@ -102,26 +104,11 @@ def real_missing(environ: Mapping[str, str] = os.environ) -> str | None:
     return "; ".join(missing) or None
 
 
-# REST paths of the kinds the scenarios read: (prefix, plural) by kind.
-PATHS = {
-    "Job": ("/apis/batch.volcano.sh/v1alpha1", "jobs"),
-    "PodGroup": ("/apis/scheduling.volcano.sh/v1beta1", "podgroups"),
-    "Command": ("/apis/bus.volcano.sh/v1alpha1", "commands"),
-    "Queue": ("/apis/scheduling.volcano.sh/v1beta1", "queues"),
-    "Pod": ("/api/v1", "pods"),
-    "ConfigMap": ("/api/v1", "configmaps"),
-    "Secret": ("/api/v1", "secrets"),
-    "Service": ("/api/v1", "services"),
-    "Event": ("/api/v1", "events"),
-    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
-}
-
-
-def kind_path(kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
-    """The REST path of a kind Volcano's controller touches, or of a Queue (cluster-scoped)."""
-    prefix, plural = PATHS[kind]
-    out = f"{prefix}/namespaces/{namespace}/{plural}" if namespace and kind != "Queue" else f"{prefix}/{plural}"
-    return out + (f"/{name}" if name else "") + (f"/{subresource}" if subresource else "")
+def kind_path(api: client.ApiClient, kind: str, namespace: str | None, name: str | None = None,
+              subresource: str | None = None) -> str:
+    """The REST path of a kind the scenarios touch (Volcano's, or core's), found by discovery."""
+    path = resource_path(api, API_VERSIONS.get(kind, "v1"), kind, namespace, name)
+    return path + (f"/{subresource}" if subresource else "")
 
 
 @dataclass
@@ -191,10 +178,10 @@ class VolcanoCluster:
 
     def get(self, kind: str, name: str) -> Obj | None:
         """One object of this namespace (a Queue: cluster-wide), None when absent."""
-        return read_path(self.admin, kind_path(kind, self.namespace, name))
+        return read_path(self.admin, kind_path(self.admin, kind, self.namespace, name))
 
     def list(self, kind: str, selector: str | None = None) -> list[Obj]:
-        items: list[Obj] = request(self.admin, "GET", kind_path(kind, self.namespace),
+        items: list[Obj] = request(self.admin, "GET", kind_path(self.admin, kind, self.namespace),
                                    query=[("labelSelector", selector)] if selector else [])["items"]
         return items
 
@@ -253,7 +240,7 @@ class VolcanoCluster:
         return self._set_phase("Pod", name, phase, "status")
 
     def _set_phase(self, kind: str, name: str, phase: str, subresource: str | None = None) -> Obj:
-        patched: Obj = request(self.admin, "PATCH", kind_path(kind, self.namespace, name, subresource),
+        patched: Obj = request(self.admin, "PATCH", kind_path(self.admin, kind, self.namespace, name, subresource),
                                body={"status": {"phase": phase}}, content_type="application/merge-patch+json")
         return patched
 
@@ -304,11 +291,7 @@ def install_volcano(api: client.ApiClient, timeout: float = WAIT, *, scheduler: 
     install_crds(api, volcano_crds(directory) + (scheduler_crds(directory) if scheduler else ()), timeout)
     if scheduler:
         return
-    try:
-        request(api, "POST", kind_path("Queue", None), body=DEFAULT_QUEUE)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    apply(api, DEFAULT_QUEUE)
 
 
 @dataclass

@@ -234,7 +234,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[ServerNamespace]:
 def ours(server: ServerNamespace) -> dict[tuple[str, str], dict[str, Any]]:
     """The reconciler's objects in the namespace (its label), by kind and name."""
     return {(kind, o["metadata"]["name"]): o for kind in SIDE_KINDS
-            for o in request(server.admin, "GET", kind_path(kind, server.namespace), query=[("labelSelector", f"{MANAGED_BY_LABEL}={MANAGED_BY}")])["items"]}
+            for o in request(server.admin, "GET", kind_path(server.admin, kind, server.namespace), query=[("labelSelector", f"{MANAGED_BY_LABEL}={MANAGED_BY}")])["items"]}
 
 
 def test_a_job_made_again_while_the_reconciler_was_away_gets_new_objects_and_a_new_key(server: ServerNamespace):

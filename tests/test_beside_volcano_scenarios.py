@@ -207,7 +207,7 @@ def test_a_running_job_with_a_flag_volcano_ignores_keeps_getting_pods_and_can_be
         cluster.register_webhooks(webhook.base_url, webhook.ca_bundle)
         run_pods(cluster, "fj")
         assert cluster.phase("fj") not in ("Terminated", "Failed")
-        labelled = request(cluster.admin, "PATCH", kind_path("Job", cluster.namespace, "fj"),
+        labelled = request(cluster.admin, "PATCH", kind_path(cluster.admin, "Job", cluster.namespace, "fj"),
                            body={"metadata": {"labels": {"team": "vision"}}}, content_type="application/merge-patch+json")
         assert labelled["metadata"]["labels"] == {"team": "vision"}
         assert total(webhook.base_url, 'volcano_webhook_admission_requests_total{endpoint="mutate"') >= 3
@@ -219,7 +219,7 @@ def test_a_job_made_again_under_the_same_name_gets_new_objects_and_a_new_key(clu
     first = cluster.create(scheduled_job("nj", annotation={"mpi": []}))
     cluster.wait(lambda: ("Secret", "nj-ssh") in objects(cluster, ours=True), "our Secret")
     key = objects(cluster, ours=True)[("Secret", "nj-ssh")]["data"]["id_rsa"]
-    request(cluster.admin, "DELETE", kind_path("Job", cluster.namespace, "nj"))
+    request(cluster.admin, "DELETE", kind_path(cluster.admin, "Job", cluster.namespace, "nj"))
     cluster.wait(lambda: cluster.get("Job", "nj") is None, "the Job gone")
     second = cluster.create(scheduled_job("nj", annotation={"mpi": []}))
     uid = second["metadata"]["uid"]
