@@ -4,16 +4,15 @@ kinds of capability, and nothing else (docs/architecture.md's tests table says w
 
 * (a) what a real server cannot stage on cue: injected error answers (``fail_next``) and cut
   connections (``drop_next``), watches ended (``close_watches``), a bookmark now
-  (``send_bookmarks``), 410 Expired (``expire_history``), a restart, the log of requests and of
-  webhook calls read at once, and the store written and read without requests (``put_object``,
-  ``load``: bench/scale.py's 400,000 objects in seconds);
+  (``send_bookmarks``), 410 Expired (``expire_history``), a restart, the log of requests read at
+  once, and the store written and read without requests (``put_object``, ``load``: bench/scale.py's
+  400,000 objects in seconds);
 * (b) what a machine without kube-apiserver must still cover, held to kube-apiserver by
-  tests/test_apiserver_double.py and tests/test_apiserver_admission.py: the kinds the product and
-  the scenarios use and CRDs, kube-apiserver's Status errors, the four PATCH types (strategic merge
-  served as merge, apply without field ownership), status subresources, paged and label-selected
-  lists, watches, the Pod validation two writers get wrong, and admission webhooks (tests/admission.py).
+  tests/test_apiserver_double.py: the kinds the product uses and CRDs, kube-apiserver's Status
+  errors, the four PATCH types (strategic merge served as merge, apply without field ownership),
+  status subresources, paged and label-selected lists, and watches.
 
-Authorization, the in-tree admission plugins, schemas, field ownership, finalizers, graceful deletion,
+Admission, authorization, schemas, field ownership, finalizers, graceful deletion,
 garbage collection, selectors beyond ``key=value``, ``key`` and ``metadata.name``, subresources but
 ``status``, and a list's pages as one snapshot are the real server's to test.
 """
@@ -43,7 +42,6 @@ import kubernetes.client
 import orjson
 import yaml
 
-from tests.admission import Admission, Attributes, Call, Rejected, warning_header
 from tests.envtest import write_kubeconfig
 
 Obj = dict[str, Any]
@@ -126,13 +124,6 @@ class ApiError(Exception):
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
         self.details, self.headers = details, headers or {}
-        self.warnings: list[str] = []  # admission webhooks' warnings, sent even with an error
-
-    @classmethod
-    def from_status(cls, status: Obj) -> ApiError:
-        """The error that answers with this ``Status`` object (an admission webhook's refusal)."""
-        return cls(int(status.get("code") or 500), status.get("reason"), str(status.get("message") or ""),
-                   status.get("details"))
 
     def status(self) -> Obj:
         return status_object(self.code, self.reason, self.message, self.details)
@@ -380,34 +371,9 @@ def _owner_references_json(refs: list[Any]) -> str:
     return json.dumps(shown, separators=(",", ":"))
 
 
-def _pod_causes(pod: Obj) -> list[tuple[str, str, str]]:
-    """Pod validation that catches two parties wiring one Pod: volume names unique, every mount
-    naming a volume, mount paths unique within a container (``ValidatePodSpec``'s messages)."""
-    spec = pod.get("spec") or {}
-    causes = []
-    volumes: set[Any] = set()
-    for i, volume in enumerate(spec.get("volumes") or []):
-        name = volume.get("name") if isinstance(volume, dict) else None
-        if name in volumes:
-            causes.append((f"spec.volumes[{i}].name", f"Duplicate value: {json.dumps(name)}", "FieldValueDuplicate"))
-        volumes.add(name)
-    for key in ("containers", "initContainers"):
-        for i, container in enumerate(spec.get(key) or []):
-            paths: set[Any] = set()
-            for j, mount in enumerate((container.get("volumeMounts") or []) if isinstance(container, dict) else []):
-                where = f"spec.{key}[{i}].volumeMounts[{j}]"
-                if mount.get("name") not in volumes:
-                    causes.append((f"{where}.name", f"Not found: {json.dumps(mount.get('name'))}", "FieldValueNotFound"))
-                if mount.get("mountPath") in paths:
-                    causes.append((f"{where}.mountPath", f"Invalid value: {json.dumps(mount.get('mountPath'))}: must be unique",
-                                   "FieldValueInvalid"))
-                paths.add(mount.get("mountPath"))
-    return causes
-
-
 def _validate(rt: ResourceType, obj: Obj) -> None:
     """422 Invalid for what the real server refuses and the product could get wrong: a second
-    ``controller: true`` owner reference (``ValidateOwnerReferences``), and :func:`_pod_causes`."""
+    ``controller: true`` owner reference (``ValidateOwnerReferences``)."""
     meta = obj["metadata"]
     refs = meta.get("ownerReferences") or []
     causes: list[tuple[str, str, str]] = []
@@ -421,8 +387,6 @@ def _validate(rt: ResourceType, obj: Obj) -> None:
             causes.append(("metadata.ownerReferences", f"Invalid value: {_owner_references_json(refs)}: Only one reference "
                            f'can have Controller set to true. Found "true" in references for {first} and {current}',
                            "FieldValueInvalid"))
-    if rt.key == ("", "pods"):
-        causes += _pod_causes(obj)
     if causes:
         raise _invalid(rt, meta.get("name") or "", causes)
 
@@ -498,7 +462,7 @@ class _Route:
 
 @dataclass
 class _Write:
-    """A write on its way through admission: what it would store, and what it replaces."""
+    """A write: what it would store, and what it replaces."""
 
     operation: str  # CREATE, UPDATE, DELETE
     rt: ResourceType
@@ -508,7 +472,6 @@ class _Write:
     old: Obj | None  # the stored object it replaces (None for CREATE)
     code: int  # the HTTP status of success
     subresource: str = ""
-    options: Obj | None = None
 
 
 def _truthy(value: str | None) -> bool:
@@ -568,7 +531,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
-    def send_json(self, code: int, body: Any, headers: dict[str, str] | None = None, warnings: Iterable[str] = ()) -> None:
+    def send_json(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = body.data if isinstance(body, _Encoded) else json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -576,8 +539,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Audit-Id", str(uuid.uuid4()))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
-        for text in warnings:
-            self.send_header("Warning", warning_header(text))
         self.end_headers()
         self.wfile.write(data)
 
@@ -630,7 +591,6 @@ class FakeApiServer:
         self._log_lock = threading.Lock()
         self._stopping = False
         self._open_watches = 0
-        self._webhook_calls: list[Call] = []
         # (resource, namespace, selector) -> (resourceVersion, sorted selected keys): see _selected.
         self._listings: dict[tuple[Any, ...], tuple[int, list[tuple[str, str]]]] = {}
 
@@ -761,12 +721,6 @@ class FakeApiServer:
     def clear_requests(self) -> None:
         with self._log_lock:
             self._requests.clear()
-
-    @property
-    def webhook_calls(self) -> list[Call]:
-        """Every admission webhook call so far, oldest first: which webhook, for what, how it ended."""
-        with self._log_lock:
-            return list(self._webhook_calls)
 
     def wait_for_watches(self, count: int = 1, timeout: float = 5.0) -> bool:
         """Block until at least ``count`` watch streams are open; False on timeout."""
@@ -907,9 +861,9 @@ class FakeApiServer:
             if record.verb == "watch":
                 record.status = 200
                 return self._watch(h, route, query)
-            code, result, warnings = self._serve(method, route, query, body, h.headers.get("Content-Type") or "")
+            code, result = self._serve(method, route, query, body, h.headers.get("Content-Type") or "")
             record.status = code
-            h.send_json(code, result, warnings=warnings)
+            h.send_json(code, result)
         except ApiError as err:
             self._send_error(h, record, err)
         except (BrokenPipeError, ConnectionResetError):
@@ -919,7 +873,7 @@ class FakeApiServer:
 
     def _send_error(self, h: _Handler, record: RequestRecord, err: ApiError) -> None:
         record.status = err.code
-        h.send_json(err.code, err.status(), err.headers, warnings=err.warnings)
+        h.send_json(err.code, err.status(), err.headers)
 
     @staticmethod
     def _describe(record: RequestRecord, route: _Route) -> RequestRecord:
@@ -976,15 +930,15 @@ class FakeApiServer:
     # -- verbs ------------------------------------------------------------------
 
     def _serve(self, method: str, route: _Route, query: dict[str, str], raw: bytes,
-               content_type: str) -> tuple[int, Obj | _Encoded, list[str]]:
+               content_type: str) -> tuple[int, Obj | _Encoded]:
         rt, ns, name = route.rt, route.namespace, route.name
         if method == "GET":
             with self._store.lock:
                 if name:
-                    return 200, self._present(rt, self._get(rt, ns, name)), []
+                    return 200, self._present(rt, self._get(rt, ns, name))
                 if route.subresource:
                     raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-                return 200, self._list(rt, ns, query), []
+                return 200, self._list(rt, ns, query)
         creating = method == "POST" and not name and (ns is not None or not rt.namespaced)
         if (creating or (method in ("PUT", "PATCH") and name) or (method == "DELETE" and name and not route.subresource)):
             return self._write(method, route, query, raw, content_type)
@@ -1069,61 +1023,20 @@ class FakeApiServer:
         else:
             meta["namespace"] = ns
 
-    # A write goes: the object it would store (under the lock), the mutating webhooks (without it),
-    # defaults and validation (under it), the validating webhooks (without it), and the commit
-    # (under it) — repeated from the start when the stored object changed meanwhile, as the real
-    # server's GuaranteedUpdate does. Webhooks may call this server, so no lock is held around them.
-
-    def _write(self, method: str, route: _Route, query: dict[str, str], raw: bytes,
-               content_type: str) -> tuple[int, Obj, list[str]]:
-        admission = Admission()
-        dry_run = bool(query.get("dryRun"))
-        try:
-            for _ in range(20):
-                with self._store.lock:
-                    plan = self._plan(method, route, query, raw, content_type)
-                    mutating = list(self._store.objects[MUTATING.key].values())
-                    validating = list(self._store.objects[VALIDATING.key].values())
-                    ns_obj = self._store.objects[("", "namespaces")].get(("", plan.namespace or ""))
-                    ns_labels = dict(((ns_obj or {}).get("metadata") or {}).get("labels") or {})
-                attrs = Attributes(plan.operation, plan.rt.group, plan.rt.version, plan.rt.plural, plan.rt.kind,
-                                   plan.rt.namespaced, plan.namespace or "", plan.name, plan.obj, plan.old,
-                                   plan.subresource, dry_run, plan.options, ns_labels)
-                obj = admission.mutate(mutating, attrs)  # None for a DELETE (webhooks see no object to patch)
-                with self._store.lock:
-                    if obj is not None:
-                        obj = self._finalize(plan, obj)
-                final = obj if obj is not None else plan.obj
-                attrs = Attributes(**{**attrs.__dict__, "obj": final,
-                                      "name": (final or plan.old or {}).get("metadata", {}).get("name", plan.name)})
-                admission.validate(validating, attrs)
-                with self._store.lock:
-                    stored = self._store.objects[plan.rt.key].get((plan.namespace or "", attrs.name))
-                    if plan.old is not None and (stored is None or stored["metadata"]["resourceVersion"]
-                                                 != plan.old["metadata"]["resourceVersion"]):
-                        continue  # changed meanwhile: start again from the new stored object
-                    if plan.operation == "CREATE" and stored is not None and method == "PATCH":
-                        continue  # an apply that created: now it updates
-                    return plan.code, self._commit(plan, final, stored, dry_run), admission.warnings
-            raise _conflict(route.rt, route.name or "", _STALE)
-        except Rejected as rejected:
-            err = ApiError.from_status(rejected.status)
-            err.warnings = admission.warnings
-            raise err from None
-        except ApiError as err:
-            err.warnings = admission.warnings
-            raise
-        finally:
-            with self._log_lock:
-                self._webhook_calls.extend(admission.calls)
+    def _write(self, method: str, route: _Route, query: dict[str, str], raw: bytes, content_type: str) -> tuple[int, Obj]:
+        with self._store.lock:
+            plan = self._plan(method, route, query, raw, content_type)
+            obj = None if plan.obj is None else self._finalize(plan, plan.obj)
+            name = (obj or plan.old or {}).get("metadata", {}).get("name", plan.name)
+            stored = self._store.objects[plan.rt.key].get((plan.namespace or "", name))
+            return plan.code, self._commit(plan, obj, stored, bool(query.get("dryRun")))
 
     def _plan(self, method: str, route: _Route, query: dict[str, str], raw: bytes, content_type: str) -> _Write:
         """What the request would write, from the stored objects (call with the lock held)."""
         rt, ns, name, sub = route.rt, route.namespace, route.name, route.subresource
         if method == "POST":
-            options = {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1", **_write_options(query)}
             obj = self._new_object(rt, ns, _parse_json(raw, dict))
-            return _Write("CREATE", rt, ns, obj["metadata"].get("name") or "", obj, None, 201, options=options)
+            return _Write("CREATE", rt, ns, obj["metadata"].get("name") or "", obj, None, 201)
         assert name is not None
         if method == "DELETE":
             options = _parse_json(raw, dict) if raw.strip() else {}
@@ -1133,13 +1046,11 @@ class FakeApiServer:
                 raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.kind} "{name}": the UID in the precondition '
                                f"({pre['uid']}) does not match the UID in record ({current['metadata']['uid']}). The object "
                                "might have been deleted and then recreated", _details(name, rt.group, rt.kind))
-            options = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", **options}
-            return _Write("DELETE", rt, ns, name, None, current, 200, options=options)
-        options = {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1", **_write_options(query)}
+            return _Write("DELETE", rt, ns, name, None, current, 200)
         if method == "PUT":
             current = self._get(rt, ns, name)
             new = self._updated_object(rt, ns, name, _parse_json(raw, dict), current, sub)
-            return _Write("UPDATE", rt, ns, name, new, current, 200, sub, options)
+            return _Write("UPDATE", rt, ns, name, new, current, 200, sub)
         ctype = content_type.split(";")[0].strip().lower()
         # A strategic merge patch is served as a JSON merge patch: the list merge keys are not modelled.
         accepted = ["application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json",
@@ -1160,8 +1071,7 @@ class FakeApiServer:
             if (ns or "", name) not in self._store.objects[rt.key] and not sub:
                 patch.setdefault("metadata", {}).setdefault("name", name)
                 obj = self._new_object(rt, ns, patch)
-                create_options = {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1", **_write_options(query)}
-                return _Write("CREATE", rt, ns, name, obj, None, 201, options=create_options)
+                return _Write("CREATE", rt, ns, name, obj, None, 201)
         current = self._get(rt, ns, name)
         if ctype == "application/json-patch+json":
             ops = _parse_json(raw, list)
@@ -1177,11 +1087,11 @@ class FakeApiServer:
             raise _bad_request("the patch did not produce an object")
         # a metadata.resourceVersion left in the result is a precondition, checked by _updated_object
         new = self._updated_object(rt, ns, name, result, current, sub)
-        return _Write("UPDATE", rt, ns, name, new, current, 200, sub, options)
+        return _Write("UPDATE", rt, ns, name, new, current, 200, sub)
 
     def _new_object(self, rt: ResourceType, ns: str | None, body: Obj) -> Obj:
-        """A create's object before admission: type, namespace and preconditions checked, the
-        fields only the server sets removed (the name is generated after the mutating webhooks)."""
+        """A create's object: type, namespace and preconditions checked, the fields only the server
+        sets removed (the name is generated by :meth:`_finalize`)."""
         obj = copy.deepcopy(body)
         self._check_type(rt, obj)
         self._check_namespace(rt, obj, ns)
@@ -1199,7 +1109,7 @@ class FakeApiServer:
         return obj
 
     def _updated_object(self, rt: ResourceType, ns: str | None, name: str, body: Obj, current: Obj, subresource: str) -> Obj:
-        """An update's object before admission; a status subresource write changes only ``status``,
+        """An update's object; a status subresource write changes only ``status``,
         a main-resource write of a kind with one changes everything but ``status``."""
         obj = copy.deepcopy(body)
         self._check_type(rt, obj)
@@ -1229,8 +1139,7 @@ class FakeApiServer:
         return obj
 
     def _finalize(self, plan: _Write, obj: Obj) -> Obj:
-        """What the storage layer does after the mutating webhooks, before the validating ones (lock
-        held): a create's generated name, uid and time; defaults again (a patch is a request); validation."""
+        """What the storage layer does before it stores (lock held): a create's generated name, uid and time; defaults again (a patch is a request); validation."""
         obj = copy.deepcopy(obj)
         if not isinstance(obj.get("metadata"), dict):
             raise _bad_request("metadata must be an object")
@@ -1368,16 +1277,6 @@ class FakeApiServer:
     def _bookmark(rt: ResourceType, rv: int) -> Obj:
         meta: Obj = {"resourceVersion": str(rv), "creationTimestamp": None}
         return {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}
-
-
-def _write_options(query: dict[str, str]) -> Obj:
-    """The ``dryRun`` and ``fieldManager`` of a create or update, as an AdmissionRequest's options carry them."""
-    options: Obj = {}
-    if query.get("dryRun"):
-        options["dryRun"] = [query["dryRun"]]
-    if query.get("fieldManager"):
-        options["fieldManager"] = query["fieldManager"]
-    return options
 
 
 def _parse_json(raw: bytes, expected: type) -> Any:

@@ -1,23 +1,21 @@
 """Servers in a thread for the tests that talk over sockets: the product's HTTPS server with raw TLS
-clients that send exactly the bytes a test says (bench/timeouts.py times the same clients), a tiny
-admission webhook whose answers a test sets, and a TCP proxy a test can cut."""
+clients that send exactly the bytes a test says (bench/timeouts.py times the same clients), and a
+TCP proxy a test can cut."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.envtest import wait_until, write_certs
+from tests.envtest import wait_until
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits
@@ -122,104 +120,6 @@ def status_of(reply: bytes) -> int:
 def post(path: str, body: bytes, *, length: int | None = None, extra: bytes = b"") -> bytes:
     return (f"POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body) if length is None else length}\r\n").encode() + extra + b"\r\n" + body
-
-
-# A tiny admission webhook ---------------------------------------------------------------------------
-
-Answer = Callable[[dict[str, Any]], Any]
-
-
-@dataclass
-class Raw:
-    """An answer that is not an AdmissionReview: this status and body."""
-
-    status: int
-    body: bytes
-
-
-@dataclass
-class Slow:
-    """Answer ``then`` after ``seconds``."""
-
-    seconds: float
-    then: Any
-
-
-def allow(review: dict[str, Any]) -> dict[str, Any]:
-    return {"allowed": True}
-
-
-def patching(*ops: dict[str, Any]) -> Answer:
-    """Allow with this JSON patch."""
-    encoded = base64.b64encode(json.dumps(list(ops)).encode()).decode()
-    return lambda review: {"allowed": True, "patchType": "JSONPatch", "patch": encoded}
-
-
-def denying(message: str, code: int | None = None) -> Answer:
-    """Refuse with this message (and status code, when given)."""
-    status: dict[str, Any] = {"message": message}
-    if code is not None:
-        status["code"] = code
-    return lambda review: {"allowed": False, "status": status}
-
-
-@dataclass
-class TinyWebhook:
-    """An HTTPS admission webhook on 127.0.0.1 (ASGI): ``answers[path]`` turns each AdmissionReview
-    into the ``response`` fields to send (``uid`` is filled in; :func:`allow` by default), or a
-    :class:`Raw` or :class:`Slow` answer. ``reviews`` holds what came in: (path, query, review).
-    ``url`` and ``ca_bundle`` (base64, as ``clientConfig.caBundle`` wants it) once running."""
-
-    answers: dict[str, Answer] = field(default_factory=dict)
-    reviews: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    url: str = ""
-    ca_bundle: str = ""
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        review = json.loads(body)
-        self.reviews.append((scope["path"], scope["query_string"].decode(), review))
-        answer = self.answers.get(scope["path"], allow)(review)
-        if isinstance(answer, Slow):
-            await asyncio.sleep(answer.seconds)
-            answer = answer.then
-        if isinstance(answer, Raw):
-            status, data = answer.status, answer.body
-        else:
-            response = {"uid": review["request"]["uid"], **answer}
-            status, data = 200, json.dumps({"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}).encode()
-        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": data})
-
-    def paths(self) -> list[str]:
-        return [path for path, _, _ in self.reviews]
-
-    def hook(self, name: str, path: str, *, resources: tuple[str, ...] = ("pods",), operations: tuple[str, ...] = ("CREATE",),
-             group: str = "", version: str = "v1", **extra: Any) -> dict[str, Any]:
-        """A ``webhooks[]`` entry calling ``path`` of this server for the given rule."""
-        return {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None",
-                "clientConfig": {"url": self.url + path, "caBundle": self.ca_bundle},
-                "rules": [{"operations": list(operations), "apiGroups": [group], "apiVersions": [version],
-                           "resources": list(resources)}],
-                **extra}
-
-
-@contextmanager
-def tiny_webhook(workdir: Path) -> Iterator[TinyWebhook]:
-    """A :class:`TinyWebhook` served in a thread, with a certificate for 127.0.0.1 from its own CA."""
-    ca_cert = write_certs(workdir, ca_name="tiny-webhook-ca")
-    hook = TinyWebhook(ca_bundle=base64.b64encode(ca_cert).decode())
-    server = build_server(hook, "127.0.0.1", 0, workdir / "tls.crt", workdir / "tls.key", log_level="warning", lifespan="off")
-    with in_thread(server):
-        hook.url = f"https://127.0.0.1:{server.port}"  # type: ignore[attr-defined]
-        yield hook
 
 
 class TcpProxy:

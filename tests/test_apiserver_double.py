@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.apiserver import FakeApiServer
 from tests.cluster import SERVERS, ServerNamespace, api_server
-from tests.envtest import create, delete, read, request, status_message, wait_until
+from tests.envtest import create, delete, read, request, wait_until
 from tests.jobs import owner_reference, volcano_job
 
 VOLCANO = ("batch.volcano.sh", "v1alpha1")
@@ -314,20 +314,6 @@ def test_two_controller_owner_references_are_invalid(server: ServerNamespace) ->
     assert body["message"].startswith('ConfigMap "cm" is invalid: metadata.ownerReferences: Invalid value: [{"apiVersion":')
     assert body["message"].endswith('Only one reference can have Controller set to true. Found "true" in references for Job/a and Job/b')
     assert len(core.read_namespaced_config_map("cm", ns).metadata.owner_references) == 2
-
-
-def test_a_pod_wired_twice_is_invalid(server: ServerNamespace) -> None:
-    volume = {"name": "j-svc", "configMap": {"name": "j-svc"}}
-    mount = {"name": "j-svc", "mountPath": "/etc/volcano"}
-    container = {"name": "c", "image": "busybox", "volumeMounts": [mount, mount, {"name": "absent", "mountPath": "/x"}]}
-    with pytest.raises(ApiException) as info:
-        client.CoreV1Api(server.admin).create_namespaced_pod(
-            server.namespace, {"metadata": {"name": "p"}, "spec": {"volumes": [volume, volume], "containers": [container]}})
-    assert info.value.status == 422
-    assert status_message(info.value) == (
-        'Pod "p" is invalid: [spec.volumes[1].name: Duplicate value: "j-svc", '
-        'spec.containers[0].volumeMounts[1].mountPath: Invalid value: "/etc/volcano": must be unique, '
-        'spec.containers[0].volumeMounts[2].name: Not found: "absent"]')
 
 
 def test_a_webhook_configuration_takes_a_json_patch(server: ServerNamespace) -> None:

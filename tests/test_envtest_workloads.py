@@ -9,7 +9,8 @@ what they make in a cluster (docs/workloads.md).
   Job, the garbage collector deletes them (the reconciler stopped first: it is the collector's work).
 - The same collection for a Volcano Job's objects.
 - A JobSet (a permissive CRD, registered before the controller-manager starts so its collector
-  knows the kind): Pods created as JobSet's child Jobs make them, wired on the way in.
+  knows the kind): Pods created as JobSet's child Jobs make them, wired on the way in; the
+  ``reconcile`` command makes its objects; /validate refuses a workload whose plugins would fail.
 
 Skipped unless ``KUBEBUILDER_ASSETS`` holds kube-apiserver, etcd and kube-controller-manager.
 """
@@ -23,7 +24,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client as kube_client
+from kubernetes.client.rest import ApiException
 
+from tests.cluster import product_reconciler
 from tests.envtest import (
     WEBHOOK_USER,
     EnvTest,
@@ -38,12 +41,14 @@ from tests.envtest import (
     request,
     resource_path,
     serving_webhook,
+    status_message,
     wait_until,
     webhook_configurations,
 )
 from tests.jobs import example_job
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain, read_workload
+from volcano_job_webhook.plugins.keys import PLUGINS_ANNOTATION
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.reconciler import Reconciler
 
@@ -60,8 +65,9 @@ def kcm(envtest: EnvTest, kube_admin: kube_client.ApiClient, tmp_path_factory: p
 
 @pytest.fixture(scope="module")
 def wired(envtest: EnvTest, kube_admin: kube_client.ApiClient, kcm: Process,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The webhook serving and its registrations (every entry of the manifests) in effect."""
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The webhook serving and its registrations (every entry of the manifests) in effect; yields
+    its settings file."""
     workdir = tmp_path_factory.mktemp("webhook")
     config = workdir / "config.yaml"
     config.write_text("volcano_controller_plugins: []\n", encoding="utf-8")
@@ -70,7 +76,7 @@ def wired(envtest: EnvTest, kube_admin: kube_client.ApiClient, kcm: Process,
         for obj in configs:
             apply(kube_admin, obj)
         try:
-            yield None
+            yield config
         finally:
             for obj in configs:
                 delete(kube_admin, "admissionregistration.k8s.io/v1", obj["kind"], obj["metadata"]["name"])
@@ -96,7 +102,7 @@ def pods(api: kube_client.ApiClient, namespace: str, selector: str) -> list[dict
 
 
 def test_the_job_controllers_pods_are_wired_and_the_collector_takes_the_objects(
-        envtest: EnvTest, kube_admin: kube_client.ApiClient, wired: None) -> None:
+        envtest: EnvTest, kube_admin: kube_client.ApiClient, wired: Path) -> None:
     import yaml
 
     namespace = new_namespace(kube_admin, "indexed-")
@@ -148,14 +154,28 @@ def test_the_collector_takes_a_volcano_jobs_objects(envtest: EnvTest, kube_admin
     wait_until(lambda: not objects(kube_admin, namespace), 20, "the garbage collector to delete the Volcano Job's objects")
 
 
-def test_a_jobsets_pods_are_wired_on_the_way_in(envtest: EnvTest, kube_admin: kube_client.ApiClient, wired: None) -> None:
+def test_a_jobsets_pods_are_wired_on_the_way_in_and_reconcile_makes_its_objects(
+        envtest: EnvTest, kube_admin: kube_client.ApiClient, wired: Path, tmp_path: Path) -> None:
+    """Also the ``reconcile`` command on the same settings (the workloads it takes by default): the
+    JobSet's objects made, and no Service of ours (JobSet makes its own); and /validate refusing,
+    through the API server, an Indexed Job whose plugins would fail, naming it and the argument."""
     import yaml
 
     namespace = new_namespace(kube_admin, "jobset-")
     obj = yaml.safe_load((EXAMPLES / "jax-jobset.yaml").read_text())
     obj["metadata"] = {**obj["metadata"], "namespace": namespace}
     del obj["metadata"]["uid"]
-    jobset = create(kube_admin, obj)
+    with product_reconciler(envtest.kubeconfig(WEBHOOK_USER), namespace, tmp_path, f"--config={wired}"):
+        jobset = create(kube_admin, obj)
+        wait_until(lambda: ("ConfigMap", "jax-jobset-svc") in objects(kube_admin, namespace), 15, "the JobSet's objects")
+        assert ("Service", "jax-jobset") not in objects(kube_admin, namespace)
+    bad = yaml.safe_load((EXAMPLES / "torchrun-indexed-job.yaml").read_text())
+    bad["metadata"] = {**bad["metadata"], "name": "bad", "namespace": namespace}
+    del bad["metadata"]["uid"]
+    bad["metadata"]["annotations"][PLUGINS_ANNOTATION] = json.dumps({"svc": ["--no-such-flag"]})
+    with pytest.raises(ApiException) as refused:
+        create(kube_admin, bad)
+    assert f"{namespace}/bad" in status_message(refused.value) and "--no-such-flag" in status_message(refused.value)
     view = read_workload(jobset)
     for task in view.tasks:
         for index in range(task.replicas):
