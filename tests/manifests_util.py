@@ -1,6 +1,6 @@
 """What the tests read out of the rendered install manifests (kustomize's or the chart's): objects, the
 settings ConfigMap, schema problems, label selectors and webhook rules, RBAC grants, the image's
-build files. Label selectors are matched here for every helper (the API double, NetworkPolicies)."""
+build files. Label selectors are matched here for every helper (tests/network_policy.py's too)."""
 
 from __future__ import annotations
 
