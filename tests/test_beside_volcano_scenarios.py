@@ -25,6 +25,7 @@ from tests.cluster import (
     ProductWebhook,
     VolcanoCluster,
     kind_path,
+    metrics,
     names,
     product_reconciler,
     product_webhook,
@@ -79,7 +80,8 @@ def no_patches_from_us(webhook: ProductWebhook) -> None:
 
 def refused(webhook: ProductWebhook) -> float:
     """The Pods the webhook has refused (denied, or an error answered), from its /metrics."""
-    return sum(total(webhook.base_url, f'volcano_webhook_admission_requests_total{{endpoint="mutate",result="{result}"}}')
+    samples = metrics(webhook.base_url)  # one scrape a poll
+    return sum(samples.get(f'volcano_webhook_admission_requests_total{{endpoint="mutate",result="{result}"}}', 0.0)
                for result in ("denied", "error", "bad-request"))
 
 
