@@ -80,7 +80,8 @@ def test_the_stream_orders_the_changes_whatever_the_versions_look_like():
     cache, rest, seen = informer()
     rest.events = [event("ADDED", config_map("cm", "kiwi")), event("MODIFIED", config_map("cm", "apple")),
                    event("DELETED", config_map("cm", "apple")), event("ADDED", config_map("cm", "banana"))]
-    cache._watch("", "list")
+    cache._versions[""] = "list"
+    cache._watch("")
     assert cached(cache) == "banana"
     assert seen == [("ADDED", "kiwi"), ("MODIFIED", "apple"), ("DELETED", "apple"), ("ADDED", "banana")]
 
@@ -97,7 +98,8 @@ def test_an_event_at_the_version_held_reports_nothing_and_is_not_transformed():
 
     cache.transform = counting
     rest.events = [event("ADDED", config_map("cm", "fig")), event("MODIFIED", config_map("cm", "fig"))]
-    cache._watch("", "list")
+    cache._versions[""] = "list"
+    cache._watch("")
     assert made == ["fig"] and seen == [("ADDED", "fig")]
 
 

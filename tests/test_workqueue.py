@@ -102,3 +102,19 @@ def test_no_key_is_ever_in_two_workers_at_once():
     for t in threads:
         t.join(5)
     assert handled[0] > 20 and overlaps == []
+
+
+def test_a_key_asked_for_later_is_held_once_at_the_earliest_time_and_forget_spends_it():
+    """client-go's delaying queue: a reconcile waiting for its writes asks for a later look on every
+    event; the key is held once. A reconcile run to its end forgets the key: the look it asked for is spent."""
+    q = WorkQueue()
+    q.add_after("k", 3600)
+    q.add_after("k", 0.05)
+    q.add_after("k", 1800)
+    assert len(q) == 1
+    assert q.get(5) == "k", "at the earliest time asked"
+    q.done("k")
+    assert q.get(0.1) is None and len(q) == 0, "once"
+    q.add_after("k", 0.05)
+    q.forget("k")
+    assert not q.busy and q.get(0.2) is None

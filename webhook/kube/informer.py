@@ -1,5 +1,6 @@
 """Watch-backed caches of one kind, as client-go's reflector and indexer: list in pages, watch with
-bookmarks, list again after ``410 Gone`` or an error, and report each change to the handlers. Only
+bookmarks, resume a watch at its last version after an error, list again only when the API server no
+longer holds that version (``410 Gone``) or after a failed list, and report each change to the handlers. Only
 its own threads write a cache; readers share it. resourceVersions are compared for equality only.
 """
 
@@ -55,7 +56,13 @@ def object_key(obj: Obj) -> tuple[str, str]:
 
 
 class _Gone(Exception):
-    """The watch's resourceVersion is older than the history the API server keeps."""
+    """The watch's resourceVersion is not in the history the API server keeps: older (410 Gone), or newer
+    than a restarted API server's watch cache ("Too large resource version")."""
+
+
+def _history_lost(status: Any, message: Any) -> bool:
+    """A watch no resume can serve (client-go's ``isExpiredError`` and ``isTooLargeResourceVersionError``)."""
+    return status == 410 or (status == 504 and "Too large resource version" in str(message or ""))
 
 
 class Informer(Generic[R]):
@@ -84,6 +91,9 @@ class Informer(Generic[R]):
         self._synced: set[str] = set()
         self._threads: list[threading.Thread] = []
         self._streams: set[Stream] = set()
+        # By namespace, the version a watch resumes at: the last its events or list brought ("" or
+        # none: list first).
+        self._versions: dict[str, str] = {}
         self.relists = 0
         # False from a failed list or watch until the next one succeeds: the API server is away.
         self.connected = False
@@ -189,19 +199,19 @@ class Informer(Generic[R]):
 
     def _run(self, namespace: str) -> None:
         failures = 0
-        rv = ""
         what = self.resource.plural + (f" in {namespace}" if namespace else "")
         while not self._stop.is_set():
+            rv = self._versions.get(namespace, "")
             try:
                 if not rv:
-                    rv = self._list(namespace, first=namespace not in self._synced)
+                    self._versions[namespace] = self._list(namespace, first=namespace not in self._synced)
                     log.info("listed %s (%d cached)", what, len(self._items))
                     self._listed(namespace, served=True)
-                rv = self._watch(namespace, rv)
+                self._watch(namespace)
                 failures = 0
             except _Gone:
-                log.info("watch of %s expired (410 Gone); listing again", what)
-                rv = ""
+                log.info("watch of %s from version %s is out of the API server's history; listing again", what,
+                         self._versions.pop(namespace, ""))
             except Exception as exc:  # API errors and connection errors: urllib3, socket, protocol
                 if self._stop.is_set():
                     return
@@ -218,9 +228,11 @@ class Informer(Generic[R]):
                 wait = delay(failures, 0.5, 30.0)
                 failures += 1
                 status = exc.status if isinstance(exc, ApiException) else type(exc).__name__
-                log.warning("list/watch of %s failed (%s); listing again in %.1fs", what, status, wait)
-                # A fresh list, not a resumed watch: it reports anything deleted meanwhile.
-                rv = ""
+                # As client-go's reflector: a watch resumes at the last version it saw (the API server
+                # replays every change since, deletions included); only a list starts over.
+                rv = self._versions.get(namespace, "")
+                again = f"watching again from version {rv}" if rv else "listing again"
+                log.warning("list/watch of %s failed (%s); %s in %.1fs", what, status, again, wait)
                 self._stop.wait(wait)
 
     def _list(self, namespace: str, first: bool) -> str:
@@ -274,11 +286,18 @@ class Informer(Generic[R]):
         if first and self.synced and self.on_synced is not None:
             self.on_synced()
 
-    def _watch(self, namespace: str, rv: str) -> str:
-        """Stream events until the watch ends; return the last resourceVersion seen."""
+    def _watch(self, namespace: str) -> None:
+        """Stream events from the namespace's last version until the watch ends, keeping the last seen."""
+        rv = self._versions[namespace]
         timeout = int(WATCH_TIMEOUT * (1 + random.random()))
         query = [*self.selectors, ("resourceVersion", rv), ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(timeout))]
-        stream = self.rest.watch(self.resource.path(namespace or None), query, timeout + 30)
+        try:
+            stream = self.rest.watch(self.resource.path(namespace or None), query, timeout + 30)
+        except ApiException as exc:
+            if _history_lost(exc.status, exc.body):
+                raise _Gone() from None
+            raise
+        self.connected = True  # the watch answered: the API server is back, whether or not anything changes
         with self._lock:
             self._streams.add(stream)
         if self._stop.is_set():
@@ -287,11 +306,11 @@ class Informer(Generic[R]):
             for event in stream:
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
-                    if obj.get("code") == 410:
+                    if _history_lost(obj.get("code"), obj.get("message")):
                         raise _Gone()
                     raise ApiException(status=obj.get("code"), reason=obj.get("reason"))
                 self.connected = True
-                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                self._versions[namespace] = (obj.get("metadata") or {}).get("resourceVersion") or self._versions[namespace]
                 if kind in ("ADDED", "MODIFIED"):
                     current = self._items.get(object_key(obj))
                     if current is not None and current.version == resource_version(obj):
@@ -309,4 +328,3 @@ class Informer(Generic[R]):
         finally:
             with self._lock:
                 self._streams.discard(stream)
-        return rv

@@ -142,18 +142,19 @@ class Rest:
         return self.call("PATCH", _path(resource, meta.get("namespace"), meta["name"]), body=obj, content_type=APPLY_PATCH,
                          query=[("fieldManager", field_manager), ("force", "true")])
 
-    def delete(self, resource: Kind, namespace: str, name: str, uid: str | None = None) -> bool:
-        """Delete; False when it was already gone. ``uid`` guards against deleting a re-created object."""
+    def delete(self, resource: Kind, namespace: str, name: str, uid: str | None = None) -> dict[str, Any] | None:
+        """Delete; the answer (the object, terminating, while a finalizer holds it), or None when it was
+        already gone. ``uid`` guards against deleting a re-created object."""
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            self.call("DELETE", _path(resource, namespace, name), body=body)
+            answer: dict[str, Any] = self.call("DELETE", _path(resource, namespace, name), body=body)
         except ApiException as exc:
             if exc.status == 404:
-                return False
+                return None
             raise
-        return True
+        return answer
 
     def create(self, resource: Kind, namespace: str, obj: dict[str, Any], field_manager: str | None = None) -> dict[str, Any]:
         """POST: 409 AlreadyExists when an object of that name is there, whoever made it."""

@@ -1,6 +1,19 @@
-"""What a job's reconcile wrote and the cache has not shown yet, as client-go's ``ControllerExpectations``:
-the job waits until its watch events bring each write (or :data:`TIMEOUT` passes), never acting on a cache
-older than its own writes, and is not worked out again when they bring only that."""
+"""What a job's reconcile wrote and its caches have not shown yet, as client-go's ``ControllerExpectations``:
+they gate a reconcile — the next one waits until the caches hold its own last writes, so it never
+acts on a cache older than them — and never replace one. Each object a reconcile writes goes through:
+
+| state        | entered by                                  | left by                                              |
+|--------------|---------------------------------------------|------------------------------------------------------|
+| sending      | :meth:`~Expectations.sending`, request out   | :meth:`~Expectations.sent`: expecting the answer's    |
+|              | (the versions its events bring are kept)     | version; dropped when it failed, was left alone, or   |
+|              |                                              | its event came while the request was out              |
+| expecting v  | :meth:`~Expectations.sent`, answered at v    | an event at v, or the cache at v (met); the job's     |
+|              | (:data:`GONE`: deleted)                      | deadline, :data:`TIMEOUT` after its last sending      |
+
+A job with no object sending or expecting has no entry. :meth:`~Expectations.pending` answers how long
+a job still waits: the reconcile returns that as its requeue, and the awaited events queue it sooner.
+Versions are compared for equality only, as the API's contract says.
+"""
 
 from __future__ import annotations
 
@@ -15,73 +28,73 @@ from volcano_job_webhook.kube.records import Version
 TIMEOUT = 30.0
 Ident = tuple[str, str]  # (kind, name)
 GONE = None  # the version of a deleted object
-_SENDING, _MET = object(), object()  # a request out, its answer not back; a write the cache has shown
+_SENDING = object()
 
 
 class _Job:
-    __slots__ = ("deadline", "foreign", "seen", "version", "wanted")
+    __slots__ = ("deadline", "seen", "wanted")
 
-    def __init__(self, version: Any, deadline: float) -> None:
-        self.version, self.deadline, self.foreign = version, deadline, False
-        self.wanted: dict[Ident, Any] = {}  # each object written: the version answered, _SENDING or _MET
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.wanted: dict[Ident, Any] = {}  # each object written: _SENDING, or the version answered
         self.seen: dict[Ident, set[Any]] = {}  # the versions its events brought while the request was out
 
 
 class Expectations:
-    """By job key, from a reconcile's start until the cache shows its writes: each object written, at
-    the version answered (:data:`GONE`: deleted), and whether anything else of the job changed. The
-    events seen while a request is out are kept to match its answer against (versions have no order)."""
+    """By job key, the objects its last reconcile wrote and the caches have yet to show (see the table)."""
 
     def __init__(self, timeout: float = TIMEOUT, clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout = timeout
         self.clock = clock
         self._lock = threading.Lock()
         self._jobs: dict[Hashable, _Job] = {}
-        self._swept = clock()
 
-    def begin(self, job: Hashable, version: Any, cached: Callable[[Ident], Version | None]) -> bool | None:
-        """At a reconcile's start (``cached``: an object's version in the cache, or :data:`GONE`): False
-        while the last one's writes are not all in the cache; None when they are and nothing else of the
-        job changed (nothing to do); True otherwise, noting the job's events from now on."""
+    def __len__(self) -> int:
+        """Jobs with an object still expected."""
+        return len(self._jobs)
+
+    def pending(self, job: Hashable, cached: Callable[[Ident], Version | None]) -> float:
+        """Seconds ``job`` still waits for its writes (0: none, or its deadline passed); ``cached`` gives
+        an object's version in the cache, or :data:`GONE`. What the cache already shows is met."""
         with self._lock:
-            now = self.clock()
             held = self._jobs.get(job)
-            if held is not None and now < held.deadline:
-                if any(v is _SENDING or (v is not _MET and cached(i) != v) for i, v in held.wanted.items()):
-                    return False
-                if not held.foreign and held.version == version:
-                    del self._jobs[job]
-                    return None
-            if now - self._swept > self.timeout:  # a job whose events were lost, and that nothing asked for again
-                self._swept = now
-                for over in [k for k, j in self._jobs.items() if j.deadline <= now]:
-                    del self._jobs[over]
-            self._jobs[job] = _Job(version, now + self.timeout)
-            return True
+            if held is None:
+                return 0.0
+            left = held.deadline - self.clock()
+            for ident in [i for i, v in held.wanted.items() if v is not _SENDING and cached(i) == v]:
+                del held.wanted[ident]
+            if left > 0 and held.wanted:
+                return left
+            del self._jobs[job]  # met, or expired: a lost event is waited out no longer
+            return 0.0
 
     def sending(self, job: Hashable, idents: list[Ident]) -> None:
         """Requests about to go out for ``idents``: what the watch brings of them meanwhile is kept."""
+        if not idents:
+            return
         with self._lock:
-            held = self._jobs.setdefault(job, _Job(None, self.clock() + self.timeout))
+            held = self._jobs.get(job)
+            if held is None:
+                held = self._jobs[job] = _Job(0.0)
+            held.deadline = self.clock() + self.timeout
             for ident in idents:
                 held.wanted[ident], held.seen[ident] = _SENDING, set()
 
     def sent(self, job: Hashable, written: dict[Ident, Version | None]) -> None:
-        """The reconcile's end: each object of ``written`` at its version (or :data:`GONE`); an object
-        sent but not in it (failed, or left alone) is expected no more, and the job is worked out again."""
+        """The requests are back: each object of ``written`` at its version (or :data:`GONE`); one sent but
+        not in it (failed, or left alone) is expected no more."""
         with self._lock:
             held = self._jobs.get(job)
             if held is None:
                 return
             for ident in [i for i, v in held.wanted.items() if v is _SENDING]:
                 seen = held.seen.pop(ident)
-                held.foreign |= ident not in written or bool(seen - {written[ident]})
-                if ident not in written:
-                    del held.wanted[ident]
+                if ident in written and written[ident] not in seen:
+                    held.wanted[ident] = written[ident]
                 else:
-                    held.wanted[ident] = _MET if written[ident] in seen else written[ident]
+                    del held.wanted[ident]
             if not held.wanted:
-                del self._jobs[job]  # nothing written: nothing to wait for, nor to skip
+                del self._jobs[job]
 
     def observe(self, job: Hashable, ident: Ident, version: Version | None) -> None:
         """A watch event: ``ident`` of ``job`` is now at ``version`` (:data:`GONE`: deleted)."""
@@ -89,12 +102,12 @@ class Expectations:
             return  # the usual event takes no lock
         with self._lock:
             held = self._jobs.get(job)
-            if held is None:
+            if held is None or ident not in held.wanted:
                 return
-            wanted = held.wanted.get(ident, _MET)
+            wanted = held.wanted[ident]
             if wanted is _SENDING:
                 held.seen[ident].add(version)
-            elif wanted is not _MET and wanted == version:
-                held.wanted[ident] = _MET
-            else:
-                held.foreign = True  # another change of the job's objects than its own writes
+            elif wanted == version:
+                del held.wanted[ident]
+                if not held.wanted:
+                    del self._jobs[job]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import logging
 import threading
 from collections.abc import Mapping
@@ -16,7 +17,7 @@ from typing import Any
 import orjson
 
 from volcano_job_webhook.kube.informer import Informer
-from volcano_job_webhook.kube.records import JobRecord
+from volcano_job_webhook.kube.records import JobRecord, Version
 from volcano_job_webhook.plugins import Chain, PluginError, read_workload
 from volcano_job_webhook.plugins.budget import DATA_LIMIT, STORE_LIMIT
 from volcano_job_webhook.plugins.kinds import CONFIG_MAP, SECRET, Kind, ObjectKey
@@ -72,32 +73,35 @@ class JobReconciler:
         self.events = events
         self.metrics = metrics
         self.expectations = Expectations()
-        # By job, the last state of its Secrets deleted while it runs, until made again or no longer wanted:
-        # what the plugins see of them, so that a deleted SSH Secret comes back with the keys its Pods hold.
+        # By running job, the last state of its Secrets deleted under it, until made again or no longer
+        # wanted: the job's Pods mount the SSH keys with subPath, which a new key pair would not reach,
+        # so a deleted SSH Secret comes back with the keys they hold (the cache keeps only digests).
         self._deleted: dict[ObjectKey, dict[Ident, dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
     def on_owned(self, kind: str, event: str, obj: OwnedRecord | dict[str, Any], owner: ObjectKey) -> None:
         """An event on an object a job of this kind controls, for the job's expectations; a deleted Secret
-        comes as the object it was (the informer's ``deleted_objects``), kept for the plugins."""
+        comes as the object it was (the informer's ``deleted_objects``), kept while its job runs."""
         ident = (kind, obj.key[1] if isinstance(obj, OwnedRecord) else obj["metadata"]["name"])
         self.expectations.observe(owner, ident, GONE if event == "DELETED" else getattr(obj, "version", GONE))
-        gone = obj if event == "DELETED" and isinstance(obj, dict) else None
-        if gone is None and not self._deleted:
-            return  # nothing kept, nothing to drop: the usual event takes no lock
-        with self._lock:
-            if gone is not None:
-                self._deleted.setdefault(owner, {})[ident] = gone
-            elif event != "DELETED" and ident in self._deleted.get(owner, {}):
+        if event == "DELETED" and isinstance(obj, dict):
+            job = self.jobs.get(*owner)
+            if job is not None and not job.deleting and job.uid == controlling(obj)[2]:
+                with self._lock:
+                    self._deleted.setdefault(owner, {})[ident] = obj
+        elif self._deleted and ident in self._deleted.get(owner, {}):  # the usual event takes no lock
+            with self._lock:
                 self._drop_deleted(owner, ident)
 
-    def reconcile(self, key: ObjectKey) -> None:
-        """Bring one job's side objects to the desired state, raising on an API failure (retried); nothing
-        is done while the cache has yet to show its last writes, or shows only them (:mod:`.expectations`)."""
+    def reconcile(self, key: ObjectKey) -> float | None:
+        """Bring one job's side objects to the desired state, raising on an API failure (retried with
+        backoff); while the caches have yet to show its last writes, the seconds it waits for them."""
         namespace, name = key
+        cached = functools.partial(self._cached_version, key)
+        wait = self.expectations.pending(key, cached)
+        if wait:
+            return wait
         job = self.jobs.get(namespace, name)
-        if not self.expectations.begin(key, job and job.version, lambda i: getattr(self.owned[i[0]].get(namespace, i[1]), "version", GONE)):
-            return
         uid = job.uid if job is not None else None
         # Those its kind's job of that name controls: a Volcano Job and a batch Job of one name are two jobs.
         records = {(kind, r.key[1]): r for kind, informer in self.owned.items() for r in informer.by_index(key) if r.owner_kind is self.kind}
@@ -114,7 +118,7 @@ class JobReconciler:
                 # A finished job starts no Pod again: its objects go, as Volcano's own do.
                 desired = [] if job.finished else self.chain.resources(read_workload(job.object()), self._existing(key, uid, mine))
                 wanted, writes = self._plan(job, desired, mine)
-                self._keep_deleted(key, wanted)
+                self._keep_deleted(key, uid, wanted)
             except PluginError as exc:
                 # A job we cannot read is left as it is: deleting its objects could break running Pods.
                 log.warning("job %s/%s: not reconciled: %s", namespace, name, exc)
@@ -122,7 +126,18 @@ class JobReconciler:
                 self.events.warn(job, "InvalidPlugins", "", str(exc))
                 wanted = set(mine)
         deletes.update({ident: obj["metadata"].get("uid") for ident, obj in mine.items() if ident not in wanted})
+        # What this round deletes is made in the next, once the cache shows it gone: a create now would
+        # meet the object being deleted.
+        writes = [w for w in writes if (w[0]["kind"], w[0]["metadata"]["name"]) not in deletes]
         self.writer.write_all(key, job, writes, deletes, self.expectations)
+        # What the cache already shows (an object already gone, an apply that changed nothing) is met now:
+        # no event will come for it.
+        self.expectations.pending(key, cached)
+        return None
+
+    def _cached_version(self, key: ObjectKey, ident: Ident) -> Version | None:
+        record = self.owned[ident[0]].get(key.namespace, ident[1])
+        return GONE if record is None else record.version
 
     def _plan(self, job: JobRecord, desired: list[dict[str, Any]], existing: dict[Ident, dict[str, Any]]) -> tuple[set[Ident], list[Write]]:
         """The (kind, name) of every object the job wants, and the writes of those that differ as cached."""
@@ -151,10 +166,12 @@ class JobReconciler:
             deleted = {ident: obj for ident, obj in self._deleted.get(key, {}).items() if controlling(obj)[2] == uid}
         return {**deleted, **live}
 
-    def _keep_deleted(self, key: ObjectKey, wanted: set[Ident]) -> None:
+    def _keep_deleted(self, key: ObjectKey, uid: str | None, wanted: set[Ident]) -> None:
+        """Keep only what the job of ``uid`` still wants of its deleted Secrets."""
         with self._lock:
-            for ident in [i for i in self._deleted.get(key, {}) if i not in wanted]:
-                self._drop_deleted(key, ident)
+            for ident, obj in list(self._deleted.get(key, {}).items()):
+                if ident not in wanted or controlling(obj)[2] != uid:
+                    self._drop_deleted(key, ident)
 
     def _drop_deleted(self, key: ObjectKey, ident: Ident) -> None:
         held = self._deleted.get(key)
@@ -167,4 +184,3 @@ class JobReconciler:
         with self._lock:
             self._deleted.pop(key, None)
         self.events.forget(key)
-

@@ -1,6 +1,7 @@
 """client-go's rate-limited work queue: a key waits at most once, is handled by one worker at a time (again
-after :meth:`WorkQueue.done` if added meanwhile), and comes back after a growing delay when it fails. Watch
-events' keys go before a resync's (``low``), as in controller-runtime's priority queue.
+after :meth:`WorkQueue.done` if added meanwhile), and comes back after a growing delay when it fails; a key
+asked for later is held once, at the earliest time asked. Watch events' keys go before a resync's
+(``low``), as in controller-runtime's priority queue.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class WorkQueue(Generic[K]):
         # Keys waiting (in a queue, or being handled and queued again on done) → whether at low priority.
         self._dirty: dict[K, bool] = {}
         self._processing: set[K] = set()
-        self._delayed: list[tuple[float, int, K]] = []
+        self._delayed: list[tuple[float, int, K]] = []  # a heap; an entry no longer in _waiting is stale
+        self._waiting: dict[K, float] = {}  # each key held back → when it is due
         self._failures: dict[K, int] = {}
         self._counter = 0
         self._shutdown = False
@@ -55,9 +57,13 @@ class WorkQueue(Generic[K]):
         if delay <= 0:
             self.add(key)
             return
+        due = time.monotonic() + delay
         with self._cond:
+            if self._waiting.get(key, due) < due:
+                return
+            self._waiting[key] = due
             self._counter += 1
-            heapq.heappush(self._delayed, (time.monotonic() + delay, self._counter, key))
+            heapq.heappush(self._delayed, (due, self._counter, key))
             self._cond.notify()
 
     def add_rate_limited(self, key: K, at_least: float = 0.0) -> float:
@@ -71,8 +77,10 @@ class WorkQueue(Generic[K]):
         return wait
 
     def forget(self, key: K) -> None:
+        """``key`` was handled to its end: its failures and any look it asked for earlier are spent."""
         with self._cond:
             self._failures.pop(key, None)
+            self._waiting.pop(key, None)
 
     def get(self, timeout: float | None = None) -> K | None:
         """The next key, or None on shutdown or timeout. Call :meth:`done` when finished with it."""
@@ -92,16 +100,18 @@ class WorkQueue(Generic[K]):
                 wait = None if deadline is None else deadline - now
                 if wait is not None and wait <= 0:
                     return None
-                if self._delayed:
+                if self._waiting:
                     until_due = self._delayed[0][0] - now
                     wait = until_due if wait is None else min(wait, until_due)
                 self._cond.wait(None if wait is None else max(wait, 0.001))
 
     def _promote_due(self) -> None:
         now = time.monotonic()
-        while self._delayed and self._delayed[0][0] <= now:
-            _, _, key = heapq.heappop(self._delayed)
-            self._add(key, False)
+        while self._delayed and (self._delayed[0][0] <= now or not self._waiting):
+            due, _, key = heapq.heappop(self._delayed)
+            if self._waiting.get(key) == due:
+                del self._waiting[key]
+                self._add(key, False)
 
     def done(self, key: K) -> None:
         with self._cond:
@@ -114,11 +124,11 @@ class WorkQueue(Generic[K]):
     def busy(self) -> bool:
         """Keys waiting, delayed or being handled."""
         with self._cond:
-            return bool(self._high or self._low or self._delayed or self._processing)
+            return bool(self._high or self._low or self._waiting or self._processing)
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._high) + len(self._low) + len(self._delayed)
+            return len(self._high) + len(self._low) + len(self._waiting)
 
     @property
     def ready(self) -> int:

@@ -30,7 +30,8 @@ Written = dict[Ident, Version | None]
 
 
 class CacheBehind(Exception):
-    """The API server holds a version the cache does not yet: the job is reconciled again once it has."""
+    """The API server holds a version the cache does not yet: the reconcile fails, retried with its backoff
+    (the cache's event queues it sooner)."""
 
 
 class Stopping(Exception):
@@ -83,10 +84,13 @@ class ObjectWriter:
 
     def delete(self, namespace: str, ident: Ident, uid: str | None, written: Written) -> None:
         kind, name = ident
-        if self._call("delete", kind, lambda: self.rest.delete(OWNED[kind], namespace, name, uid)):
+        answer = self._call("delete", kind, lambda: self.rest.delete(OWNED[kind], namespace, name, uid))
+        if answer is not None:
             self.metrics.writes.labels(kind, "delete").inc()
             log.info("deleted %s %s/%s: its job no longer wants it", kind, namespace, name)
-        written[ident] = GONE  # gone either way (a 404 too)
+        # Gone (a 404 too), or held by a finalizer: then the cache shows it terminating, at the answer's version.
+        terminating = answer is not None and (answer.get("metadata") or {}).get("deletionTimestamp")
+        written[ident] = resource_version(answer) if terminating else GONE
 
     def ensure(self, job: JobRecord | None, desired: dict[str, Any], current: dict[str, Any] | None, todo: Changes | None,
                written: Written) -> None:
@@ -108,7 +112,7 @@ class ObjectWriter:
                     if job is not None:
                         self.events.warn(job, "ResourceNotManaged", name, f"{kind} {name} exists without the label {MANAGED_SELECTOR}; left as it is")
                     return
-                written[ident] = GONE if live is None else resource_version(live)
+                # Not booked as written: the version read is not ours, and the cache compares it when it comes.
                 raise CacheBehind(f"{kind} {namespace}/{name} exists, not yet in the cache") from None
             self.metrics.writes.labels(kind, "create").inc()
             # Routine, at debug (at info, logging a new job's creates costs real CPU); a repair is news.
@@ -125,13 +129,13 @@ class ObjectWriter:
             if not changes(OwnedRecord(stored).object(), digested(desired)).apply:
                 self.metrics.writes.labels(kind, "update").inc()
                 return
-        body = self._hydrated(desired, written)
+        body = self._hydrated(desired)
         stored = self._call("apply", kind, lambda: self.rest.apply(resource, body, FIELD_MANAGER))
         written[ident] = resource_version(stored)
         self.metrics.writes.labels(kind, "update").inc()
         log.info("updated %s %s/%s", kind, namespace, name)
 
-    def _hydrated(self, desired: dict[str, Any], written: Written) -> dict[str, Any]:
+    def _hydrated(self, desired: dict[str, Any]) -> dict[str, Any]:
         """``desired`` with each :class:`Digest` a plugin kept (an SSH key) replaced by the live value,
         which the cache does not hold; :class:`CacheBehind` when the live object is not what was kept."""
         if not has_digests(desired):
@@ -144,7 +148,6 @@ class ObjectWriter:
             if isinstance(values, dict):
                 found = live.get(field) or {}
                 if any(isinstance(v, Digest) and (not isinstance(found.get(k), str) or digest(found[k]) != v) for k, v in values.items()):
-                    written[(kind, meta["name"])] = resource_version(live) if live else GONE
                     raise CacheBehind(f"{kind} {meta['namespace']}/{meta['name']} changed, not yet in the cache")
                 out[field] = {k: found[k] if isinstance(v, Digest) else v for k, v in values.items()}
         return out
