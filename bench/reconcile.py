@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,7 +48,8 @@ from volcano_job_webhook.kube.informer import Informer  # noqa: E402
 from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
 from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair  # noqa: E402
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB  # noqa: E402
-from volcano_job_webhook.reconciler.owned import MANAGED_SELECTOR, OWNED, OwnedRecord  # noqa: E402
+from volcano_job_webhook.reconciler.owned import MANAGED_SELECTOR, OWNED  # noqa: E402
+from volcano_job_webhook.reconciler.transforms import OwnedRecord  # noqa: E402
 
 JOBS = VOLCANO_JOB
 OBJECTS_PER_JOB = 4
@@ -132,13 +134,14 @@ def wait(predicate: Any, timeout: float, what: str, interval: float = 0.01) -> A
 class Reconciler:
     """``volcano-webhook reconcile`` as the manifests' ServiceAccount, all namespaces."""
 
-    def __init__(self, server: EnvTest, workdir: Path, workers: int, resync: float, namespaces: list[str]) -> None:
+    def __init__(self, server: EnvTest, workdir: Path, workers: int, resync: float, namespaces: list[str],
+                 extra: Sequence[str] = ()) -> None:
         self.port = free_port()
         self.log_path = workdir / f"reconcile-{self.port}.log"
         self.started = time.monotonic()
         self.process: Process = start_product([
             "reconcile", f"--kubeconfig={server.kubeconfig(WEBHOOK_USER)}", f"--health-port={self.port}",
-            f"--workers={workers}", f"--resync-seconds={resync}", *(f"--namespace={ns}" for ns in namespaces),
+            f"--workers={workers}", f"--resync-seconds={resync}", *(f"--namespace={ns}" for ns in namespaces), *extra,
         ], self.log_path)
 
     def get(self, path: str) -> bytes | None:

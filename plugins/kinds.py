@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, NamedTuple
 
 from .keys import BATCH_JOB_NAME_KEY, JOB_NAME_KEY, JOBSET_NAME_KEY, JOBSET_UID_KEY
@@ -20,9 +19,9 @@ __all__ = [
     "POD",
     "SECRET",
     "SERVICE",
+    "SIDE_OBJECT_KINDS",
     "VOLCANO_JOB",
     "WORKLOADS",
-    "Cached",
     "Kind",
     "ObjectKey",
     "OwnerRef",
@@ -31,18 +30,6 @@ __all__ = [
     "controller_of",
     "kind_of",
 ]
-
-
-class Cached(Enum):
-    """What the reconciler's caches keep of a kind (the records that do it are the reconciler's)."""
-
-    NOTHING = "nothing"
-    # A Volcano Job: its identity and phase, and while it runs the fields plugins read, packed.
-    JOB = "job"
-    # An Indexed Job or JobSet: every one's identity, the object only while it opted in and runs.
-    WORKLOAD = "workload"
-    # Only the objects with our managed-by label, indexed by the workload that controls them.
-    OWNED = "owned"
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,7 +42,6 @@ class Kind:
     plural: str
     # What a message calls one ("job {namespace}/{name} not found").
     noun: str
-    cached: Cached = Cached.NOTHING
     # A workload's Pods: the label naming it on each (also what selects them) ...
     pod_label: str = ""
     # ... the label holding its uid, where its Pods are not its own (a JobSet's belong to its Jobs);
@@ -88,21 +74,22 @@ class Kind:
 
 
 # The workloads, in the order a Pod is matched to one: a JobSet's Pods carry its Jobs' labels too.
-VOLCANO_JOB = Kind("batch.volcano.sh", "v1alpha1", "Job", "jobs", "job", Cached.JOB, pod_label=JOB_NAME_KEY,
+VOLCANO_JOB = Kind("batch.volcano.sh", "v1alpha1", "Job", "jobs", "job", pod_label=JOB_NAME_KEY,
                    title="Volcano Job")
-JOBSET = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", "JobSet", Cached.WORKLOAD, pod_label=JOBSET_NAME_KEY,
+JOBSET = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", "JobSet", pod_label=JOBSET_NAME_KEY,
               pod_uid_label=JOBSET_UID_KEY, opt_in=True, title="JobSet")
-BATCH_JOB = Kind("batch", "v1", "Job", "jobs", "Job", Cached.WORKLOAD, pod_label=BATCH_JOB_NAME_KEY, opt_in=True,
+BATCH_JOB = Kind("batch", "v1", "Job", "jobs", "Job", pod_label=BATCH_JOB_NAME_KEY, opt_in=True,
                  title="Indexed Job")
-# The objects the plugins make for a workload, which the reconciler keeps.
-CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps", "ConfigMap", Cached.OWNED)
-SECRET = Kind("", "v1", "Secret", "secrets", "Secret", Cached.OWNED)
-SERVICE = Kind("", "v1", "Service", "services", "Service", Cached.OWNED)
-NETWORK_POLICY = Kind("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "NetworkPolicy", Cached.OWNED)
+# The side objects: what the plugins make for a workload, which the reconciler keeps.
+CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps", "ConfigMap")
+SECRET = Kind("", "v1", "Secret", "secrets", "Secret")
+SERVICE = Kind("", "v1", "Service", "services", "Service")
+NETWORK_POLICY = Kind("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "NetworkPolicy")
 # What the plugins wire.
 POD = Kind("", "v1", "Pod", "pods", "Pod")
 
 KINDS = (VOLCANO_JOB, JOBSET, BATCH_JOB, CONFIG_MAP, SECRET, SERVICE, NETWORK_POLICY, POD)
+SIDE_OBJECT_KINDS = (CONFIG_MAP, SECRET, SERVICE, NETWORK_POLICY)
 WORKLOADS = tuple(kind for kind in KINDS if kind.pod_label)
 
 _BY_RESOURCE = {kind.resource: kind for kind in KINDS}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -14,9 +15,11 @@ from kubernetes import client as kube_client
 
 from tests.apiserver import FakeApiServer
 from tests.cluster import RealVolcano, VolcanoCluster, find_controller, real_missing
-from tests.envtest import ASSETS_ENV, EnvTest, find_assets, new_namespace
+from tests.envtest import ASSETS_ENV, WEBHOOK_USER, EnvTest, find_assets, new_namespace, wait_until
 from tests.kustomize import kubectl_or_skip
+from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.reconciler import Reconciler
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 
@@ -147,6 +150,26 @@ def envtest(apiserver_factory: ApiServerFactory) -> EnvTest:
 def kube_admin(envtest: EnvTest) -> kube_client.ApiClient:
     """An official ``kubernetes.client.ApiClient`` for ``envtest``'s ``system:masters`` admin."""
     return envtest.api_client()
+
+
+@pytest.fixture
+def start_reconciler(envtest: EnvTest) -> Iterator[Callable[..., Reconciler]]:
+    """``start_reconciler(namespace, server=envtest, chain=None, leading=True, **settings)``: a
+    :class:`Reconciler` as the manifests' ServiceAccount watching ``namespace`` (resync an hour), its caches
+    synced; stopped at the end."""
+    started: list[Reconciler] = []
+
+    def start(namespace: str, server: EnvTest = envtest, chain: Chain | None = None, leading: bool = True, **options: Any) -> Reconciler:
+        settings = WebhookSettings(**{"namespaces": [namespace], "resync_seconds": 3600, "workloads": [], **options})
+        reconciler = Reconciler(server.api_client(WEBHOOK_USER), settings, chain or Chain())
+        started.append(reconciler)
+        reconciler.start(leading)
+        wait_until(lambda: reconciler.ready, 15, "the reconciler's caches to sync")
+        return reconciler
+
+    yield start
+    for reconciler in started:
+        reconciler.stop()
 
 
 @pytest.fixture

@@ -390,7 +390,9 @@ class EnvTest:
             *self.apiserver_args,
         ], self.workdir / "kube-apiserver.log")
         self.host = f"https://{self.address}:{api_port}"
+        self._wait_ready(timeout)
 
+    def _wait_ready(self, timeout: float) -> None:
         def ready() -> bool:
             for process in (self._etcd, self._apiserver):
                 if process is not None and not process.alive:
@@ -398,7 +400,20 @@ class EnvTest:
             answer = https_get(f"{self.host}/readyz", self.ca_file, headers={"Authorization": f"Bearer {self.token()}"})
             return answer == (200, b"ok")
 
-        wait_until(ready, timeout, "kube-apiserver /readyz", log=lambda: self._apiserver.log(tail=30))
+        wait_until(ready, timeout, "kube-apiserver /readyz", log=lambda: self._apiserver.log(tail=30) if self._apiserver else "")
+
+    def restart_apiserver(self, timeout: float = 60.0) -> float:
+        """Kill kube-apiserver and start it again on the same port and etcd, as a control plane's restart
+        looks to its clients (watches cut, connections refused, then a server with a new watch cache);
+        returns the seconds until ``/readyz`` said ok again."""
+        assert self._apiserver is not None, "not started"
+        started = time.monotonic()
+        argv = list(self._apiserver.popen.args)  # type: ignore[arg-type]
+        self._apiserver.popen.kill()
+        self._apiserver.popen.wait()
+        self._apiserver = Process.start("kube-apiserver", argv, self.workdir / "kube-apiserver.log")
+        self._wait_ready(timeout)
+        return time.monotonic() - started
 
     # Access ------------------------------------------------------------------------------------
 

@@ -28,7 +28,8 @@ from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.base import Digest
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, ObjectKey
 from volcano_job_webhook.reconciler import Reconciler
-from volcano_job_webhook.reconciler.owned import DIGEST_OVER, OwnedRecord, digest
+from volcano_job_webhook.reconciler.digests import DIGEST_OVER, digest
+from volcano_job_webhook.reconciler.transforms import OwnedRecord
 
 
 def training_job(name: str = "train", phase: str | None = None) -> dict[str, Any]:
@@ -99,10 +100,10 @@ def test_an_owned_record_holds_no_key_and_no_host_file():
                            "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "j", "uid": "ju", "controller": True}]},
               "data": {"id_rsa": base64.b64encode(key.encode()).decode(), "config": base64.b64encode(b"Port 22").decode()}}
     record = OwnedRecord(secret)
-    from volcano_job_webhook.reconciler.owned import OBJECTS
+    from volcano_job_webhook.reconciler.transforms import OBJECTS
 
     assert b"QUFBQUFB" not in orjson.dumps(OBJECTS.unpack(record._blob)), "the key itself is not kept"
-    assert record.owner == ObjectKey("default", "j") and record.owner_kind is VOLCANO_JOB and record.owner_uid == "ju"
+    assert record.workload == ObjectKey("default", "j") and record.workload_kind is VOLCANO_JOB and record.workload_uid == "ju"
     data = record.object()["data"]
     assert isinstance(data["id_rsa"], Digest) and data["id_rsa"] == digest(secret["data"]["id_rsa"])
     assert data["config"] == secret["data"]["config"] and not isinstance(data["config"], Digest), "short values stay"
@@ -213,18 +214,18 @@ def test_the_index_holds_one_key_or_several_and_follows_changes():
     from volcano_job_webhook.kube.informer import Informer
     from volcano_job_webhook.reconciler.owned import OWNED
 
-    informer = Informer(client.ApiClient(), OWNED["ConfigMap"], transform=lambda o: o, index=lambda r: r.owner)  # type: ignore[arg-type,return-value]
+    informer = Informer(client.ApiClient(), OWNED["ConfigMap"], transform=lambda o: o, index=lambda r: r.workload)  # type: ignore[arg-type,return-value]
 
-    def record(name: str, owner: str, version: int) -> SimpleNamespace:
-        return SimpleNamespace(key=("ns", name), version=version, owner=owner)
+    def record(name: str, workload: str, version: int) -> SimpleNamespace:
+        return SimpleNamespace(key=("ns", name), version=version, workload=workload)
 
-    def owned(owner: str) -> list[str]:
-        return sorted(r.key[1] for r in informer.by_index(owner))
+    def owned(workload: str) -> list[str]:
+        return sorted(r.key[1] for r in informer.by_index(workload))
 
     for r in (record("a-svc", "a", 1), record("a-hostfile", "a", 2), record("b-svc", "b", 3)):
         informer._put(r)  # type: ignore[arg-type]
     assert owned("a") == ["a-hostfile", "a-svc"] and owned("b") == ["b-svc"]
-    informer._put(record("a-svc", "b", 4))  # type: ignore[arg-type]  # its owner changed
+    informer._put(record("a-svc", "b", 4))  # type: ignore[arg-type]  # its workload changed
     assert owned("a") == ["a-hostfile"] and owned("b") == ["a-svc", "b-svc"]
     informer._drop(("ns", "a-hostfile"))
     informer._drop(("ns", "b-svc"))

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from tests.jobs import owner_reference
 from volcano_job_webhook.reconciler.compare import (
-    OWNED_FIELDS,
+    OUR_FIELDS,
     Changes,
     changes,
     covered,
-    owned_paths,
+    our_fields,
 )
 
 OWNER = owner_reference("j", "u1")
@@ -25,7 +25,7 @@ POSTED = [{"manager": "volcano-job-webhook", "operation": "Update", "fieldsV1": 
 
 
 def stored_service(**spec: object) -> dict:
-    return {"metadata": {**META, "resourceVersion": "7", "uid": "s1"}, OWNED_FIELDS: owned_paths(POSTED, "volcano-job-webhook"),
+    return {"metadata": {**META, "resourceVersion": "7", "uid": "s1"}, OUR_FIELDS: our_fields(POSTED, "volcano-job-webhook"),
             "spec": {"clusterIP": "None", "clusterIPs": ["None"], "internalTrafficPolicy": "Cluster", "ipFamilies": ["IPv4"],
                      "ipFamilyPolicy": "SingleStack", "selector": {"volcano.sh/job-name": "j"}, "sessionAffinity": "None",
                      "type": "ClusterIP", **spec}}
@@ -66,15 +66,15 @@ def test_data_keys_we_set_and_no_longer_want_are_removed_but_not_defaulted_field
     posted = [{"manager": "volcano-job-webhook", "operation": "Update", "fieldsV1": {
         "f:data": {".": {}, "f:a.host": {}, "f:b.host": {}}, "f:type": {}}}]
     live = {"metadata": META, "type": "Opaque", "data": {"a.host": "x", "b.host": "y", "note": "theirs"},
-            OWNED_FIELDS: owned_paths(posted, "volcano-job-webhook")}
+            OUR_FIELDS: our_fields(posted, "volcano-job-webhook")}
     desired = {"apiVersion": "v1", "kind": "Secret", "metadata": META, "data": {"a.host": "x"}}
     todo = changes(live, desired)
     assert todo == Changes(remove=(("data", "b.host"),))
     assert todo.removal_patch() == {"data": {"b.host": None}}
 
 
-def test_owned_paths_read_all_of_an_apply_entry_and_only_data_and_labels_of_an_update_entry():
+def test_our_fields_read_all_of_an_apply_entry_and_only_data_and_labels_of_an_update_entry():
     entries = [*POSTED, {"manager": "volcano-job-webhook", "operation": "Apply", "fieldsV1": {"f:spec": {"f:publishNotReadyAddresses": {}}}},
                {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:data": {"f:x": {}}}}]
-    assert owned_paths(entries, "volcano-job-webhook") == {
+    assert our_fields(entries, "volcano-job-webhook") == {
         ("metadata", "labels", "app.kubernetes.io/managed-by"), ("spec", "publishNotReadyAddresses")}

@@ -12,7 +12,8 @@ from kubernetes import client
 from tests.apiserver import FakeApiServer, RequestRecord
 from tests.envtest import wait_until
 from volcano_job_webhook.kube.informer import Informer
-from volcano_job_webhook.reconciler.owned import OWNED, OwnedRecord
+from volcano_job_webhook.reconciler.owned import OWNED
+from volcano_job_webhook.reconciler.transforms import OwnedRecord
 
 wait_for = functools.partial(wait_until, timeout=10.0, interval=0.02)
 

@@ -14,7 +14,8 @@ from kubernetes import client
 
 from volcano_job_webhook.kube.informer import LISTED, Informer
 from volcano_job_webhook.kube.records import resource_version
-from volcano_job_webhook.reconciler.owned import OWNED, OwnedRecord
+from volcano_job_webhook.reconciler.owned import OWNED
+from volcano_job_webhook.reconciler.transforms import OwnedRecord
 
 
 def config_map(name: str, version: str, value: str = "") -> dict[str, Any]:

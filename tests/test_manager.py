@@ -15,7 +15,8 @@ from volcano_job_webhook.kube.informer import LISTED
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.plugins.kinds import BATCH_JOB, CONFIG_MAP, JOBSET, SECRET, VOLCANO_JOB, Kind, ObjectKey
 from volcano_job_webhook.reconciler.manager import Manager, build
-from volcano_job_webhook.reconciler.owned import OWNED, OwnedRecord
+from volcano_job_webhook.reconciler.owned import OWNED
+from volcano_job_webhook.reconciler.transforms import OwnedRecord
 
 
 def owned_by(kind: Kind, owner: str, name: str, what: Kind = CONFIG_MAP) -> dict[str, Any]:
@@ -83,7 +84,7 @@ def test_the_first_list_waits_behind_a_change():
 
 def test_a_controller_owns_only_owned_kinds_and_is_built_once_per_kind():
     manager = Manager(client.ApiClient())
-    with pytest.raises(ValueError, match=r"jobs\.batch is not a kind the table says is owned"):
+    with pytest.raises(ValueError, match=r"jobs\.batch is not a kind of side object"):
         build(manager, for_=VOLCANO_JOB, owns=[BATCH_JOB], reconcile=lambda key: None, resync_seconds=1, workers=1)
     built(manager, VOLCANO_JOB)
     with pytest.raises(ValueError, match="built already"):

@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -97,23 +97,6 @@ def scale(api: Any, namespace: str, name: str, change: Callable[[dict[str, Any]]
     assert job is not None
     change(job)
     replace(api, job)
-
-
-@pytest.fixture
-def start_reconciler(envtest: EnvTest) -> Iterator[Callable[..., Reconciler]]:
-    started: list[Reconciler] = []
-
-    def start(namespace: str, server: EnvTest = envtest, chain: Chain | None = None, leading: bool = True, **options: Any) -> Reconciler:
-        settings = WebhookSettings(**{"namespaces": [namespace], "resync_seconds": 3600, "workloads": [], **options})
-        reconciler = Reconciler(server.api_client(WEBHOOK_USER), settings, chain or Chain())
-        started.append(reconciler)
-        reconciler.start(leading)
-        wait_until(lambda: reconciler.ready, 15, "the reconciler's caches to sync")
-        return reconciler
-
-    yield start
-    for reconciler in started:
-        reconciler.stop()
 
 
 # What it makes ---------------------------------------------------------------------------------
@@ -516,11 +499,11 @@ def test_a_finished_job_keeps_no_objects_and_gets_none_again(envtest: EnvTest, k
     assert [r for r in product_requests(envtest, since, kube_namespace) if r[0] in WRITES] == []
 
 
-def test_a_relist_repairs_what_changed_while_the_reconciler_was_cut_off(envtest: EnvTest, kube_admin: Any, kube_namespace: str,
+def test_a_resumed_watch_repairs_what_changed_while_the_reconciler_was_cut_off(envtest: EnvTest, kube_admin: Any, kube_namespace: str,
                                                                          start_reconciler: Callable[..., Reconciler]) -> None:
     """Its watches broken (a TCP proxy between it and the API server cut), then mended: the informers
-    list again, page by page into the caches, and what changed meanwhile is repaired — a ConfigMap
-    edited, a Service deleted."""
+    resume their watches at the last version each saw, the API server replays what changed meanwhile —
+    a ConfigMap edited, a Service deleted — and it is repaired, with no LIST (client-go's reflector)."""
     from urllib.parse import urlsplit
 
     from tests.servers import TcpProxy
@@ -537,7 +520,7 @@ def test_a_relist_repairs_what_changed_while_the_reconciler_was_cut_off(envtest:
             create(kube_admin, example_job("mpi", kube_namespace))
             wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 4, 15, "the job's objects")
             hosts = dict(objects(kube_admin, kube_namespace)[("ConfigMap", "mpi-demo-svc")]["data"])
-            relists = reconciler.jobs.relists
+            relists = [informer.relists for informer in reconciler.manager.informers]
             proxy.cut()
             cm = read(kube_admin, "v1", "ConfigMap", "mpi-demo-svc", kube_namespace)
             assert cm is not None
@@ -550,9 +533,8 @@ def test_a_relist_repairs_what_changed_while_the_reconciler_was_cut_off(envtest:
             def repaired() -> bool:
                 got = objects(kube_admin, kube_namespace)
                 return ("Service", "mpi-demo") in got and got[("ConfigMap", "mpi-demo-svc")]["data"] == hosts
-            wait_until(repaired, 30, "the edit and the deletion repaired after the relist")
-            # The owned caches' relists repair; the Jobs' may end after them (their backoffs differ).
-            wait_until(lambda: reconciler.jobs.relists > relists, 15, "the Jobs listed again")
+            wait_until(repaired, 30, "the edit and the deletion repaired from the resumed watches")
+            assert [informer.relists for informer in reconciler.manager.informers] == relists, "no cache listed again"
         finally:
             reconciler.stop()
     finally:

@@ -29,7 +29,8 @@ from volcano_job_webhook.reconciler.events import EventRecorder
 from volcano_job_webhook.reconciler.expectations import TIMEOUT, Expectations
 from volcano_job_webhook.reconciler.health import ReconcilerMetrics
 from volcano_job_webhook.reconciler.jobs import JobReconciler
-from volcano_job_webhook.reconciler.owned import OWNED, OwnedRecord, controlling
+from volcano_job_webhook.reconciler.owned import OWNED, controlling
+from volcano_job_webhook.reconciler.transforms import OwnedRecord
 from volcano_job_webhook.reconciler.writer import ObjectWriter
 
 Ident = tuple[str, str]
@@ -110,7 +111,7 @@ class Cache:
         return self.records.get((namespace, name))
 
     def by_index(self, key: Any) -> list[Any]:
-        return [r for r in self.records.values() if r.owner == key]
+        return [r for r in self.records.values() if r.workload == key]
 
 
 class Quiet:
@@ -157,12 +158,12 @@ class World:
             record = OwnedRecord(copy.deepcopy(stored))
             event = "MODIFIED" if key in cache.records else "ADDED"
             cache.records[key] = record
-            self.reconciler.on_owned(kind, event, record, record.owner)
+            self.reconciler.on_owned(kind, event, record, record.workload)
             return
         gone = cache.records.pop(key, None)
         if gone is not None:
             as_it_was = self.last.pop((kind, name))
-            self.reconciler.on_owned(kind, "DELETED", as_it_was if kind == "Secret" else gone, gone.owner)
+            self.reconciler.on_owned(kind, "DELETED", as_it_was if kind == "Secret" else gone, gone.workload)
 
     def deliver_all(self) -> None:
         """Every event the watches owe: each stored object of ours, each cached one gone."""

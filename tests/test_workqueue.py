@@ -39,9 +39,9 @@ def test_add_after_and_shutdown_wake_waiters():
     q.add_after("soon", 0.05)
     assert q.get(10) == "soon", "a waiter is woken when the first delay is up"
     assert q.get(0.05) is None, "and not for a key whose delay is not"
-    assert len(q) == 1 and q.ready == 0, "a key held back is no work ready (the queue-depth metric)"
+    assert len(q) == 1 and q.depth == 0, "a key held back is no work ready (the queue-depth metric)"
     q.add("now")
-    assert q.ready == 1
+    assert q.depth == 1
     assert q.get(0.1) == "now"
     got = []
     t = threading.Thread(target=lambda: got.append(q.get()))

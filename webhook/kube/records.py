@@ -137,6 +137,7 @@ class JobRecord:
     __slots__ = ("_blob", "deleting", "key", "phase", "uid", "version")
     api_version = VOLCANO_JOB.api_version
     kind = VOLCANO_JOB.kind
+    opted_in = True  # as every workload record says whether it asked for plugins: a Volcano Job always has
 
     def __init__(self, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}

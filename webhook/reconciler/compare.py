@@ -1,6 +1,6 @@
 """What would bring a live object to the desired one, from the cache alone (a job in order costs no request).
 An apply is due when a field we set is missing or different (Go zero values aside, which the server drops
-from ``omitempty`` fields) or an atomic map holds other keys; what our field manager owns and the desired
+from ``omitempty`` fields) or an atomic map holds other keys; what our field manager set and the desired
 object no longer has is removed (of our POST's *update* entry, only :data:`UPDATE_MAPS`). Lists are atomic
 but ``ownerReferences``, merged by ``uid``.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# Cached objects keep the paths our manager owns under this key (see kinds.OwnedRecord).
-OWNED_FIELDS = "__ownedFields"
+# Cached objects keep the paths our field manager set under this key (see transforms.OwnedRecord).
+OUR_FIELDS = "__ourFields"
 ASSOCIATIVE_LISTS: dict[tuple[str, ...], str] = {("metadata", "ownerReferences"): "uid"}
 # Maps and structs the API treats as one value (``+mapType=atomic``, ``+structType=atomic``): a key
 # someone else added is drift, since an apply would replace the whole.
@@ -75,7 +75,7 @@ def _fields_paths(fields: dict[str, Any], path: Path) -> set[Path]:
 UPDATE_MAPS = {("data",), ("binaryData",), ("metadata", "labels"), ("metadata", "annotations")}
 
 
-def owned_paths(managed_fields: list[dict[str, Any]], manager: str) -> frozenset[Path]:
+def our_fields(managed_fields: list[dict[str, Any]], manager: str) -> frozenset[Path]:
     """The paths ``manager`` set: all of its apply entry, and the keys of :data:`UPDATE_MAPS` in its
     update entry; cut at lists as :func:`desired_paths` does (a list's entries are ``k:``/``v:``/
     ``i:`` keys in ``fieldsV1``). Interned: objects of one shape share it."""
@@ -93,8 +93,8 @@ def owned_paths(managed_fields: list[dict[str, Any]], manager: str) -> frozenset
                 node = node.get(f"f:{key}") if isinstance(node, dict) else None
             if node:
                 paths |= _fields_paths(node, path) - {path}
-    owned = frozenset(paths)
-    return _interned.setdefault(owned, owned)
+    ours = frozenset(paths)
+    return _interned.setdefault(ours, ours)
 
 
 def _at(obj: Any, path: Path) -> Any:
@@ -126,19 +126,19 @@ class Changes:
 
 
 def changes(live: dict[str, Any], desired: dict[str, Any]) -> Changes:
-    """Fields of ours ``desired`` no longer has are removed; an atomic map we own that differs, or
+    """Fields of ours ``desired`` no longer has are removed; an atomic map of ours that differs, or
     anything ``desired`` says that does not hold (:func:`covered`), needs an apply."""
     body = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind")}
     apply = not covered(live, body)
-    owned = live.get(OWNED_FIELDS)
-    if owned is None:
+    ours = live.get(OUR_FIELDS)
+    if ours is None:
         return Changes(apply=True)
     paths = desired_paths(desired)
-    if owned <= paths:
+    if ours <= paths:
         return Changes(apply=apply)
     prefixes = {d[:i] for d in paths for i in range(1, len(d))}
     remove = []
-    for path in sorted(owned - paths):
+    for path in sorted(ours - paths):
         if path not in prefixes:
             remove.append(path)
         elif _at(live, path) != _at(desired, path):

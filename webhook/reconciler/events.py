@@ -53,7 +53,7 @@ class EventRecorder:
         except Exception as exc:
             log.info("could not record event %s on job %s/%s: %s", reason, namespace, name, describe(exc))
 
-    def forget(self, key: ObjectKey) -> None:
+    def clear(self, key: ObjectKey) -> None:
         """The Job is gone: what was said of it may be said again of a Job of that name."""
         with self._lock:
             for said in [s for s in self._said if s[0] == key]:

@@ -23,10 +23,12 @@ from volcano_job_webhook.plugins.budget import DATA_LIMIT, STORE_LIMIT
 from volcano_job_webhook.plugins.kinds import CONFIG_MAP, SECRET, Kind, ObjectKey
 
 from .compare import changes
+from .digests import digested
 from .events import EventRecorder
 from .expectations import GONE, Expectations, Ident
 from .health import ReconcilerMetrics
-from .owned import OwnedRecord, controlling, digested
+from .owned import controlling
+from .transforms import OwnedRecord
 from .writer import ObjectWriter, Write
 
 log = logging.getLogger(__name__)
@@ -104,19 +106,20 @@ class JobReconciler:
         job = self.jobs.get(namespace, name)
         uid = job.uid if job is not None else None
         # Those its kind's job of that name controls: a Volcano Job and a batch Job of one name are two jobs.
-        records = {(kind, r.key[1]): r for kind, informer in self.owned.items() for r in informer.by_index(key) if r.owner_kind is self.kind}
+        records = {(kind, r.key[1]): r for kind, informer in self.owned.items() for r in informer.by_index(key) if r.workload_kind is self.kind}
         # Objects of an earlier Job of the same name (deleted, then made again): never adopted — they
         # hold its SSH key, and a second controller reference would be refused.
-        deletes = {ident: r.uid for ident, r in records.items() if r.owner_uid != uid}
+        deletes = {ident: r.uid for ident, r in records.items() if r.workload_uid != uid}
         mine = {ident: r.object() for ident, r in records.items() if ident not in deletes}
         wanted: set[Ident] = set()
         writes: list[Write] = []
         if job is None or job.deleting:
-            self._forget(key)
+            self._clear(key)
         else:
             try:
-                # A finished job starts no Pod again: its objects go, as Volcano's own do.
-                desired = [] if job.finished else self.chain.resources(read_workload(job.object()), self._existing(key, uid, mine))
+                # A finished job starts no Pod again: its objects go, as Volcano's own do (and a
+                # workload that no longer opts in has none).
+                desired = [] if job.finished or not job.opted_in else self.chain.resources(read_workload(job.object()), self._existing(key, uid, mine))
                 wanted, writes = self._plan(job, desired, mine)
                 self._keep_deleted(key, uid, wanted)
             except PluginError as exc:
@@ -180,7 +183,7 @@ class JobReconciler:
             if not held:
                 del self._deleted[key]
 
-    def _forget(self, key: ObjectKey) -> None:
+    def _clear(self, key: ObjectKey) -> None:
         with self._lock:
             self._deleted.pop(key, None)
-        self.events.forget(key)
+        self.events.clear(key)

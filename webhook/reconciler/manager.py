@@ -14,20 +14,18 @@ from kubernetes import client
 
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.informer import EventHandler, Informer
-from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.kube.rest import Rest, widen_pool
 from volcano_job_webhook.plugins import Chain
-from volcano_job_webhook.plugins.kinds import SECRET, VOLCANO_JOB, Cached, Kind, ObjectKey, by_resource
+from volcano_job_webhook.plugins.kinds import SECRET, VOLCANO_JOB, Kind, ObjectKey, by_resource
 
 from .controller import Controller, Reconcile
 from .events import EventRecorder
 from .health import ReconcilerMetrics
 from .jobs import JobReconciler
-from .owned import MANAGED_SELECTOR, OWNED, OwnedRecord, WorkloadRecord, controlling
+from .owned import MANAGED_SELECTOR, OWNED, controlling
+from .transforms import TRANSFORMS, OwnedRecord
 from .writer import ObjectWriter
 
-# What a cache keeps of each kind, by the table's ``cached`` column: the one place kinds meet records.
-TRANSFORMS: dict[Cached, Callable[[dict[str, Any]], Any]] = {Cached.JOB: JobRecord, Cached.WORKLOAD: WorkloadRecord, Cached.OWNED: OwnedRecord}
 # Told of an owned object's event before its owner's key is queued: (owned kind, event, object, owner).
 OwnedObserver = Callable[[str, str, Any, ObjectKey], None]
 
@@ -43,7 +41,7 @@ class Manager:
         self.informers: list[Informer[Any]] = []
         self.controllers: list[Controller] = []
         # By owned kind: the controller each of its objects' controlling kind routes to.
-        self._owners: dict[Kind, dict[Kind, OwnedObserver]] = {}
+        self._routes: dict[Kind, dict[Kind, OwnedObserver]] = {}
         self._lock = threading.Lock()
         self._synced = self._leading = False
 
@@ -58,13 +56,13 @@ class Manager:
         """The shared cache of a kind of the table, made the first time it is asked for."""
         found = self.caches.get(kind)
         if found is None:
-            if kind.cached is Cached.OWNED:
+            if kind in OWNED.values():
                 # Only our labelled objects, by controlling workload; a deleted Secret comes whole (see jobs.py).
-                found = self.informer(kind, transform=OwnedRecord, label_selector=MANAGED_SELECTOR, index=attrgetter("owner"),
+                found = self.informer(kind, transform=OwnedRecord, label_selector=MANAGED_SELECTOR, index=attrgetter("workload"),
                                       deleted_objects=kind is SECRET)
                 found.add_event_handler(self._enqueue_for_owner(kind))
             else:
-                found = self.informer(kind, transform=TRANSFORMS[kind.cached])
+                found = self.informer(kind, transform=TRANSFORMS[kind])
             self.caches[kind] = found
         return found
 
@@ -77,19 +75,19 @@ class Manager:
     def _enqueue_for_owner(self, kind: Kind) -> EventHandler:
         """An owned cache's one handler: each event to the controller for the kind of the object's
         controller reference, with that object's key (controller-runtime's EnqueueRequestForOwner)."""
-        routes = self._owners.setdefault(kind, {})
+        routes = self._routes.setdefault(kind, {})
 
         def on_event(event: str, obj: Any) -> None:
-            owner_kind, owner = (obj.owner_kind, obj.owner) if isinstance(obj, OwnedRecord) else controlling(obj)[:2]
-            route = routes.get(owner_kind) if owner_kind is not None else None
-            if route is not None and owner is not None:
-                route(kind.kind, event, obj, owner)
+            workload_kind, workload = (obj.workload_kind, obj.workload) if isinstance(obj, OwnedRecord) else controlling(obj)[:2]
+            route = routes.get(workload_kind) if workload_kind is not None else None
+            if route is not None and workload is not None:
+                route(kind.kind, event, obj, workload)
         return on_event
 
     def owners(self, kind: Kind) -> set[ObjectKey]:
         """The keys of the objects of ``kind`` that control a cached owned object."""
-        return {record.owner for owned, routes in self._owners.items() if kind in routes
-                for record in self.caches[owned].items() if record.owner_kind is kind}
+        return {record.workload for owned, routes in self._routes.items() if kind in routes
+                for record in self.caches[owned].items() if record.workload_kind is kind}
 
     @property
     def ready(self) -> bool:
@@ -137,8 +135,8 @@ def build(manager: Manager, for_: Kind, owns: Iterable[Kind], reconcile: Reconci
     if any(c.name == for_.resource for c in manager.controllers):
         raise ValueError(f"a controller for {for_.resource} is built already")
     for kind in owns:
-        if kind.cached is not Cached.OWNED:
-            raise ValueError(f"{kind.resource} is not a kind the table says is owned")
+        if kind not in OWNED.values():
+            raise ValueError(f"{kind.resource} is not a kind of side object")
     primary = manager.cache(for_)
     controller = manager.controller(for_.resource, [primary, *map(manager.cache, owns)], reconcile,
                                     keys=lambda: {record.key for record in primary.items()} | manager.owners(for_), **options)
@@ -150,7 +148,7 @@ def build(manager: Manager, for_: Kind, owns: Iterable[Kind], reconcile: Reconci
         controller.enqueue(owner, event)
 
     for kind in owns:
-        manager._owners[kind][for_] = on_owned
+        manager._routes[kind][for_] = on_owned
     return controller
 
 
@@ -177,7 +175,7 @@ class Reconciler:
         metrics.cached_jobs.set_function(lambda: len(self.jobs))
         # Ready keys only: a key held back on purpose (a backoff, a registration's next look) is no
         # stalled work, and VolcanoJobWebhookReconcilerStalled read it as such on a healthy install.
-        metrics.queue_depth.set_function(lambda: sum(c.queue.ready for c in manager.controllers))
+        metrics.queue_depth.set_function(lambda: sum(c.queue.depth for c in manager.controllers))
         for name, cache in owned.items():
             metrics.cached_objects.labels(name).set_function(cache.__len__)
 

@@ -34,7 +34,7 @@ from .owned import CLUSTER_ROLE, ENDPOINT_SLICE
 
 log = logging.getLogger(__name__)
 
-FIELD_MANAGER = "volcano-job-webhook-registration"
+REGISTRATION_FIELD_MANAGER = "volcano-job-webhook-registration"
 KEY = "registration"
 # The certificates' step is due this often; a URL that does not answer yet is asked again this often.
 CERTIFICATES_EVERY = 60.0
@@ -174,7 +174,7 @@ class Registrar:
             if live[key] is not None and covered(live[key], want):
                 self.registered.add(key)
                 continue
-            self.rest.apply(WEBHOOK_CONFIGURATIONS[key[0]], want, FIELD_MANAGER)
+            self.rest.apply(WEBHOOK_CONFIGURATIONS[key[0]], want, REGISTRATION_FIELD_MANAGER)
             log.info("registration: %s %s %s", "applied" if live[key] is not None else "registered", *key)
             if self.metrics is not None:
                 self.metrics.writes.labels(key[0], "apply").inc()

@@ -131,7 +131,7 @@ class WorkQueue(Generic[K]):
             return len(self._high) + len(self._low) + len(self._waiting)
 
     @property
-    def ready(self) -> int:
+    def depth(self) -> int:
         """Keys to be handled now: not those held back for a backoff or a later look."""
         with self._cond:
             self._promote_due()

@@ -18,10 +18,12 @@ from volcano_job_webhook.plugins.base import Digest
 from volcano_job_webhook.plugins.kinds import ObjectKey
 
 from .compare import Changes, changes
+from .digests import digest, digested, has_digests
 from .events import EventRecorder
 from .expectations import GONE, Expectations, Ident
 from .health import ReconcilerMetrics
-from .owned import FIELD_MANAGER, MANAGED_SELECTOR, OWNED, OwnedRecord, digest, digested, has_digests, managed
+from .owned import FIELD_MANAGER, MANAGED_SELECTOR, OWNED, managed
+from .transforms import OwnedRecord
 
 log = logging.getLogger(__name__)
 
