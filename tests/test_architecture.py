@@ -115,7 +115,7 @@ def test_the_plugin_core_imports_no_builtin():
 
 @pytest.mark.parametrize(("source", "target"), [
     (f"{PACKAGE}.kube.rest", f"{PACKAGE}.server.app"),       # up a layer
-    (f"{PACKAGE}.server.app", f"{PACKAGE}.reconciler.jobs"),  # sideways, not allowed
+    (f"{PACKAGE}.server.app", f"{PACKAGE}.reconciler.workload"),  # sideways, not allowed
     (f"{PACKAGE}.plugins.chain", f"{PACKAGE}.config"),        # the pure core reaching into the processes
     (f"{PACKAGE}.limits", f"{PACKAGE}.documents"),            # sideways the wrong way round
 ])

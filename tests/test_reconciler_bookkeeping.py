@@ -1,4 +1,4 @@
-"""The reconciler's bookkeeping (reconciler/expectations.py, writer.py, jobs.py) through a scripted API: a
+"""The reconciler's bookkeeping (reconciler/expectations.py, writer.py, workload.py) through a scripted API: a
 store of objects whose answers a test can replace one at a time, and caches that hold an object only when
 the test delivers its watch event. Each case is one a real cluster stages only by chance — a create that
 meets an object the cache does not hold yet, a GET older than the cache, a job deleted and made again, a
@@ -28,9 +28,9 @@ from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, ObjectKey
 from volcano_job_webhook.reconciler.events import EventRecorder
 from volcano_job_webhook.reconciler.expectations import TIMEOUT, Expectations
 from volcano_job_webhook.reconciler.health import ReconcilerMetrics
-from volcano_job_webhook.reconciler.jobs import JobReconciler
 from volcano_job_webhook.reconciler.owned import OWNED, controlling
 from volcano_job_webhook.reconciler.transforms import OwnedRecord
+from volcano_job_webhook.reconciler.workload import WorkloadReconciler
 from volcano_job_webhook.reconciler.writer import ObjectWriter
 
 Ident = tuple[str, str]
@@ -122,7 +122,7 @@ class Quiet:
 
 
 class World:
-    """One JobReconciler of Volcano Jobs on a scripted API, its caches fed only by :meth:`deliver`."""
+    """One WorkloadReconciler of Volcano Jobs on a scripted API, its caches fed only by :meth:`deliver`."""
 
     def __init__(self, chain: Any = None, clock: FakeClock | None = None) -> None:
         self.api = ScriptedApi()
@@ -132,7 +132,7 @@ class World:
         metrics = ReconcilerMetrics()
         events = EventRecorder(Quiet(), metrics)  # type: ignore[arg-type]
         self.writer = ObjectWriter(self.api, metrics, events, threads=4)  # type: ignore[arg-type]
-        self.reconciler = JobReconciler(VOLCANO_JOB, self.jobs, self.owned, chain or Chain(), self.writer, events, metrics)  # type: ignore[arg-type]
+        self.reconciler = WorkloadReconciler(VOLCANO_JOB, self.jobs, self.owned, chain or Chain(), self.writer, events, metrics)  # type: ignore[arg-type]
         self.clock = clock or FakeClock()
         self.reconciler.expectations = Expectations(clock=self.clock)
 
@@ -330,7 +330,7 @@ def test_nothing_of_a_deleted_job_stays_in_the_reconciler(world: World):
     world.settle()
     assert world.ours() == {}
     assert not world.reconciler._deleted, "a deleted job's Secret is kept"
-    assert len(world.reconciler.expectations._jobs) == 0
+    assert len(world.reconciler.expectations) == 0
 
 
 def test_a_deleted_secret_of_a_running_job_comes_back_with_its_keys(world: World):

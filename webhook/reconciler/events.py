@@ -20,29 +20,29 @@ COMPONENT = "volcano-job-webhook-reconciler"
 
 
 class EventRecorder:
-    """Records Warning Events on Jobs; a warning already said on a Job (by uid) with the same message
-    is not said again — a job's status changes many times while its Pods start, none of it news."""
+    """Records Warning Events on workloads; a warning already said on one (by uid) with the same message
+    is not said again — a workload's status changes many times while its Pods start, none of it news."""
 
     def __init__(self, rest: Rest, metrics: ReconcilerMetrics) -> None:
         self.rest = rest
         self.metrics = metrics
-        # What was said, by (job's key, reason, subject): the job's kind and uid with the message.
+        # What was said, by (workload's key, reason, subject): the workload's kind and uid with the message.
         self._said: dict[tuple[ObjectKey, str, str], str] = {}
         self._lock = threading.Lock()
 
-    def warn(self, job: JobRecord, reason: str, subject: str, message: str) -> None:
-        namespace, name = job.key
-        said = f"{job.kind}\0{job.uid}\0{message}"  # an Indexed Job and a Volcano Job may share a name
+    def warn(self, workload: JobRecord, reason: str, subject: str, message: str) -> None:
+        namespace, name = workload.key
+        said = f"{workload.kind}\0{workload.uid}\0{message}"  # an Indexed Job and a Volcano Job may share a name
         with self._lock:
-            if self._said.get((job.key, reason, subject)) == said:
+            if self._said.get((workload.key, reason, subject)) == said:
                 return
-            self._said[(job.key, reason, subject)] = said
+            self._said[(workload.key, reason, subject)] = said
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": EVENT.api_version, "kind": EVENT.kind,
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {"apiVersion": job.api_version, "kind": job.kind, "name": name, "namespace": namespace,
-                               "uid": job.uid, "resourceVersion": str(job.version)},
+            "involvedObject": {"apiVersion": workload.api_version, "kind": workload.kind, "name": name, "namespace": namespace,
+                               "uid": workload.uid, "resourceVersion": str(workload.version)},
             "reason": reason, "message": message[:1024], "type": "Warning",
             "source": {"component": COMPONENT},
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
@@ -51,10 +51,10 @@ class EventRecorder:
             self.metrics.api_requests.labels("create", EVENT.kind).inc()
             self.rest.create(EVENT, namespace, body)
         except Exception as exc:
-            log.info("could not record event %s on job %s/%s: %s", reason, namespace, name, describe(exc))
+            log.info("could not record event %s on %s %s/%s: %s", reason, workload.kind, namespace, name, describe(exc))
 
     def clear(self, key: ObjectKey) -> None:
-        """The Job is gone: what was said of it may be said again of a Job of that name."""
+        """The workload is gone: what was said of it may be said again of one of that name."""
         with self._lock:
             for said in [s for s in self._said if s[0] == key]:
                 del self._said[said]

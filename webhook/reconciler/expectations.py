@@ -1,17 +1,18 @@
-"""What a job's reconcile wrote and its caches have not shown yet, as client-go's ``ControllerExpectations``:
+"""What a workload's reconcile wrote and its caches have not shown yet, as client-go's ``ControllerExpectations``:
 they gate a reconcile — the next one waits until the caches hold its own last writes, so it never
 acts on a cache older than them — and never replace one. Each object a reconcile writes goes through:
 
-| state        | entered by                                  | left by                                              |
-|--------------|---------------------------------------------|------------------------------------------------------|
-| sending      | :meth:`~Expectations.sending`, request out   | :meth:`~Expectations.sent`: expecting the answer's    |
-|              | (the versions its events bring are kept)     | version; dropped when it failed, was left alone, or   |
-|              |                                              | its event came while the request was out              |
-| expecting v  | :meth:`~Expectations.sent`, answered at v    | an event at v, or the cache at v (met); the job's     |
-|              | (:data:`GONE`: deleted)                      | deadline, :data:`TIMEOUT` after its last sending      |
+| state        | entered by                                  | left by                                             |
+|--------------|---------------------------------------------|-----------------------------------------------------|
+| sending      | :meth:`~Expectations.sending`, request out  | :meth:`~Expectations.sent`: expecting the answer's  |
+|              | (the versions its events bring are kept)    | version; dropped when it failed, was left alone, or |
+|              |                                             | its event came while the request was out            |
+| expecting v  | :meth:`~Expectations.sent`, answered at v   | an event at v, or the cache at v (met); the         |
+|              | (:data:`GONE`: deleted; a delete a          | workload's deadline, :data:`TIMEOUT` after its last |
+|              | finalizer holds: its terminating version)   | sending (expired)                                   |
 
-A job with no object sending or expecting has no entry. :meth:`~Expectations.pending` answers how long
-a job still waits: the reconcile returns that as its requeue, and the awaited events queue it sooner.
+A workload with no object sending or expecting has no entry. :meth:`~Expectations.pending` answers how long
+a workload still waits: the reconcile returns that as its requeue, and the awaited events queue it sooner.
 Versions are compared for equality only, as the API's contract says.
 """
 
@@ -31,7 +32,7 @@ GONE = None  # the version of a deleted object
 _SENDING = object()
 
 
-class _Job:
+class _Workload:
     __slots__ = ("deadline", "seen", "wanted")
 
     def __init__(self, deadline: float) -> None:
@@ -41,23 +42,23 @@ class _Job:
 
 
 class Expectations:
-    """By job key, the objects its last reconcile wrote and the caches have yet to show (see the table)."""
+    """By workload key, the objects its last reconcile wrote and the caches have yet to show (see the table)."""
 
     def __init__(self, timeout: float = TIMEOUT, clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout = timeout
         self.clock = clock
         self._lock = threading.Lock()
-        self._jobs: dict[Hashable, _Job] = {}
+        self._workloads: dict[Hashable, _Workload] = {}
 
     def __len__(self) -> int:
         """Jobs with an object still expected."""
-        return len(self._jobs)
+        return len(self._workloads)
 
-    def pending(self, job: Hashable, cached: Callable[[Ident], Version | None]) -> float:
-        """Seconds ``job`` still waits for its writes (0: none, or its deadline passed); ``cached`` gives
+    def pending(self, workload: Hashable, cached: Callable[[Ident], Version | None]) -> float:
+        """Seconds ``workload`` still waits for its writes (0: none, or its deadline passed); ``cached`` gives
         an object's version in the cache, or :data:`GONE`. What the cache already shows is met."""
         with self._lock:
-            held = self._jobs.get(job)
+            held = self._workloads.get(workload)
             if held is None:
                 return 0.0
             left = held.deadline - self.clock()
@@ -65,26 +66,26 @@ class Expectations:
                 del held.wanted[ident]
             if left > 0 and held.wanted:
                 return left
-            del self._jobs[job]  # met, or expired: a lost event is waited out no longer
+            del self._workloads[workload]  # met, or expired: a lost event is waited out no longer
             return 0.0
 
-    def sending(self, job: Hashable, idents: list[Ident]) -> None:
+    def sending(self, workload: Hashable, idents: list[Ident]) -> None:
         """Requests about to go out for ``idents``: what the watch brings of them meanwhile is kept."""
         if not idents:
             return
         with self._lock:
-            held = self._jobs.get(job)
+            held = self._workloads.get(workload)
             if held is None:
-                held = self._jobs[job] = _Job(0.0)
+                held = self._workloads[workload] = _Workload(0.0)
             held.deadline = self.clock() + self.timeout
             for ident in idents:
                 held.wanted[ident], held.seen[ident] = _SENDING, set()
 
-    def sent(self, job: Hashable, written: dict[Ident, Version | None]) -> None:
+    def sent(self, workload: Hashable, written: dict[Ident, Version | None]) -> None:
         """The requests are back: each object of ``written`` at its version (or :data:`GONE`); one sent but
         not in it (failed, or left alone) is expected no more."""
         with self._lock:
-            held = self._jobs.get(job)
+            held = self._workloads.get(workload)
             if held is None:
                 return
             for ident in [i for i, v in held.wanted.items() if v is _SENDING]:
@@ -94,14 +95,14 @@ class Expectations:
                 else:
                     del held.wanted[ident]
             if not held.wanted:
-                del self._jobs[job]
+                del self._workloads[workload]
 
-    def observe(self, job: Hashable, ident: Ident, version: Version | None) -> None:
-        """A watch event: ``ident`` of ``job`` is now at ``version`` (:data:`GONE`: deleted)."""
-        if job not in self._jobs:
+    def observe(self, workload: Hashable, ident: Ident, version: Version | None) -> None:
+        """A watch event: ``ident`` of ``workload`` is now at ``version`` (:data:`GONE`: deleted)."""
+        if workload not in self._workloads:
             return  # the usual event takes no lock
         with self._lock:
-            held = self._jobs.get(job)
+            held = self._workloads.get(workload)
             if held is None or ident not in held.wanted:
                 return
             wanted = held.wanted[ident]
@@ -110,4 +111,4 @@ class Expectations:
             elif wanted == version:
                 del held.wanted[ident]
                 if not held.wanted:
-                    del self._jobs[job]
+                    del self._workloads[workload]

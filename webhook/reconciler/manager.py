@@ -21,9 +21,9 @@ from volcano_job_webhook.plugins.kinds import SECRET, VOLCANO_JOB, Kind, ObjectK
 from .controller import Controller, Reconcile
 from .events import EventRecorder
 from .health import ReconcilerMetrics
-from .jobs import JobReconciler
 from .owned import MANAGED_SELECTOR, OWNED, controlling
 from .transforms import TRANSFORMS, OwnedRecord
+from .workload import WorkloadReconciler
 from .writer import ObjectWriter
 
 # Told of an owned object's event before its owner's key is queued: (owned kind, event, object, owner).
@@ -57,7 +57,7 @@ class Manager:
         found = self.caches.get(kind)
         if found is None:
             if kind in OWNED.values():
-                # Only our labelled objects, by controlling workload; a deleted Secret comes whole (see jobs.py).
+                # Only our labelled objects, by controlling workload; a deleted Secret comes whole (see workload.py).
                 found = self.informer(kind, transform=OwnedRecord, label_selector=MANAGED_SELECTOR, index=attrgetter("workload"),
                                       deleted_objects=kind is SECRET)
                 found.add_event_handler(self._enqueue_for_owner(kind))
@@ -154,7 +154,7 @@ def build(manager: Manager, for_: Kind, owns: Iterable[Kind], reconcile: Reconci
 
 class Reconciler:
     """The process's controllers on one :class:`Manager`: ``For(kind).Owns(OWNED)`` with a
-    :class:`~.jobs.JobReconciler` for Volcano Jobs and each of the settings' ``workloads``."""
+    :class:`~.workload.WorkloadReconciler` for Volcano Jobs and each of the settings' ``workloads``."""
 
     def __init__(self, api: client.ApiClient, settings: WebhookSettings, chain: Chain | None = None, *,
                  metrics: ReconcilerMetrics | None = None, on_synced: Callable[[], None] | None = None) -> None:
@@ -169,7 +169,7 @@ class Reconciler:
         self.writer = ObjectWriter(Rest(api), metrics, self.events, threads=settings.workers * 4)
         chain = chain or settings.chain(on_cluster=True)
         for kind in kinds:
-            reconciler = JobReconciler(kind, manager.cache(kind), owned, chain, self.writer, self.events, metrics)
+            reconciler = WorkloadReconciler(kind, manager.cache(kind), owned, chain, self.writer, self.events, metrics)
             build(manager, for_=kind, owns=OWNED.values(), reconcile=reconciler.reconcile, observe=reconciler.on_owned,
                   workers=settings.workers, resync_seconds=settings.resync_seconds, metrics=metrics)
         metrics.cached_jobs.set_function(lambda: len(self.jobs))

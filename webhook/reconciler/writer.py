@@ -1,6 +1,6 @@
-"""The reconciler's writes, all of a job's at once: a POST makes what is missing (never taking over another's
+"""The reconciler's writes, all of a workload's at once: a POST makes what is missing (never taking over another's
 object of that name), a merge patch and then server-side apply repair drift, a delete is conditional on the
-cached uid. Each answer is what the job's :class:`~.expectations.Expectations` wait for the cache to show.
+cached uid. Each answer is what the workload's :class:`~.expectations.Expectations` wait for the cache to show.
 """
 
 from __future__ import annotations
@@ -63,12 +63,12 @@ class ObjectWriter:
             self.metrics.api_errors.labels(str(getattr(exc, "status", None) or type(exc).__name__)).inc()
             raise
 
-    def write_all(self, key: ObjectKey, job: JobRecord | None, writes: list[Write], deletes: dict[Ident, str | None],
+    def write_all(self, key: ObjectKey, workload: JobRecord | None, writes: list[Write], deletes: dict[Ident, str | None],
                   expectations: Expectations) -> None:
-        """The job's writes and deletes at once (a new job's objects in one round trip), each answer expected
+        """The workload's writes and deletes at once (a new workload's objects in one round trip), each answer expected
         in the cache; raises the first failure once every one is done."""
         calls: list[tuple[Ident, Callable[[Written], None]]] = [
-            *(((d["kind"], d["metadata"]["name"]), lambda out, d=d, c=c, t=t: self.ensure(job, d, c, t, out)) for d, c, t in writes),
+            *(((d["kind"], d["metadata"]["name"]), lambda out, d=d, c=c, t=t: self.ensure(workload, d, c, t, out)) for d, c, t in writes),
             *((ident, lambda out, i=ident, u=uid: self.delete(key.namespace, i, u, out)) for ident, uid in deletes.items()),
         ]
         expectations.sending(key, [ident for ident, _ in calls])
@@ -89,12 +89,12 @@ class ObjectWriter:
         answer = self._call("delete", kind, lambda: self.rest.delete(OWNED[kind], namespace, name, uid))
         if answer is not None:
             self.metrics.writes.labels(kind, "delete").inc()
-            log.info("deleted %s %s/%s: its job no longer wants it", kind, namespace, name)
+            log.info("deleted %s %s/%s: its workload no longer wants it", kind, namespace, name)
         # Gone (a 404 too), or held by a finalizer: then the cache shows it terminating, at the answer's version.
         terminating = answer is not None and (answer.get("metadata") or {}).get("deletionTimestamp")
         written[ident] = resource_version(answer) if terminating else GONE
 
-    def ensure(self, job: JobRecord | None, desired: dict[str, Any], current: dict[str, Any] | None, todo: Changes | None,
+    def ensure(self, workload: JobRecord | None, desired: dict[str, Any], current: dict[str, Any] | None, todo: Changes | None,
                written: Written) -> None:
         """Create or bring up to date one object; its version written goes in ``written``."""
         kind, meta = desired["kind"], desired["metadata"]
@@ -111,13 +111,13 @@ class ObjectWriter:
                 live = self._call("get", kind, lambda: self.rest.get(resource, namespace, name))
                 if live is not None and not managed(live):
                     log.info("%s %s/%s exists and is not managed by us; left alone", kind, namespace, name)
-                    if job is not None:
-                        self.events.warn(job, "ResourceNotManaged", name, f"{kind} {name} exists without the label {MANAGED_SELECTOR}; left as it is")
+                    if workload is not None:
+                        self.events.warn(workload, "ResourceNotManaged", name, f"{kind} {name} exists without the label {MANAGED_SELECTOR}; left as it is")
                     return
                 # Not booked as written: the version read is not ours, and the cache compares it when it comes.
                 raise CacheBehind(f"{kind} {namespace}/{name} exists, not yet in the cache") from None
             self.metrics.writes.labels(kind, "create").inc()
-            # Routine, at debug (at info, logging a new job's creates costs real CPU); a repair is news.
+            # Routine, at debug (at info, logging a new workload's creates costs real CPU); a repair is news.
             log.debug("created %s %s/%s", kind, namespace, name)
             written[ident] = resource_version(stored)
             return

@@ -1,7 +1,7 @@
-"""One job's reconcile: the cluster made to hold exactly the side objects the plugins we run want for a
+"""One workload's reconcile: the cluster made to hold exactly the side objects the plugins we run want for a
 Volcano Job, or an Indexed Job or JobSet that opted in (docs/workloads.md); all of them deleted when it
-is gone or finished. Objects are matched to their job by their controller reference's uid (an earlier
-job's of the same name are deleted, never adopted), and read from the caches: a job in order costs no call.
+is gone or finished. Objects are matched to their workload by their controller reference's uid (an earlier
+one's of the same name are deleted, never adopted), and read from the caches: a workload in order costs no call.
 """
 
 from __future__ import annotations
@@ -61,34 +61,34 @@ def oversize(obj: dict[str, Any]) -> str | None:
     return None
 
 
-class JobReconciler:
-    """Reconciles the jobs of one kind, each asked for by its :class:`ObjectKey`; of the owned
-    objects it reads only those a job of its kind controls."""
+class WorkloadReconciler:
+    """Reconciles the workloads of one kind, each asked for by its :class:`ObjectKey`; of the owned
+    objects it reads only those a workload of its kind controls."""
 
-    def __init__(self, kind: Kind, jobs: Informer[Any], owned: Mapping[str, Informer[OwnedRecord]], chain: Chain,
+    def __init__(self, kind: Kind, workloads: Informer[Any], owned: Mapping[str, Informer[OwnedRecord]], chain: Chain,
                  writer: ObjectWriter, events: EventRecorder, metrics: ReconcilerMetrics) -> None:
         self.kind = kind
-        self.jobs = jobs
+        self.workloads = workloads
         self.owned = owned
         self.chain = chain
         self.writer = writer
         self.events = events
         self.metrics = metrics
         self.expectations = Expectations()
-        # By running job, the last state of its Secrets deleted under it, until made again or no longer
-        # wanted: the job's Pods mount the SSH keys with subPath, which a new key pair would not reach,
+        # By running workload, the last state of its Secrets deleted under it, until made again or no longer
+        # wanted: the workload's Pods mount the SSH keys with subPath, which a new key pair would not reach,
         # so a deleted SSH Secret comes back with the keys they hold (the cache keeps only digests).
         self._deleted: dict[ObjectKey, dict[Ident, dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
     def on_owned(self, kind: str, event: str, obj: OwnedRecord | dict[str, Any], owner: ObjectKey) -> None:
-        """An event on an object a job of this kind controls, for the job's expectations; a deleted Secret
-        comes as the object it was (the informer's ``deleted_objects``), kept while its job runs."""
+        """An event on an object a workload of this kind controls, for the workload's expectations; a deleted Secret
+        comes as the object it was (the informer's ``deleted_objects``), kept while its workload runs."""
         ident = (kind, obj.key[1] if isinstance(obj, OwnedRecord) else obj["metadata"]["name"])
         self.expectations.observe(owner, ident, GONE if event == "DELETED" else getattr(obj, "version", GONE))
         if event == "DELETED" and isinstance(obj, dict):
-            job = self.jobs.get(*owner)
-            if job is not None and not job.deleting and job.uid == controlling(obj)[2]:
+            workload = self.workloads.get(*owner)
+            if workload is not None and not workload.deleting and workload.uid == controlling(obj)[2]:
                 with self._lock:
                     self._deleted.setdefault(owner, {})[ident] = obj
         elif self._deleted and ident in self._deleted.get(owner, {}):  # the usual event takes no lock
@@ -96,16 +96,16 @@ class JobReconciler:
                 self._drop_deleted(owner, ident)
 
     def reconcile(self, key: ObjectKey) -> float | None:
-        """Bring one job's side objects to the desired state, raising on an API failure (retried with
+        """Bring one workload's side objects to the desired state, raising on an API failure (retried with
         backoff); while the caches have yet to show its last writes, the seconds it waits for them."""
         namespace, name = key
         cached = functools.partial(self._cached_version, key)
         wait = self.expectations.pending(key, cached)
         if wait:
             return wait
-        job = self.jobs.get(namespace, name)
-        uid = job.uid if job is not None else None
-        # Those its kind's job of that name controls: a Volcano Job and a batch Job of one name are two jobs.
+        workload = self.workloads.get(namespace, name)
+        uid = workload.uid if workload is not None else None
+        # Those its kind's workload of that name controls: a Volcano Job and a batch Job of one name are two workloads.
         records = {(kind, r.key[1]): r for kind, informer in self.owned.items() for r in informer.by_index(key) if r.workload_kind is self.kind}
         # Objects of an earlier Job of the same name (deleted, then made again): never adopted — they
         # hold its SSH key, and a second controller reference would be refused.
@@ -113,26 +113,26 @@ class JobReconciler:
         mine = {ident: r.object() for ident, r in records.items() if ident not in deletes}
         wanted: set[Ident] = set()
         writes: list[Write] = []
-        if job is None or job.deleting:
+        if workload is None or workload.deleting:
             self._clear(key)
         else:
             try:
-                # A finished job starts no Pod again: its objects go, as Volcano's own do (and a
+                # A finished workload starts no Pod again: its objects go, as Volcano's own do (and a
                 # workload that no longer opts in has none).
-                desired = [] if job.finished or not job.opted_in else self.chain.resources(read_workload(job.object()), self._existing(key, uid, mine))
-                wanted, writes = self._plan(job, desired, mine)
+                desired = [] if workload.finished or not workload.opted_in else self.chain.resources(read_workload(workload.object()), self._existing(key, uid, mine))
+                wanted, writes = self._plan(workload, desired, mine)
                 self._keep_deleted(key, uid, wanted)
             except PluginError as exc:
-                # A job we cannot read is left as it is: deleting its objects could break running Pods.
-                log.warning("job %s/%s: not reconciled: %s", namespace, name, exc)
+                # A workload we cannot read is left as it is: deleting its objects could break running Pods.
+                log.warning("%s %s/%s: not reconciled: %s", self.kind.noun, namespace, name, exc)
                 self.metrics.reconciles.labels("invalid-job").inc()
-                self.events.warn(job, "InvalidPlugins", "", str(exc))
+                self.events.warn(workload, "InvalidPlugins", "", str(exc))
                 wanted = set(mine)
         deletes.update({ident: obj["metadata"].get("uid") for ident, obj in mine.items() if ident not in wanted})
         # What this round deletes is made in the next, once the cache shows it gone: a create now would
         # meet the object being deleted.
         writes = [w for w in writes if (w[0]["kind"], w[0]["metadata"]["name"]) not in deletes]
-        self.writer.write_all(key, job, writes, deletes, self.expectations)
+        self.writer.write_all(key, workload, writes, deletes, self.expectations)
         # What the cache already shows (an object already gone, an apply that changed nothing) is met now:
         # no event will come for it.
         self.expectations.pending(key, cached)
@@ -142,8 +142,8 @@ class JobReconciler:
         record = self.owned[ident[0]].get(key.namespace, ident[1])
         return GONE if record is None else record.version
 
-    def _plan(self, job: JobRecord, desired: list[dict[str, Any]], existing: dict[Ident, dict[str, Any]]) -> tuple[set[Ident], list[Write]]:
-        """The (kind, name) of every object the job wants, and the writes of those that differ as cached."""
+    def _plan(self, workload: JobRecord, desired: list[dict[str, Any]], existing: dict[Ident, dict[str, Any]]) -> tuple[set[Ident], list[Write]]:
+        """The (kind, name) of every object the workload wants, and the writes of those that differ as cached."""
         wanted = set()
         writes: list[Write] = []
         for obj in desired:
@@ -151,10 +151,10 @@ class JobReconciler:
             wanted.add(ident)
             too_big = oversize(obj)
             if too_big is not None:
-                # Never sent (refused on every retry); the job's other objects are still made.
-                log.warning("job %s/%s: %s", *job.key, too_big)
+                # Never sent (refused on every retry); the workload's other objects are still made.
+                log.warning("%s %s/%s: %s", self.kind.noun, *workload.key, too_big)
                 self.metrics.reconciles.labels("too-large").inc()
-                self.events.warn(job, "ObjectTooLarge", ident[1], too_big)
+                self.events.warn(workload, "ObjectTooLarge", ident[1], too_big)
                 continue
             current = existing.get(ident)
             todo = None if current is None else changes(current, digested(obj))
@@ -163,14 +163,14 @@ class JobReconciler:
         return wanted, writes
 
     def _existing(self, key: ObjectKey, uid: str | None, live: dict[Ident, dict[str, Any]]) -> dict[Ident, dict[str, Any]]:
-        """The live objects, and the last state of those deleted under the job (a deleted SSH Secret
+        """The live objects, and the last state of those deleted under the workload (a deleted SSH Secret
         comes back with the keys its running Pods hold)."""
         with self._lock:
             deleted = {ident: obj for ident, obj in self._deleted.get(key, {}).items() if controlling(obj)[2] == uid}
         return {**deleted, **live}
 
     def _keep_deleted(self, key: ObjectKey, uid: str | None, wanted: set[Ident]) -> None:
-        """Keep only what the job of ``uid`` still wants of its deleted Secrets."""
+        """Keep only what the workload of ``uid`` still wants of its deleted Secrets."""
         with self._lock:
             for ident, obj in list(self._deleted.get(key, {}).items()):
                 if ident not in wanted or controlling(obj)[2] != uid:
