@@ -41,15 +41,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.reconcile import Objects, log, mark, wait  # noqa: E402
 from bench.reconcile import Reconciler as ReconcileProcess  # noqa: E402
-from bench.reconcile import log, mark, wait  # noqa: E402
 from tests.envtest import WEBHOOK_USER, EnvTest, controller_manager, find_assets, new_namespace, product_env  # noqa: E402
-from tests.jobs import volcano_job  # noqa: E402
+from tests.jobs import PLUGINS_ANNOTATION, volcano_job  # noqa: E402
 from volcano_job_webhook.config import load_settings  # noqa: E402
 from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
 from volcano_job_webhook.plugins import Job  # noqa: E402
 from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair  # noqa: E402
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB  # noqa: E402
+from volcano_job_webhook.reconciler.digests import digested  # noqa: E402
 from volcano_job_webhook.reconciler.owned import MANAGED_SELECTOR, OWNED, controlling  # noqa: E402
 
 LEASE = ("volcano-job-webhook-reconciler", "volcano-job-webhook")  # the one Lease the install's Role allows
@@ -124,14 +125,18 @@ class Driver:
             self._do("side object deleted", lambda: self.rest.delete(OWNED[kind], self.namespace, obj))
 
 
-def desired(namespace: str, driver: Driver) -> dict[Ident, tuple[str, dict[str, Any]]]:
-    """What the reconciler should hold: each live job's objects by the chain ``resources --cluster`` builds."""
+def desired(driver: Driver) -> dict[Ident, tuple[str, dict[str, Any]]]:
+    """What the reconciler should hold: each live job's objects by the chain ``resources --cluster`` builds
+    (with the given key pair where a job generates its own: the objects and the ConfigMaps are the same,
+    and the bench does not spend seconds of RSA on a comparison of names)."""
     chain = load_settings(None).chain(on_cluster=True)
     out: dict[Ident, tuple[str, dict[str, Any]]] = {}
     for name, uid in driver.live.items():
-        body = {**driver.body(name), "metadata": {**driver.body(name)["metadata"], "uid": uid}}
+        body = driver.body(name)
+        body = {**body, "metadata": {**body["metadata"], "uid": uid,
+                                     "annotations": {PLUGINS_ANNOTATION: json.dumps({"svc": [], "ssh": driver.keys})}}}
         for obj in chain.resources(Job.from_object(body)):
-            out[(obj["kind"], obj["metadata"]["name"])] = (uid, obj)
+            out[(obj["kind"], obj["metadata"]["name"])] = (uid, digested(obj))
     return out
 
 
@@ -149,14 +154,8 @@ def command_agrees(driver: Driver, tmp: Path, sample: int = 5) -> None:
             raise SystemExit(f"{name}: the command says {said}, the bench's chain {here}")
 
 
-def differences(server: EnvTest, namespace: str, driver: Driver) -> list[str]:
+def differences(found: dict[Ident, dict[str, Any]], want: dict[Ident, tuple[str, dict[str, Any]]]) -> list[str]:
     """What the cluster holds that it should not, and what it lacks (empty: converged)."""
-    admin = Rest(server.api_client())
-    want = desired(namespace, driver)
-    found: dict[Ident, dict[str, Any]] = {}
-    for kind, resource in OWNED.items():
-        for obj in admin.call("GET", resource.path(namespace), query=[("labelSelector", MANAGED_SELECTOR)])["items"]:
-            found[(kind, obj["metadata"]["name"])] = obj
     out = [f"{k} {n}: left of a deleted or earlier job" for (k, n) in found if (k, n) not in want]
     for ident, (uid, obj) in want.items():
         live = found.get(ident)
@@ -167,6 +166,21 @@ def differences(server: EnvTest, namespace: str, driver: Driver) -> list[str]:
         elif ident[0] == "ConfigMap" and live.get("data") != obj.get("data"):
             out.append(f"{ident[0]} {ident[1]}: data not as desired")
     return out
+
+
+def live_objects(server: EnvTest, namespace: str) -> dict[Ident, dict[str, Any]]:
+    """Our objects in the namespace as the API server lists them, long values as digests."""
+    admin = Rest(server.api_client())
+    return {(kind, obj["metadata"]["name"]): digested(obj) for kind, resource in OWNED.items()
+            for obj in admin.call("GET", resource.path(namespace), query=[("labelSelector", MANAGED_SELECTOR)])["items"]}
+
+
+def keep_logs(work: Path) -> None:
+    """The reconcilers' logs, kept where the bench's results go (the work directory is removed)."""
+    out = ROOT / "bench" / "results" / "churn-logs"
+    out.mkdir(parents=True, exist_ok=True)
+    for log_file in work.glob("reconcile-*.log"):
+        (out / log_file.name).write_bytes(log_file.read_bytes())
 
 
 def main() -> int:
@@ -232,23 +246,37 @@ def main() -> int:
             for event in events:
                 log("event", event)
             command_agrees(driver, work)
+            want = desired(driver)
+            # A watch of the bench's own from here, so each look costs no request: started only now, so it
+            # took no CPU from the run.
+            view = Objects(server, namespace)
             problems: list[str] = []
 
             def converged() -> bool:
-                problems[:] = differences(server, namespace, driver)
+                found = {(informer.resource.kind, record.key[1]): record.object()
+                         for informer in view.informers for record in informer.items()}
+                problems[:] = differences(found, want)
                 return not problems
             try:
-                wait(converged, 300, "convergence", interval=0.25)
+                wait(converged, 300, "convergence", interval=0.1)
             except SystemExit:
                 print(f"not converged: {len(problems)} differences, e.g. {problems[:10]}", file=sys.stderr)
+                keep_logs(work)
                 raise
+            finally:
+                view.stop()
             took = time.monotonic() - last_change
+            if (late := differences(live_objects(server, namespace), want)):  # what the API server itself holds
+                raise SystemExit(f"the watch said converged, a LIST disagrees: {late[:10]}")
+            keep_logs(work)
             wait(lambda: current.metric("volcano_reconciler_queue_depth") == 0, 60, "the queue empty")
             memory.append(("end", current.rss_mib()))
             time.sleep(1.0)  # the audit log is written as requests complete
             calls = [e for e in server.audit_events(WEBHOOK_USER, started_wall) if e.verb != "watch"]
             writes = [e for e in calls if e.verb in WRITES and e.resource in {k.plural for k in OWNED.values()}]
-            lists = Counter(f"{e.api_group or 'core'}/{e.resource}" for e in calls if e.verb == "list" and e.code == 200)
+            # A list's further pages (``continue=``) are one LIST.
+            lists = Counter(f"{e.api_group or 'core'}/{e.resource}" for e in calls
+                            if e.verb == "list" and e.code == 200 and "continue=" not in e.uri)
             # A kind the API server does not serve (JobSet without its CRD here) is looked for every 10 s: a 404.
             probes = sum(1 for e in calls if e.verb == "list" and e.code == 404)
             by_verb = Counter(e.verb for e in writes)

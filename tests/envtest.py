@@ -255,6 +255,7 @@ class AuditEvent:
     name: str
     code: int | None
     received: datetime  # when the API server received the request (UTC)
+    uri: str = ""  # the request's path and query
 
     @property
     def permission(self) -> tuple[str, str, str]:
@@ -476,6 +477,7 @@ class EnvTest:
                     resource=ref.get("resource", ""), subresource=ref.get("subresource", ""),
                     namespace=ref.get("namespace", ""), name=ref.get("name", ""),
                     code=None if event.get("stage") == "ResponseStarted" else code, received=received,
+                    uri=event.get("requestURI", ""),
                 )
         return list(by_id.values())
 
