@@ -12,6 +12,7 @@ from typing import Any
 from volcano_job_webhook import logs, memory
 from volcano_job_webhook.certs.files import CertPaths, ensure_certs
 from volcano_job_webhook.certs.issue import CA_CERT, TLS_CERT, TLS_KEY
+from volcano_job_webhook.certs.reload import CertReloader
 from volcano_job_webhook.certs.secret import SecretFiles
 from volcano_job_webhook.config import ConfigError, WebhookSettings
 
@@ -96,17 +97,8 @@ def run(settings: WebhookSettings) -> None:
     guard, options = server_options(connection_limits(settings), loaded=lambda: source.ready)
     metrics = app.state.metrics
     metrics.registry.register(GuardCollector(guard))
-    server = build_server(
-        app,
-        settings.host,
-        settings.port,
-        paths.cert,
-        paths.key,
-        client_ca_file=settings.client_ca_file,
-        reload_interval=settings.cert_reload_seconds,
-        drain_seconds=settings.drain_seconds,
-        **options,
-    )
+    reloader = CertReloader.from_files(paths.cert, paths.key, settings.client_ca_file, settings.cert_reload_seconds)
+    server = build_server(app, settings.host, settings.port, reloader, drain_seconds=settings.drain_seconds, **options)
     metrics.watch_certificate(server.reloader.expiry_seconds)
     # What start-up made lives as long as the process: the full collections a flood of connections
     # triggers scan only what the flood made (bench/fuzz.py's slow attack, /mutate p99 < 20 ms).
