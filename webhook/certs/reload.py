@@ -173,7 +173,7 @@ class CertReloader:
         except ValueError:
             cert = None
         self.not_after = cert.not_valid_after_utc if cert is not None else None
-        log.info("%s TLS certificate %s: %s", what, self.origin, _describe(cert) if cert is not None else "unparsable certificate")
+        log.info("%s TLS certificate from %s: %s", what, self.origin, _describe(cert) if cert is not None else "unparsable certificate")
 
     def reload_now(self) -> bool:
         """Look at ``read()`` now; True when a different pair was loaded, False when the bytes are the
@@ -223,7 +223,7 @@ class CertReloader:
     def _warn_once(self, about: object, why: str) -> None:
         # A writer that never finishes, or a file left missing, would otherwise log every tick.
         if about != self._failed:
-            log.warning("new TLS certificate/key of %s not loaded (%s); still serving the previous one, will retry",
+            log.warning("new TLS certificate/key from %s not loaded (%s); still serving the previous one, will retry",
                         self.origin, why)
         self._failed = about
 
