@@ -15,6 +15,7 @@ from fastapi.responses import Response
 
 from volcano_job_webhook import logs
 from volcano_job_webhook.certs import ensure_certs
+from volcano_job_webhook.certs.reload import CertReloader
 from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.admission import AdmissionResponse, read_review, review_response
@@ -37,7 +38,7 @@ def main() -> None:
     paths = ensure_certs(certs_dir, "volcano-job-webhook", "volcano-job-webhook")
     # serve's connection limits at their defaults, as in production (guarded listener and protocol).
     _, options = server_options(connection_limits(load_settings()))
-    build_server(app, "127.0.0.1", port, paths.cert, paths.key, **options).run()
+    build_server(app, "127.0.0.1", port, CertReloader.from_files(paths.cert, paths.key), **options).run()
 
 
 if __name__ == "__main__":

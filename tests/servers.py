@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.envtest import wait_until
+from volcano_job_webhook.certs.reload import CertReloader
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits
@@ -66,13 +67,18 @@ def in_thread(server: HTTPSServer) -> Iterator[HTTPSServer]:
         assert not thread.is_alive()
 
 
+def files(certs: Path) -> CertReloader:
+    """A reloader of ``certs``' tls.crt and tls.key, as serve makes for a certs directory."""
+    return CertReloader.from_files(certs / "tls.crt", certs / "tls.key")
+
+
 @contextmanager
 def guarded_webhook(certs: Path, limits: ConnectionLimits, max_body_bytes: int) -> Iterator[tuple[HTTPSServer, ConnectionGuard]]:
     """The real webhook app over the example jobs, served over HTTPS on 127.0.0.1 with ``limits``
     (serve's guarded listener and protocol), in a thread; ``certs`` holds tls.crt and tls.key."""
     app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain(), max_body_bytes=max_body_bytes)
     guard, options = server_options(limits)
-    server = build_server(app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", log_level="warning", **options)
+    server = build_server(app, "127.0.0.1", 0, files(certs), log_level="warning", **options)
     with in_thread(server):
         yield server, guard
 

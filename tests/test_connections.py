@@ -34,7 +34,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tests.conftest import EXAMPLES
 from tests.envtest import wait_until
-from tests.servers import guarded_webhook, post, read_all, read_response, status_of, tls
+from tests.servers import files, guarded_webhook, post, read_all, read_response, status_of, tls
 from volcano_job_webhook.certs import ensure_certs
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
@@ -234,12 +234,12 @@ def test_settings_reach_the_server(certs, monkeypatch):
     limits = connection_limits(load_settings())
     assert (limits.header_timeout, limits.max_connections) == (0.5, 7)
     guard, options = server_options(limits)
-    server = build_server(lambda scope, receive, send: None, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", **options)
+    server = build_server(lambda scope, receive, send: None, "127.0.0.1", 0, files(certs), **options)
     assert server.guard is guard and guard.limits is limits
     assert server.config.http is guard.protocol and issubclass(guard.protocol, GuardedHttpToolsProtocol) and guard.protocol.guard is guard
     assert server.config.ws == "none" and server.config.timeout_keep_alive == limits.idle_timeout
     with pytest.raises(TypeError, match="timeout_keep_alive"):
-        build_server(lambda scope, receive, send: None, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", timeout_keep_alive=5)
+        build_server(lambda scope, receive, send: None, "127.0.0.1", 0, files(certs), timeout_keep_alive=5)
     with pytest.raises(ValueError, match="at least max_body_bytes"):
         load_settings(max_body_bytes=2_000_000, max_buffered_body_bytes=1_000_000)
     json.dumps(limits.__dict__)
@@ -353,7 +353,7 @@ def test_after_sigterm_each_answer_closes_its_connection_until_the_server_stops(
     (so the API server does not reuse a connection the server is about to close under it), and
     stops ``drain_seconds`` later."""
     app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain())
-    server = build_server(app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", log_level="warning", drain_seconds=1.0)
+    server = build_server(app, "127.0.0.1", 0, files(certs), log_level="warning", drain_seconds=1.0)
     request = b"GET /healthz HTTP/1.1\r\nHost: webhook\r\n\r\n"
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

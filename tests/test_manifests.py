@@ -71,11 +71,10 @@ from tests.manifests_util import (
 IMAGE = "ghcr.io/volcano-job-webhook/volcano-job-webhook:0.1.0"
 CERTS_SECRET = "volcano-job-webhook-tls"
 CA_SECRET = "volcano-job-webhook-ca"
-CERTS_DIR = "/tmp/certs"  # serve writes the Secret's files there (certs_from_secret), in the /tmp emptyDir
 UID = 65532
 ALL_VARIANTS = [*VARIANTS, "default"]
 
-WEBHOOK_ARGS = ["serve", "--port=8443", f"--certs-dir={CERTS_DIR}", "--job-source=kube"]
+WEBHOOK_ARGS = ["serve", "--port=8443", "--job-source=kube"]
 RECONCILER_ARGS = [
     "reconcile", "--health-port=8081", "--leader-elect",
     "--lease-name=volcano-job-webhook-reconciler", "--lease-namespace=volcano-job-webhook",
@@ -129,7 +128,7 @@ REGISTRATION_GRANTS = {
     *(Grant(NAMESPACE, "discovery.k8s.io", "endpointslices", v, frozenset()) for v in ("list", "watch")),
     *(Grant(NAMESPACE, "", "secrets", v, frozenset({CERTS_SECRET})) for v in ("list", "watch")),
 }
-SERVING_SECRET_GRANT = Grant(NAMESPACE, "", "secrets", "get", frozenset({CERTS_SECRET}))
+SERVING_SECRET_GRANTS = {Grant(NAMESPACE, "", "secrets", v, frozenset({CERTS_SECRET})) for v in ("list", "watch")}
 CERTIFICATE_GRANTS = {
     Grant(NAMESPACE, "", "secrets", "create", frozenset()),
     *(Grant(NAMESPACE, "", "secrets", v, frozenset({CERTS_SECRET, CA_SECRET})) for v in ("get", "update")),
@@ -148,9 +147,9 @@ def registration_grants(variant: str) -> set[Grant]:
 
 
 # The webhook alone (`serve --job-source=kube`): its Job cache and the GET of a Job not cached yet,
-# and of an opted-in workload (never cached); the GET of its serving certificate (certs_from_secret).
+# and of an opted-in workload (never cached); the watch of its serving certificate (certs_from_secret).
 EXPECTED_WEBHOOK_ONLY_PERMISSIONS = {("batch.volcano.sh", "jobs", v) for v in ("get", "list", "watch")} | {
-    ("batch", "jobs", "get"), ("jobset.x-k8s.io", "jobsets", "get"), ("", "secrets", "get")}
+    ("batch", "jobs", "get"), ("jobset.x-k8s.io", "jobsets", "get"), ("", "secrets", "list"), ("", "secrets", "watch")}
 
 
 def expected_permissions(variant: str, process: str = "both") -> set[tuple[str, str, str]]:
@@ -609,13 +608,11 @@ def test_pod_disruption_budget(default: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize("variant", ALL_VARIANTS)
 def test_serve_reads_its_certificate_from_the_secret(variant: str, variants: dict[str, list[dict[str, Any]]]) -> None:
-    """No Secret volume a Pod would wait for in ContainerCreating: serve reads the serving Secret
-    through the API (certs_from_secret) into its certs dir, which is in the writable /tmp emptyDir."""
+    """No Secret volume a Pod would wait for in ContainerCreating: serve watches the serving Secret
+    through the API (certs_from_secret)."""
     objects = variants[variant]
     webhook = container(objects, "webhook")
     assert webhook["args"] == WEBHOOK_ARGS
-    (tmp,) = [m for m in webhook["volumeMounts"] if m["mountPath"] == "/tmp"]
-    assert CERTS_DIR.startswith("/tmp/") and not tmp.get("readOnly")
     config = settings(objects)
     assert config["certs_from_secret"] is True and config["tls_secret"] == CERTS_SECRET
     for label, pod in pod_specs(objects):
@@ -758,7 +755,7 @@ def split_checks(objects: list[dict[str, Any]], combined: list[dict[str, Any]], 
     # (but its own serving certificate, by name, in this namespace).
     webhook_grants = rbac_grants(objects, SERVICE_ACCOUNT)
     assert {(g.api_group, g.resource, g.verb) for g in webhook_grants} == expected_permissions(variant, "webhook")
-    assert [g for g in webhook_grants if g.resource == "secrets"] == [SERVING_SECRET_GRANT]
+    assert {g for g in webhook_grants if g.resource == "secrets"} == SERVING_SECRET_GRANTS
     assert {(g.api_group, g.resource, g.verb) for g in rbac_grants(objects, RECONCILER_SERVICE_ACCOUNT)} == expected_permissions(variant, "reconciler")
     # The registration (and the certificates it registers) are the reconciler's.
     assert narrowed(rbac_grants(objects, RECONCILER_SERVICE_ACCOUNT)) == registration_grants(variant)
@@ -812,7 +809,7 @@ def test_container_arguments_parse_with_the_cli(variants: dict[str, list[dict[st
                 args = parser.parse_args(c["args"])
                 assert args.command == c["args"][0]
     args = parser.parse_args(WEBHOOK_ARGS)
-    assert (args.port, str(args.certs_dir), args.job_source) == (8443, CERTS_DIR, "kube")
+    assert (args.port, args.certs_dir, args.job_source) == (8443, None, "kube")
     args = parser.parse_args(RECONCILER_ARGS)
     assert (args.health_port, args.leader_elect, args.lease_namespace) == (8081, True, NAMESPACE)
 
@@ -913,7 +910,7 @@ def test_leases_and_the_registration_are_narrowed_and_the_rest_cluster_wide(
             assert grant.namespace is None and not grant.resource_names, grant
     registers = variant not in SPLIT_VARIANTS or account == RECONCILER_SERVICE_ACCOUNT
     serves = variant not in SPLIT_VARIANTS or account == SERVICE_ACCOUNT
-    assert narrowed(grants) == (registration_grants(variant) if registers else set()) | ({SERVING_SECRET_GRANT} if serves else set())
+    assert narrowed(grants) == (registration_grants(variant) if registers else set()) | (SERVING_SECRET_GRANTS if serves else set())
     assert bool([g for g in grants if g.resource == "leases"]) == registers
 
 

@@ -54,7 +54,7 @@ from tests.kustomize import DEFAULT_VARIANT, build_variant, kubectl_or_skip
 from tests.manifests_util import rbac_permissions, settings, webhook_configurations
 from tests.test_reconciler import events, objects
 from volcano_job_webhook.certs.cluster import sync as certs_sync
-from volcano_job_webhook.certs.secret import SecretFiles
+from volcano_job_webhook.certs.secret import ServingSecret
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins import Chain
@@ -69,11 +69,11 @@ LEASE = ("volcano-job-webhook-reconciler", "volcano-job-webhook")
 CONFIGURATIONS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
-def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, serve_api: client.ApiClient, certs_dir: Path) -> None:
+def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, serve_api: client.ApiClient) -> None:
     """The reconciler's registration and self-managed certificates through ``api``, with the default
     variant's settings: the certificates made (and renewed, a year on), a ready endpoint of the
     Service, both configurations registered and one repaired; and serve's read of its certificate
-    (certs_from_secret, into ``certs_dir``) through ``serve_api``. Each configuration selects a namespace that does not
+    (certs_from_secret: its watch, which sees the renewal) through ``serve_api``. Each configuration selects a namespace that does not
     exist, so nothing on a shared server ever calls it; they are deleted at the end (by ``admin``:
     the reconciler never deletes one)."""
     install = build_variant(DEFAULT_VARIANT)
@@ -93,6 +93,7 @@ def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, serv
     registrar = Registrar(manager, Rest(api), templates, ns, tls, config["registration_owner"], certificates=certificates)
     manager.start()
     manager.lead()
+    serving = ServingSecret(serve_api, ns, tls)  # serve's watch of its certificate
 
     def mutating() -> dict[str, Any]:
         found = read(admin, "admissionregistration.k8s.io/v1", templates[0]["kind"], templates[0]["metadata"]["name"])
@@ -101,13 +102,15 @@ def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, serv
 
     try:
         wait_until(lambda: registrar.registered == {(t["kind"], t["metadata"]["name"]) for t in templates}, 20, "both registered")
-        assert SecretFiles(serve_api, ns, tls, certs_dir).sync(), "serve's certificate, read through the API"
+        first = wait_until(lambda: serving.pair, 10, "serve's certificate, watched through the API")
         certificates(now=datetime.now(UTC) + timedelta(days=300))  # due for renewal: the Secret updated in place
+        wait_until(lambda: serving.pair != first, 10, "the renewal, seen by serve's watch")
         loosened = mutating()
         loosened["webhooks"][0]["timeoutSeconds"] = 29
         replace(admin, loosened)
         wait_until(lambda: mutating()["webhooks"][0]["timeoutSeconds"] != 29, 10, "the drift repaired")
     finally:
+        serving.informer.stop()
         manager.stop()
         for template in templates:
             delete(admin, "admissionregistration.k8s.io/v1", template["kind"], template["metadata"]["name"])
@@ -189,7 +192,7 @@ def exercise(server: EnvTest, webhook_user: str, reconciler_user: str, workdir: 
         # An opted-in workload's Pods: the webhook GETs the workload.
         assert asyncio.run(source.get(namespace, "idx", None, BATCH_JOB)) is not None
         assert asyncio.run(source.get(namespace, "js", None, JOBSET)) is not None
-        register_as_the_install(admin, server.api_client(reconciler_user), server.api_client(webhook_user), workdir)
+        register_as_the_install(admin, server.api_client(reconciler_user), server.api_client(webhook_user))
     finally:
         source.stop()
         reconciler.stop()
@@ -239,8 +242,8 @@ def test_split_identities_cover_exactly_what_each_process_calls(tmp_path: Path) 
         since = exercise(server, webhook_sa, reconciler_sa, tmp_path)
         for user in (webhook_sa, reconciler_sa):
             assert used_permissions(server, user, since) == rbac_permissions(user, "split"), user
-    # The webhook's Secret reads are its own certificate's, by name (tests/test_manifests.py).
-    assert {(g, r, v) for g, r, v in rbac_permissions(webhook_sa, "split") if r == "secrets"} == {("", "secrets", "get")}
+    # The webhook's Secret reads are the watch of its own certificate, by name (tests/test_manifests.py): no GET.
+    assert {(g, r, v) for g, r, v in rbac_permissions(webhook_sa, "split") if r == "secrets"} == {("", "secrets", "list"), ("", "secrets", "watch")}
 
 
 def indexed_workload(namespace: str) -> dict:

@@ -23,7 +23,6 @@ import yaml
 from tests.apiserver import FakeApiServer, ResourceType
 from tests.envtest import wait_until
 from volcano_job_webhook.certs.cluster import WEBHOOK_CONFIGURATIONS, sync
-from volcano_job_webhook.certs.secret import SecretFiles
 from volcano_job_webhook.config import ConfigError
 from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.reconciler.manager import Manager
@@ -203,21 +202,3 @@ def test_self_managed_certificates_are_made_first_and_trusted_by_the_registratio
         cluster.clear_requests()
         time.sleep(0.5)
         assert writes(cluster) == [], "not due again for a minute: no certificate work, nothing written"
-
-
-def test_serve_follows_the_serving_secret_into_its_certificates_directory(cluster: FakeApiServer, tmp_path: Path) -> None:
-    follower = SecretFiles(cluster.api_client(), NS, SECRET, tmp_path / "certs", interval=0.05)
-    assert follower.wait(timeout=0) is False and not (tmp_path / "certs").exists()
-    cluster.put_object({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": NS}, "type": "kubernetes.io/tls",
-                        "data": {k: base64.b64encode(v).decode() for k, v in {"ca.crt": CA, "tls.crt": b"cert", "tls.key": b"key"}.items()}})
-    assert follower.wait(timeout=5)
-    assert (tmp_path / "certs" / "tls.crt").read_bytes() == b"cert" and (tmp_path / "certs" / "ca.crt").read_bytes() == CA
-    assert (tmp_path / "certs" / "tls.key").stat().st_mode & 0o777 == 0o600
-    follower.start()
-    try:
-        renewed = cluster.get_object("secrets", SECRET, NS)
-        renewed["data"]["tls.crt"] = base64.b64encode(b"renewed").decode()
-        cluster.put_object({**renewed, "apiVersion": "v1", "kind": "Secret"})
-        wait_until(lambda: (tmp_path / "certs" / "tls.crt").read_bytes() == b"renewed", 5, "the renewed certificate on disk")
-    finally:
-        follower.stop()

@@ -32,7 +32,7 @@ from prometheus_client import generate_latest
 
 from tests.conftest import EXAMPLES, ROOT
 from tests.envtest import wait_until
-from tests.servers import in_thread
+from tests.servers import files, in_thread
 from volcano_job_webhook.certs import ensure_certs, generate_ca, generate_serving_cert
 from volcano_job_webhook.certs.reload import CertReloader, make_server_context
 from volcano_job_webhook.server.https import HTTPSServer, ListenError, build_server
@@ -70,8 +70,8 @@ def client_cert(ca_pem: bytes, ca_key_pem: bytes) -> tuple[bytes, bytes]:
 def running(certs: Path, app: Any = tiny_app, client_ca: Path | None = None, interval: float = 3600.0) -> Iterator[HTTPSServer]:
     """The server on 127.0.0.1, an ephemeral port (``server.port``), in a thread; stopped on exit.
     The default interval is long so only ``reload_now()`` reloads unless a test asks for polling."""
-    server = build_server(app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", client_ca_file=client_ca,
-                          reload_interval=interval, log_level="warning", lifespan="off" if app is tiny_app else "auto")
+    reloader = CertReloader.from_files(certs / "tls.crt", certs / "tls.key", client_ca, interval)
+    server = build_server(app, "127.0.0.1", 0, reloader, log_level="warning", lifespan="off" if app is tiny_app else "auto")
     with in_thread(server):
         yield server
 
@@ -300,19 +300,19 @@ def test_half_written_mismatched_or_missing_pairs_are_ignored_then_retried(certs
 
 def test_reloader_without_a_server(certs):
     """Off any loop, reload_now works directly; touching files without new content is no reload."""
-    reloader = CertReloader(certs / "tls.crt", certs / "tls.key", interval=1)
+    reloader = CertReloader.from_files(certs / "tls.crt", certs / "tls.key", interval=1)
     cert = (certs / "tls.crt").read_bytes()
     (certs / "tls.crt").write_bytes(cert)  # new mtime, same content
     assert reloader.reload_now() is False and reloader.reloads == 0
     swap_in_new_cert(certs)
     assert reloader.reload_now() is True and reloader.reload_now() is False
     with pytest.raises(FileNotFoundError, match=r"absent\.crt"):
-        CertReloader(certs / "absent.crt", certs / "tls.key")
+        CertReloader.from_files(certs / "absent.crt", certs / "tls.key")
 
 
 def test_ssl_keywords_are_refused(certs):
     with pytest.raises(TypeError, match="ssl_certfile"):
-        build_server(tiny_app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", ssl_certfile="x")
+        build_server(tiny_app, "127.0.0.1", 0, files(certs), ssl_certfile="x")
 
 
 class Lifetime:
@@ -331,8 +331,7 @@ class Lifetime:
 
 def test_the_reloaders_watch_and_the_background_tasks_run_while_it_serves(certs):
     background = Lifetime()
-    server = build_server(tiny_app, "127.0.0.1", 0, certs / "tls.crt", certs / "tls.key", log_level="warning",
-                          lifespan="off", background=[background])
+    server = build_server(tiny_app, "127.0.0.1", 0, files(certs), log_level="warning", lifespan="off", background=[background])
     with in_thread(server):
         task = server.reloader._task
         assert task is not None and not task.done(), "the reloader's watch is not running"
@@ -348,8 +347,7 @@ def test_a_port_already_taken_is_a_listen_error_before_anything_starts(certs):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = build_server(tiny_app, "127.0.0.1", port, certs / "tls.crt", certs / "tls.key", log_level="warning",
-                              background=[background])
+        server = build_server(tiny_app, "127.0.0.1", port, files(certs), log_level="warning", background=[background])
         with pytest.raises(ListenError) as raised:
             server.run()
     assert str(raised.value) == (f"cannot listen on 127.0.0.1:{port}: the address is already in use (another process "
@@ -408,7 +406,7 @@ def test_reload_without_memfd_uses_a_private_temporary_directory(certs, monkeypa
     import volcano_job_webhook.certs.reload as reload
 
     monkeypatch.setattr(reload, "_memory_files", lambda blobs: None)
-    reloader = CertReloader(certs / "tls.crt", certs / "tls.key")
+    reloader = files(certs)
     new = swap_in_new_cert(certs)
     assert reloader.reload_now() is True
     assert reloader.reloads == 1 and new == serial_of(certs / "tls.crt")
@@ -469,7 +467,7 @@ def test_the_expiry_metric_follows_each_reload(certs):
     files = secret_files(certs, days=3650)
     for name, blob in files.items():
         (certs / name).write_bytes(blob)
-    reloader = CertReloader(certs / "tls.crt", certs / "tls.key", clock=lambda: now)
+    reloader = CertReloader.from_files(certs / "tls.crt", certs / "tls.key", clock=lambda: now)
     metrics = WebhookMetrics()
     assert "volcano_webhook_certificate_expiry_seconds" not in generate_latest(metrics.registry).decode(), \
         "no certificate, no series (a 0 would read as expired)"

@@ -35,7 +35,7 @@ class WebhookSettings(BaseSettings):
     port: int = Field(8443, ge=1, le=65535, description="HTTPS port")
     certs_dir: Path = Field(Path("certs"), description="directory with ca.crt, tls.crt and tls.key")
     client_ca_file: Path | None = Field(None, description="require client certificates signed by this CA")
-    cert_reload_seconds: float = Field(10.0, gt=0, description="how often to look for renewed certificates")
+    cert_reload_seconds: float = Field(10.0, gt=0, description="how often to look for renewed certificate files in certs_dir")
     service_name: str = Field("volcano-job-webhook", description="Service name put in the serving certificate")
     service_namespace: str = Field("volcano-job-webhook", description="its namespace")
 
@@ -84,7 +84,7 @@ class WebhookSettings(BaseSettings):
         None, description="Secret of the self-managed CA reconcile keeps with tls_secret; none: another issuer writes tls_secret",
     )
     certs_from_secret: bool = Field(
-        False, description="serve reads its certificate from tls_secret through the API (into certs_dir) rather than from files",
+        False, description="serve watches tls_secret through the API and serves each certificate it holds, rather than files",
     )
 
     # The reconciler (webhook/reconciler/): read by reconcile.

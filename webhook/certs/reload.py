@@ -1,12 +1,14 @@
 """The webhook's one ``SSLContext`` (TLS 1.2 or newer, forward-secret AEAD ciphers only), reloaded
-in place when the certificate files change, so a renewal needs no restart and fails no request; and
-the served certificate's expiry. No HTTP here: :mod:`volcano_job_webhook.server.https` serves it.
+in place when its source gives a new certificate — the serving Secret's watch (:mod:`.secret`), or
+files looked at every few seconds — so a renewal needs no restart and fails no request; and the
+served certificate's expiry. No HTTP here: :mod:`volcano_job_webhook.server.https` serves it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import ssl
@@ -19,6 +21,8 @@ from pathlib import Path
 from cryptography import x509
 
 log = logging.getLogger(__name__)
+
+Pair = tuple[bytes, bytes]  # a certificate (chain) and its key, PEM
 
 # Mozilla "intermediate" for TLS 1.2: ECDHE with AES-GCM or ChaCha20-Poly1305, for ECDSA and RSA
 # certificates (cert-manager's may be RSA). TLS 1.3's suites are all AEAD already.
@@ -95,7 +99,7 @@ def _pinned_files(*blobs: bytes) -> Iterator[list[str]]:
         yield paths
 
 
-def _read_pair(cert_file: Path, key_file: Path) -> tuple[bytes, bytes] | None:
+def _read_pair(cert_file: Path, key_file: Path) -> Pair | None:
     """Both files' bytes (symlinks followed, as the kubelet's ``..data`` swap needs), or None while one is missing."""
     try:
         return cert_file.read_bytes(), key_file.read_bytes()
@@ -115,12 +119,14 @@ def _describe(cert: x509.Certificate) -> str:
 
 
 class CertReloader:
-    """Owns the ``ssl.SSLContext`` the HTTPS server serves with and keeps it serving the pair on
-    disk: when their bytes change, the pair is loaded into a scratch context and, only if that
-    succeeds, into the live one (new handshakes get it, open connections keep theirs); a
-    half-written, missing or mismatched pair is ignored until a later look.
+    """Owns the ``ssl.SSLContext`` the HTTPS server serves with and keeps it serving the pair that
+    ``read`` gives: when its bytes change, the pair is loaded into a scratch context and, only if that
+    succeeds, into the live one (new handshakes get it, open connections keep theirs); a half-written,
+    missing or mismatched pair is ignored until a later look. ``read`` is looked at on
+    :meth:`reload_now` — what the Secret's watch calls on each change — and, with an ``interval``,
+    that often (files, whose changes nothing announces).
 
-    The watch runs on the server's loop (:meth:`start`, :meth:`stop`), and :meth:`reload_now` from
+    The poll runs on the server's loop (:meth:`start`, :meth:`stop`), and :meth:`reload_now` from
     another thread is handed to it, because ``load_cert_chain`` replaces the certificate and then
     the key: on the loop, where handshakes start, none can start between the two. The client CA is
     loaded once (OpenSSL cannot remove a trust anchor from a context): rotating it needs a restart.
@@ -128,20 +134,21 @@ class CertReloader:
 
     def __init__(
         self,
-        cert_file: str | os.PathLike[str],
-        key_file: str | os.PathLike[str],
+        read: Callable[[], Pair | None],
+        origin: str,
         client_ca_file: str | os.PathLike[str] | None = None,
-        interval: float = 10.0,
+        interval: float | None = None,
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        """Load the pair now; ``ssl.SSLError``/``OSError`` when it does not load."""
-        self.cert_file, self.key_file = Path(cert_file), Path(key_file)
+        """Load ``read()``'s pair now (``origin`` names where it comes from in logs);
+        ``FileNotFoundError`` when there is none, ``ssl.SSLError``/``OSError`` when it does not load."""
+        self.read, self.origin = read, origin
         self.interval = interval
         self.clock = clock
-        pair = _read_pair(self.cert_file, self.key_file)
+        pair = read()
         if pair is None:
-            raise FileNotFoundError(f"TLS certificate or key missing: {self.cert_file}, {self.key_file}")
+            raise FileNotFoundError(f"TLS certificate or key missing: {origin}")
         with _pinned_files(*pair) as (cert_path, key_path):
             self.context = make_server_context(cert_path, key_path, client_ca_file)
         self._serve(pair, "serving")
@@ -151,17 +158,25 @@ class CertReloader:
         self._task: asyncio.Task[None] | None = None
         self.reloads = 0
 
-    def _serve(self, pair: tuple[bytes, bytes], what: str) -> None:
+    @classmethod
+    def from_files(cls, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str],
+                   client_ca_file: str | os.PathLike[str] | None = None, interval: float = 10.0,
+                   *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> CertReloader:
+        """The pair in two files (a certs directory, a mounted Secret), looked at every ``interval`` seconds."""
+        read = functools.partial(_read_pair, Path(cert_file), Path(key_file))
+        return cls(read, os.fspath(cert_file), client_ca_file, interval, clock=clock)
+
+    def _serve(self, pair: Pair, what: str) -> None:
         self._loaded = pair
         try:
             cert: x509.Certificate | None = x509.load_pem_x509_certificate(pair[0])
         except ValueError:
             cert = None
         self.not_after = cert.not_valid_after_utc if cert is not None else None
-        log.info("%s TLS certificate %s: %s", what, self.cert_file, _describe(cert) if cert is not None else "unparsable certificate")
+        log.info("%s TLS certificate from %s: %s", what, self.origin, _describe(cert) if cert is not None else "unparsable certificate")
 
     def reload_now(self) -> bool:
-        """Look at the files now; True when a different pair was loaded, False when the bytes are the
+        """Look at ``read()`` now; True when a different pair was loaded, False when the bytes are the
         same or the new pair does not load. Safe from any thread."""
         loop = self._loop
         try:
@@ -178,7 +193,7 @@ class CertReloader:
 
     def _reload(self) -> bool:
         with self._lock:
-            pair = _read_pair(self.cert_file, self.key_file)
+            pair = self.read()
             if pair is None:
                 self._warn_once("missing", "missing or unreadable")
                 return False
@@ -208,28 +223,27 @@ class CertReloader:
     def _warn_once(self, about: object, why: str) -> None:
         # A writer that never finishes, or a file left missing, would otherwise log every tick.
         if about != self._failed:
-            log.warning("new TLS certificate/key in %s not loaded (%s); still serving the previous one, will retry",
-                        self.cert_file.parent, why)
+            log.warning("new TLS certificate/key from %s not loaded (%s); still serving the previous one, will retry",
+                        self.origin, why)
         self._failed = about
 
-    async def run(self) -> None:
-        """Look for changed files every ``interval`` seconds until cancelled; an error is logged and the watch goes on."""
+    async def run(self, interval: float) -> None:
+        """Look at ``read()`` every ``interval`` seconds until cancelled; an error is logged and the poll goes on."""
         while True:
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(interval)
             try:
                 self._reload()
             except Exception:
-                log.exception("TLS certificate watch failed; retrying in %ss", self.interval)
+                log.exception("TLS certificate poll failed; retrying in %ss", interval)
 
     def start(self) -> None:
-        """Start watching on the running loop (call from inside it); idempotent."""
-        loop = asyncio.get_running_loop()
-        if self._task is None or self._task.done():
-            self._loop = loop
-            self._task = loop.create_task(self.run(), name="tls-cert-reloader")
+        """Reload on the running loop from now on (call from inside it), polling with an ``interval``; idempotent."""
+        self._loop = asyncio.get_running_loop()
+        if self.interval is not None and (self._task is None or self._task.done()):
+            self._task = self._loop.create_task(self.run(self.interval), name="tls-cert-reloader")
 
     async def stop(self) -> None:
-        """Stop watching; the context keeps serving the last loaded certificate."""
+        """Stop polling; the context keeps serving the last loaded certificate."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

@@ -1,82 +1,68 @@
-"""The serving Secret as files: ``serve`` follows a ``kubernetes.io/tls`` Secret through the API
-into its certificates directory, where the reloader (:mod:`.reload`) picks them up. Not a mounted
-volume: in the one-Pod install the reconciler beside the webhook makes the Secret, and the kubelet
-fills an optional volume only at its next sync of the Pod, a minute or more later.
+"""The serving Secret, watched: ``serve`` lists and watches the one ``kubernetes.io/tls`` Secret by
+name (the :class:`~volcano_job_webhook.kube.informer.Informer`, with a ``metadata.name`` field
+selector so that RBAC can grant it by name) and hands each new ``tls.crt`` and ``tls.key`` to the
+served context (:class:`.reload.CertReloader`), as Kyverno's informers feed its TLS config: a
+renewal is served as soon as its watch event arrives, and nothing is asked of the API server
+between renewals. Not a mounted volume: in the one-Pod install the reconciler beside the webhook
+makes the Secret, and the kubelet fills an optional volume only at its next sync of the Pod, a
+minute or more later.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+import os
 import threading
-from pathlib import Path
+from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
-from volcano_job_webhook.kube.rest import Rest
+from volcano_job_webhook.kube.informer import Informer
+from volcano_job_webhook.kube.records import ObjectRecord
 from volcano_job_webhook.plugins.kinds import SECRET
 
-from .files import write_changed
-from .issue import CA_CERT, TLS_CERT, TLS_KEY
+from .issue import TLS_CERT, TLS_KEY
+from .reload import CertReloader, Pair
 
 log = logging.getLogger(__name__)
 
 
-class SecretFiles:
-    """Keeps ``certs_dir`` holding what Secret ``namespace/name`` holds, polling every ``interval`` seconds."""
+def _record(secret: dict[str, Any]) -> ObjectRecord:
+    # The pair only: the Secret's other keys are not serve's to hold.
+    data = secret.get("data") or {}
+    return ObjectRecord({"metadata": secret.get("metadata") or {}, "data": {name: data.get(name) for name in (TLS_CERT, TLS_KEY)}})
 
-    def __init__(self, api: client.ApiClient, namespace: str, name: str, certs_dir: Path, interval: float = 10.0) -> None:
-        self.rest = Rest(api, timeout=10)
-        self.namespace, self.name = namespace, name
-        self.certs_dir = Path(certs_dir)
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="serving-secret", daemon=True)
 
-    @property
-    def secret(self) -> str:
-        return f"{self.namespace}/{self.name}"
+class ServingSecret:
+    """Secret ``namespace/name``, watched from construction; :meth:`follow` waits for its first
+    certificate and serves it and every later one."""
 
-    def sync(self) -> bool:
-        """Write what the Secret holds where it differs (key before certificate, as a watcher of
-        ``tls.crt`` expects); whether the directory now holds a certificate and its key."""
-        secret = self.rest.get(SECRET, self.namespace, self.name)
-        if secret is None:
-            return False
-        data = {key: base64.b64decode(value) for key, value in (secret.get("data") or {}).items()}
-        if not data.get(TLS_CERT) or not data.get(TLS_KEY):
-            return False
-        if TLS_CERT in write_changed(self.certs_dir, {name: data[name] for name in (TLS_KEY, CA_CERT, TLS_CERT) if name in data}):
-            log.info("serving certificate from Secret %s written to %s", self.secret, self.certs_dir / TLS_CERT)
-        return True
+    def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
+        self.name = f"{namespace}/{name}"
+        self.pair: Pair | None = None  # the Secret's last complete pair
+        self.reloader: CertReloader | None = None
+        self._given = threading.Event()
+        self.informer = Informer(api, SECRET, [namespace], transform=_record, field_selector=f"metadata.name={name}")
+        self.informer.add_event_handler(self._changed)
+        self.informer.start()
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the Secret has given a certificate (True), or ``timeout`` or :meth:`stop` (False)."""
-        waited = 0.0
-        while not self._stop.is_set():
-            try:
-                if self.sync():
-                    return True
-                log.info("waiting for the serving certificate in Secret %s", self.secret)
-            except (ApiException, OSError) as exc:
-                log.warning("reading Secret %s: %s", self.secret, getattr(exc, "reason", None) or exc)
-            if timeout is not None and waited >= timeout:
-                return False
-            self._stop.wait(1.0)
-            waited += 1.0
-        return False
+    def _changed(self, event: str, record: ObjectRecord) -> None:
+        data = record.object["data"]
+        if event == "DELETED" or not data[TLS_CERT] or not data[TLS_KEY]:
+            # The reconciler or cert-manager makes it again; meanwhile what is served stays valid.
+            log.warning("Secret %s %s; still serving the certificate it held", self.name,
+                        "deleted" if event == "DELETED" else "has no tls.crt or tls.key")
+            return
+        self.pair = base64.b64decode(data[TLS_CERT]), base64.b64decode(data[TLS_KEY])
+        self._given.set()
+        if self.reloader is not None:
+            self.reloader.reload_now()
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.sync()
-            except (ApiException, OSError) as exc:
-                # The files on disk keep being served: a renewal is days ahead of expiry.
-                log.warning("reading Secret %s: %s", self.secret, getattr(exc, "reason", None) or exc)
+    def follow(self, client_ca_file: str | os.PathLike[str] | None = None) -> CertReloader:
+        """Block until the Secret holds a certificate, then serve it and each renewal from its watch."""
+        while not self._given.wait(10.0):
+            log.info("waiting for the serving certificate in Secret %s", self.name)
+        self.reloader = CertReloader(lambda: self.pair, f"Secret {self.name}", client_ca_file)
+        self.reloader.reload_now()  # a change that came while it was being made
+        return self.reloader

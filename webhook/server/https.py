@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import errno
 import logging
-import os
 import socket
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -143,26 +142,22 @@ def build_server(
     app: Any,
     host: str,
     port: int,
-    cert_file: str | os.PathLike[str],
-    key_file: str | os.PathLike[str],
+    reloader: CertReloader,
     *,
     guard: ConnectionGuard | None = None,
-    client_ca_file: str | os.PathLike[str] | None = None,
-    reload_interval: float = 10.0,
     log_config: dict[str, Any] | str | None = None,
     background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
     drain_seconds: float = 0.0,
     **uvicorn_kwargs: Any,
 ) -> HTTPSServer:
-    """A configured, not yet started, HTTPS-only uvicorn server for ``app``, clients bounded by
-    ``guard``; TLS and the HTTP protocol are set here only (their uvicorn keywords are refused).
-    Raises ``ssl.SSLError``/``OSError`` when the certificate pair or the client CA does not load."""
+    """A configured, not yet started, HTTPS-only uvicorn server for ``app`` over ``reloader``'s context,
+    clients bounded by ``guard``; TLS and the HTTP protocol are set here only (their uvicorn keywords
+    are refused)."""
     ours = sorted(k for k in uvicorn_kwargs if k.startswith("ssl_") or k in ("http", "ws", "timeout_keep_alive"))
     if ours:
         raise TypeError(f"TLS and the HTTP protocol are configured by build_server itself; unexpected {', '.join(ours)}")
     if guard is None:
         guard = ConnectionGuard(ConnectionLimits())
-    reloader = CertReloader(cert_file, key_file, client_ca_file, reload_interval)
     uvicorn_kwargs.setdefault("timeout_graceful_shutdown", 10)
     config = uvicorn.Config(
         Draining(app) if drain_seconds > 0 else app,

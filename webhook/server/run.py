@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from volcano_job_webhook import logs, memory
-from volcano_job_webhook.certs.files import CertPaths, ensure_certs
-from volcano_job_webhook.certs.issue import CA_CERT, TLS_CERT, TLS_KEY
-from volcano_job_webhook.certs.secret import SecretFiles
+from volcano_job_webhook.certs.files import ensure_certs
+from volcano_job_webhook.certs.reload import CertReloader
+from volcano_job_webhook.certs.secret import ServingSecret
 from volcano_job_webhook.config import ConfigError, WebhookSettings
 
 from .app import create_app
@@ -68,16 +68,18 @@ def server_options(limits: ConnectionLimits, loaded: Callable[[], bool] = lambda
     return guard, {"guard": guard, "background": [trimmer.run, pacer.run]}
 
 
-def certs_from_secret(settings: WebhookSettings) -> CertPaths:
-    """The serving Secret (``tls_secret``) followed into ``certs_dir`` from now on, once it holds a certificate."""
-    from volcano_job_webhook.kube.rest import api_client
+def certificates(settings: WebhookSettings) -> CertReloader:
+    """The served certificate: Secret ``tls_secret`` followed by its watch (``certs_from_secret``), or
+    the files of ``certs_dir`` (made first when missing: the development CA; or a mounted Secret,
+    which the kubelet updates) looked at every ``cert_reload_seconds``."""
+    if settings.certs_from_secret:
+        from volcano_job_webhook.kube.rest import api_client
 
-    follower = SecretFiles(api_client(settings.kubeconfig), settings.service_namespace, settings.tls_secret,
-                           settings.certs_dir, interval=settings.cert_reload_seconds)
-    follower.wait()
-    follower.start()
-    certs = settings.certs_dir
-    return CertPaths(certs / CA_CERT, certs / TLS_CERT, certs / TLS_KEY, created=False)
+        return ServingSecret(api_client(settings.kubeconfig), settings.service_namespace, settings.tls_secret).follow(settings.client_ca_file)
+    paths = ensure_certs(settings.certs_dir, settings.service_name, settings.service_namespace)
+    log.info("serving certificate %s; CA bundle for the webhook registration: %s", paths.cert, paths.ca_cert)
+    print(f"CA bundle: {paths.ca_cert}", flush=True)
+    return CertReloader.from_files(paths.cert, paths.key, settings.client_ca_file, settings.cert_reload_seconds)
 
 
 def run(settings: WebhookSettings) -> None:
@@ -85,28 +87,13 @@ def run(settings: WebhookSettings) -> None:
     logs.configure(settings.log_level)
     memory.configure(malloc_arenas=2, paced=True)  # before any thread starts
     source = make_source(settings)
-    if settings.certs_from_secret:
-        paths = certs_from_secret(settings)
-    else:
-        paths = ensure_certs(settings.certs_dir, settings.service_name, settings.service_namespace)
-        log.info("serving certificate %s; CA bundle for the webhook registration: %s", paths.cert, paths.ca_cert)
-        print(f"CA bundle: {paths.ca_cert}", flush=True)
+    reloader = certificates(settings)
     app = create_app(source, settings.chain(), max_body_bytes=settings.max_body_bytes,
                      audit=settings.enforcement == "audit")
     guard, options = server_options(connection_limits(settings), loaded=lambda: source.ready)
     metrics = app.state.metrics
     metrics.registry.register(GuardCollector(guard))
-    server = build_server(
-        app,
-        settings.host,
-        settings.port,
-        paths.cert,
-        paths.key,
-        client_ca_file=settings.client_ca_file,
-        reload_interval=settings.cert_reload_seconds,
-        drain_seconds=settings.drain_seconds,
-        **options,
-    )
+    server = build_server(app, settings.host, settings.port, reloader, drain_seconds=settings.drain_seconds, **options)
     metrics.watch_certificate(server.reloader.expiry_seconds)
     # What start-up made lives as long as the process: the full collections a flood of connections
     # triggers scan only what the flood made (bench/fuzz.py's slow attack, /mutate p99 < 20 ms).
