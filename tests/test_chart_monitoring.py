@@ -174,7 +174,8 @@ def test_the_pod_monitor_scrapes_every_reconciler_and_nothing_else(layout: str) 
 
 def test_the_reconciler_serves_its_metrics_where_the_pod_monitor_looks() -> None:
     """reconcile's health server (the one on --health-port) answers GET /metrics with its registry."""
-    from volcano_job_webhook.reconciler.health import HealthServer, ReconcilerMetrics
+    from volcano_job_webhook.reconciler.health import HealthServer
+    from volcano_job_webhook.reconciler.metrics import ReconcilerMetrics
 
     metrics = ReconcilerMetrics()
     metrics.leader.set(1)
@@ -194,7 +195,7 @@ def test_the_reconciler_serves_its_metrics_where_the_pod_monitor_looks() -> None
 def exported() -> dict[str, set[str]]:
     """Every series name the two processes export, with the label names of each: built from their
     metric classes as ``serve`` and ``reconcile`` put them together."""
-    from volcano_job_webhook.reconciler.health import ReconcilerMetrics
+    from volcano_job_webhook.reconciler.metrics import ReconcilerMetrics
     from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, GuardCollector
     from volcano_job_webhook.server.metrics import WebhookMetrics
 

@@ -27,7 +27,7 @@ from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, ObjectKey
 from volcano_job_webhook.reconciler.events import EventRecorder
 from volcano_job_webhook.reconciler.expectations import TIMEOUT, Expectations
-from volcano_job_webhook.reconciler.health import ReconcilerMetrics
+from volcano_job_webhook.reconciler.metrics import ReconcilerMetrics
 from volcano_job_webhook.reconciler.owned import OWNED, controlling
 from volcano_job_webhook.reconciler.transforms import OwnedRecord
 from volcano_job_webhook.reconciler.workload import WorkloadReconciler

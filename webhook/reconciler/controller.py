@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 from volcano_job_webhook.kube.backoff import retry_after
 from volcano_job_webhook.kube.informer import LISTED, Informer
 
-from .health import ReconcilerMetrics
+from .metrics import ReconcilerMetrics
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins.kinds import ObjectKey
 
 from .controller import describe
-from .health import ReconcilerMetrics
+from .metrics import ReconcilerMetrics
 from .owned import EVENT
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from volcano_job_webhook.plugins.kinds import SECRET, VOLCANO_JOB, Kind, ObjectK
 
 from .controller import Controller, Reconcile
 from .events import EventRecorder
-from .health import ReconcilerMetrics
+from .metrics import ReconcilerMetrics
 from .owned import MANAGED_SELECTOR, OWNED, controlling
 from .transforms import TRANSFORMS, OwnedRecord
 from .workload import WorkloadReconciler

@@ -17,9 +17,10 @@ from volcano_job_webhook.certs.cluster import sync as certs_sync
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.rest import Rest, api_client
 
-from .health import HealthServer, ReconcilerMetrics
+from .health import HealthServer
 from .leader import LeaderElector
 from .manager import Reconciler
+from .metrics import ReconcilerMetrics
 from .registration import Registrar, load_configurations
 
 log = logging.getLogger(__name__)

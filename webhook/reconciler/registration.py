@@ -28,8 +28,8 @@ from volcano_job_webhook.plugins.kinds import SECRET, Kind, ObjectKey
 
 from .compare import covered
 from .expectations import Ident
-from .health import ReconcilerMetrics
 from .manager import Manager
+from .metrics import ReconcilerMetrics
 from .owned import CLUSTER_ROLE, ENDPOINT_SLICE
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from .compare import changes
 from .digests import digested
 from .events import EventRecorder
 from .expectations import GONE, Expectations, Ident
-from .health import ReconcilerMetrics
+from .metrics import ReconcilerMetrics
 from .owned import controlling
 from .transforms import OwnedRecord
 from .writer import ObjectWriter, Write

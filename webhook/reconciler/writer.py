@@ -21,7 +21,7 @@ from .compare import Changes, changes
 from .digests import digest, digested, has_digests
 from .events import EventRecorder
 from .expectations import GONE, Expectations, Ident
-from .health import ReconcilerMetrics
+from .metrics import ReconcilerMetrics
 from .owned import FIELD_MANAGER, MANAGED_SELECTOR, OWNED, managed
 from .transforms import OwnedRecord
 
