@@ -1,7 +1,7 @@
 """The process's memory settings, owned here: each process calls :func:`configure` once, first
 thing, and :func:`settle` once what it loaded is there to stay.
 
-glibc's malloc keeps two arenas and hands free heap back after a burst of clients (:func:`trim`).
+glibc's malloc hands free heap back after a burst of clients (:func:`trim`).
 The garbage collector stays off while the caches first load (its sweeps of the new records cost a
 large share of the time to Ready), then what they made is frozen out of its way.
 """
@@ -16,7 +16,6 @@ import threading
 
 log = logging.getLogger(__name__)
 
-M_ARENA_MAX = -8
 # The longest the caches' first load keeps the collector off.
 LOAD_LIMIT = 120.0
 
@@ -41,11 +40,9 @@ def trim() -> bool:
 _state: dict[str, object] = {"timer": None}
 
 
-def configure(*, malloc_arenas: int | None = None, load_limit: float = LOAD_LIMIT) -> None:
-    """Once per process, before any thread starts: cap malloc's arenas (when given), and turn
-    collection off until :func:`settle` (at most ``load_limit`` seconds)."""
-    if malloc_arenas is not None and _LIBC is not None:
-        _LIBC.mallopt(M_ARENA_MAX, malloc_arenas)
+def configure(*, load_limit: float = LOAD_LIMIT) -> None:
+    """Once per process, before any thread starts: collection off until :func:`settle` (at most
+    ``load_limit`` seconds)."""
     gc.disable()
     timer = threading.Timer(load_limit, settle, args=("the load limit",))
     timer.daemon = True

@@ -83,7 +83,7 @@ def certificates(settings: WebhookSettings) -> CertReloader:
 def run(settings: WebhookSettings) -> None:
     """Run the webhook until SIGINT/SIGTERM. Missing certificates are created first."""
     logs.configure(settings.log_level)
-    memory.configure(malloc_arenas=2)  # before any thread starts
+    memory.configure()  # before any thread starts
     source = make_source(settings)
     reloader = certificates(settings)
     app = create_app(source, settings.chain(), max_body_bytes=settings.max_body_bytes,
