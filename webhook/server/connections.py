@@ -237,20 +237,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.held = 0
 
 
-class _AfterHandshake(asyncio.Protocol):
-    """A connection's protocol while its TLS handshake runs, so the HTTP protocol (a reference cycle
-    with its parser until the connection is lost) is made only once it is done: bench/fuzz.py's
-    slow attack, RSS back within 20 MB (otherwise kept until a full collection)."""
-
-    def __init__(self, factory: Callable[[], asyncio.Protocol]) -> None:
-        self.factory = factory
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        protocol = self.factory()
-        transport.set_protocol(protocol)
-        protocol.connection_made(transport)
-
-
 class GuardedListener:
     """Accepts on ``sock`` under ``guard``'s rules and runs the TLS handshakes (``context``) itself;
     what uvicorn asks of a listener: ``close()``, ``wait_closed()`` (and ``sockets``)."""
@@ -306,7 +292,7 @@ class GuardedListener:
     async def _handshake(self, conn: socket.socket) -> None:
         limits = self.guard.limits
         try:
-            await self._loop.connect_accepted_socket(lambda: _AfterHandshake(self.factory), conn, ssl=self.context,
+            await self._loop.connect_accepted_socket(self.factory, conn, ssl=self.context,
                                                      ssl_handshake_timeout=limits.handshake_timeout,
                                                      ssl_shutdown_timeout=limits.shutdown_timeout)
         except (TimeoutError, OSError, ssl.SSLError, asyncio.CancelledError):
