@@ -44,8 +44,6 @@ class ConnectionLimits:
     max_connections: int = 1024
     # bench/fuzz.py's slow attack: /healthz p99 < 50 ms while attackers reconnect (handshakes run on the loop).
     max_handshakes: int = 16
-    # bench/fuzz.py's slow attack: RSS < 256 MB with 1,500 bodies of 60 KB held.
-    max_buffered_body_bytes: int = 32 * 1024 * 1024
     # bench/fuzz.py's slow attack: RSS < 256 MB (accepted sockets inherit SO_RCVBUF; TLS keeps what it read into).
     receive_buffer_bytes: int = 16 * 1024
 
@@ -60,11 +58,7 @@ class ConnectionGuard:
         self.open: set[GuardedHttpToolsProtocol] = set()
         # Connections without a complete request (idle, or receiving one), longest waiting first: evicted first.
         self.waiting: OrderedDict[GuardedHttpToolsProtocol, None] = OrderedDict()
-        # Those of them holding part of a body, in the order they started to: shed first.
-        self.holding: OrderedDict[GuardedHttpToolsProtocol, None] = OrderedDict()
-        self.buffered = 0
         self.closed: Counter[str] = Counter()
-        self.released = 0  # body bytes given back since the memory trimmer last looked
         self.gone = 0  # connections ended (handshakes included), for the memory trimmer
         # Accepted sockets still in their TLS handshake, oldest first: task -> loop.time() started.
         self.handshakes: OrderedDict[asyncio.Task[Any], float] = OrderedDict()
@@ -96,31 +90,13 @@ class ConnectionGuard:
             self.waiting.move_to_end(conn)
 
     def withdraw(self, conn: GuardedHttpToolsProtocol) -> None:
-        """``conn`` is answering, or closing (open until it is gone): no candidate for eviction or shedding."""
+        """``conn`` is answering, or closing (open until it is gone): no candidate for eviction."""
         self.waiting.pop(conn, None)
-        self.holding.pop(conn, None)
 
     def forget(self, conn: GuardedHttpToolsProtocol) -> None:
         self.open.discard(conn)
         self.withdraw(conn)
         self.gone += 1
-
-    def hold(self, conn: GuardedHttpToolsProtocol, size: int) -> None:
-        """``conn`` buffered ``size`` more body bytes; past the limit, shed the longest-holding bodies, ``conn``'s last."""
-        self.buffered += size
-        if conn in self.waiting and conn not in self.holding:
-            self.holding[conn] = None
-        while self.buffered > self.limits.max_buffered_body_bytes:
-            victim = next((other for other in self.holding if other is not conn), None)
-            if victim is None:
-                conn.abort(0, "shed", "too many request bodies in flight")
-                return
-            victim.abort(0, "shed", "too many request bodies in flight")
-
-    def release(self, conn: GuardedHttpToolsProtocol, size: int) -> None:
-        self.buffered -= size
-        self.released += size
-        self.holding.pop(conn, None)
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -131,7 +107,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.held = 0  # body bytes of the current request, counted in guard.buffered
         self.reading_headers = True
         self.message_started = False
         self.deadline: asyncio.TimerHandle | None = None
@@ -144,7 +119,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        self._release()
         self.guard.forget(self)
         super().connection_lost(exc)
 
@@ -158,8 +132,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         began and nothing was answered, then closed; with ``status=0``, dropped at once, its buffers
         freed now. The application sees the client disconnect."""
         self._disarm()
-        if self.transport is None or self.transport.is_closing():  # closing already: only stop counting its body
-            self._release()
+        if self.transport is None or self.transport.is_closing():  # closing already
             self.guard.withdraw(self)
             return
         self.guard.closed[reason] += 1
@@ -176,7 +149,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             # uvicorn would tell the application only once the TLS close is done; told now, it lets go of the body.
             cycle.disconnected = True
             cycle.message_event.set()
-        self._release()
         self.guard.withdraw(self)
         if answer:
             self.transport.close()
@@ -191,15 +163,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.reading_headers = False
         self._arm(self.guard.limits.body_timeout, "body-timeout", "request body not received in time")
         super().on_headers_complete()
-
-    def on_body(self, body: bytes) -> None:
-        if self.transport.is_closing():
-            return
-        buffered = not self.cycle.response_complete
-        super().on_body(body)
-        if buffered:
-            self.held += len(body)
-            self.guard.hold(self, len(body))
 
     def on_message_complete(self) -> None:
         if self.transport.is_closing():
@@ -216,7 +179,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        self._release()
         super().on_response_complete()
         if not self.transport.is_closing() and not self.pipeline and (self.cycle is None or self.cycle.response_complete):
             self.guard.wait(self)
@@ -230,11 +192,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.deadline is not None:
             self.deadline.cancel()
             self.deadline, self.deadline_reason = None, ""
-
-    def _release(self) -> None:
-        if self.held:
-            self.guard.release(self, self.held)
-            self.held = 0
 
 
 class GuardedListener:
@@ -337,7 +294,7 @@ def accepting(guard: ConnectionGuard, sockets: Collection[socket.socket], contex
 
 
 class GuardCollector:
-    """Prometheus view of a guard: open connections, body bytes held, connections closed by reason."""
+    """Prometheus view of a guard: open connections, handshakes under way, connections closed by reason."""
 
     def __init__(self, guard: ConnectionGuard) -> None:
         self.guard = guard
@@ -345,31 +302,27 @@ class GuardCollector:
     def collect(self) -> Iterator[Any]:
         yield GaugeMetricFamily("volcano_webhook_connections_open", "Open client connections", value=len(self.guard))
         yield GaugeMetricFamily("volcano_webhook_tls_handshakes", "TLS handshakes under way", value=len(self.guard.handshakes))
-        yield GaugeMetricFamily("volcano_webhook_buffered_body_bytes", "Request-body bytes held", value=self.guard.buffered)
         closed = CounterMetricFamily("volcano_webhook_connections_closed", "Connections closed by the webhook's limits",
                                      labels=["reason"])
-        for reason in ("header-timeout", "body-timeout", "idle-timeout", "evicted", "shed", "refused", "handshake-dropped"):
+        for reason in ("header-timeout", "body-timeout", "idle-timeout", "evicted", "refused", "handshake-dropped"):
             closed.add_metric([reason], self.guard.closed[reason])
         yield closed
 
 
 class MemoryTrimmer:
     """Every ``interval`` seconds, the heap handed back to the OS (:func:`~volcano_job_webhook.memory.trim`,
-    in a thread) once ``after_bytes`` of bodies or ``after_connections`` connections were let go
-    since the last trim: bench/fuzz.py's slow attack, RSS back within 20 MB."""
+    in a thread) once ``after_connections`` connections were let go since the last trim:
+    bench/fuzz.py's slow attack, RSS back within 20 MB."""
 
-    def __init__(self, guard: ConnectionGuard, interval: float = 5.0, after_bytes: int = 4 * 1024 * 1024,
-                 after_connections: int = 128) -> None:
+    def __init__(self, guard: ConnectionGuard, interval: float = 5.0, after_connections: int = 128) -> None:
         self.guard = guard
         self.interval = interval
-        self.after_bytes = after_bytes
         self.after_connections = after_connections
         self._gone = 0
 
     async def step(self) -> None:
-        guard = self.guard
-        if guard.released >= self.after_bytes or guard.gone - self._gone >= self.after_connections:
-            guard.released, self._gone = 0, guard.gone
+        if self.guard.gone - self._gone >= self.after_connections:
+            self._gone = self.guard.gone
             await asyncio.to_thread(trim)
 
     async def run(self) -> None:

@@ -53,7 +53,6 @@ def connection_limits(settings: WebhookSettings) -> ConnectionLimits:
         handshake_timeout=settings.tls_handshake_timeout_seconds,
         max_connections=settings.max_connections,
         max_handshakes=settings.max_tls_handshakes,
-        max_buffered_body_bytes=settings.max_buffered_body_bytes,
         receive_buffer_bytes=settings.receive_buffer_bytes,
     )
 
