@@ -130,7 +130,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def abort(self, status: int, reason: str, message: str) -> None:
         """Close the connection for ``reason``: with a ``status`` (408), answered first if a request
         began and nothing was answered, then closed; with ``status=0``, dropped at once, its buffers
-        freed now. The application sees the client disconnect."""
+        freed now. The application sees the client disconnect once the transport is gone."""
         self._disarm()
         if self.transport is None or self.transport.is_closing():  # closing already
             self.guard.withdraw(self)
@@ -145,10 +145,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             body = orjson.dumps({"error": message})
             self.transport.write(b"HTTP/1.1 %d Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
                                  b"connection: close\r\n\r\n%s" % (status, len(body), body))
-        if cycle is not None and not cycle.response_complete:
-            # uvicorn would tell the application only once the TLS close is done; told now, it lets go of the body.
-            cycle.disconnected = True
-            cycle.message_event.set()
         self.guard.withdraw(self)
         if answer:
             self.transport.close()
