@@ -1,5 +1,6 @@
-"""The process's memory settings, owned here: each process calls :func:`configure` once, first
-thing, and :func:`settle` once what it loaded is there to stay.
+"""The process's memory settings, owned here: a process that loads caches (``reconcile``, ``serve``
+with the kube source) calls :func:`configure` once, first thing, and :func:`settle` once what it
+loaded is there to stay.
 
 glibc's malloc hands free heap back after a burst of clients (:func:`trim`).
 The garbage collector stays off while the caches first load (its sweeps of the new records cost a

@@ -82,7 +82,8 @@ def certificates(settings: WebhookSettings) -> CertReloader:
 def run(settings: WebhookSettings) -> None:
     """Run the webhook until SIGINT/SIGTERM. Missing certificates are created first."""
     logs.configure(settings.log_level)
-    memory.configure()  # before any thread starts
+    if settings.job_source == "kube":
+        memory.configure()  # before any thread starts: the collector off until the Job cache's first load (on_synced)
     source = make_source(settings)
     reloader = certificates(settings)
     app = create_app(source, settings.chain(), max_body_bytes=settings.max_body_bytes,
@@ -92,11 +93,6 @@ def run(settings: WebhookSettings) -> None:
     metrics.registry.register(GuardCollector(guard))
     server = build_server(app, settings.host, settings.port, reloader, drain_seconds=settings.drain_seconds, **options)
     metrics.watch_certificate(server.reloader.expiry_seconds)
-    # What start-up made lives as long as the process: the full collections a flood of connections
-    # triggers scan only what the flood made (bench/fuzz.py's slow attack, /mutate p99 < 20 ms). The
-    # kube source's Job cache settles once it has first loaded (on_synced), the collector off until then.
-    if settings.job_source != "kube":
-        memory.settle("start-up")
     try:
         server.run()
     except ListenError as exc:
