@@ -127,6 +127,17 @@ def test_a_body_trickled_byte_by_byte_is_cut_at_the_body_timeout(certs):
         assert guard.closed["body-timeout"] == 1
 
 
+def test_headers_that_never_end_on_a_kept_alive_connection_get_408(certs):
+    """The header deadline starts again at the first byte of the next request on a kept-alive
+    connection: that byte stops uvicorn's keep-alive timer, and nothing else would cut the rest."""
+    with serving(certs, replace(LIMITS, idle_timeout=30)) as (server, guard), tls(server.port) as sock:
+        sock.sendall(post("/mutate", REVIEW))
+        assert status_of(read_response(sock)) == 200
+        sock.sendall(b"POST /mutate HTTP/1.1\r\nhost: localhost\r\n")  # and never the rest
+        reply = read_all(sock)
+        assert status_of(reply) == 408 and +guard.closed == {"header-timeout": 1}
+
+
 def test_idle_keep_alive_connections_are_closed(certs):
     with serving(certs) as (server, _), tls(server.port) as sock:
         sock.sendall(post("/mutate", REVIEW))

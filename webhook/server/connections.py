@@ -1,7 +1,9 @@
 """The slow-client defence, which uvicorn lacks: what one client may hold of the webhook, counted in
-one :class:`ConnectionGuard` per server, each limit naming the measurement that needs it. Below
-uvicorn's public API (pinned in pyproject.toml, checked by tests/test_connections.py): its protocol's
-parser callbacks, and ``Server.serve(sockets=...)``'s ``loop.create_server`` call (:func:`accepting`)."""
+one :class:`ConnectionGuard` per server. Each piece names the measurement that fails without it:
+bench/fuzz.py's slow attack run with that piece taken away (docs/benchmarks.md, Hardening), a row
+of bench/timeouts.py, or a hostile case of tests/test_connections.py. Below uvicorn's public API
+(pinned in pyproject.toml, checked by tests/test_connections.py): its protocol's parser callbacks,
+and ``Server.serve(sockets=...)``'s ``loop.create_server`` call (:func:`accepting`)."""
 
 from __future__ import annotations
 
@@ -24,9 +26,12 @@ from volcano_job_webhook.memory import trim
 
 log = logging.getLogger(__name__)
 
-# accept() failing for lack of file descriptors or memory: wait a moment rather than spin.
+# accept() failing for lack of file descriptors or memory: wait a moment rather than spin on the
+# loop. No benchmark runs out of descriptors: kept by judgement, not by a measurement.
 _RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
-# A TLS handshake takes two round trips; one still going after this long may be dropped for another.
+# A TLS handshake takes two round trips; one still going after this long may be dropped for another
+# (test_clients_that_never_say_hello_cannot_hold_the_door: else silent sockets that fill the
+# handshake slots keep every real client out until the handshake timeout).
 STALE_HANDSHAKE = 0.25
 
 
@@ -34,17 +39,21 @@ STALE_HANDSHAKE = 0.25
 class ConnectionLimits:
     """What one server allows its clients (``serve``'s settings of the same names)."""
 
-    # Each timeout: bench/timeouts.py's row of the same name, cut within 0.9-1.5 s of a 1 s limit.
+    # Each timeout: bench/timeouts.py's row of the same name, cut within 0.9-1.5 s of a 1 s limit
+    # (uvicorn has no header or body timeout, asyncio's handshake timeout is 60 s).
     header_timeout: float = 10.0
     body_timeout: float = 10.0
     idle_timeout: float = 30.0
     handshake_timeout: float = 10.0
     shutdown_timeout: float = 2.0  # TLS close_notify; a closing connection counts until it is gone
-    # bench/fuzz.py's slow attack: 2,000 connections, more than this, while the probes are served.
+    # bench/fuzz.py's slow attack (2,000 connections, more than this): RSS < 256 MB, and back within
+    # 20 MB after (without a cap: a 384 MB peak, +20.1 MB after).
     max_connections: int = 1024
-    # bench/fuzz.py's slow attack: /healthz p99 < 50 ms while attackers reconnect (handshakes run on the loop).
+    # bench/fuzz.py's slow attack: /healthz p99 < 50 ms, /mutate < 20 ms while attackers reconnect, the
+    # handshakes running on the loop (without a limit: 128 ms and 139 ms, and a probe failed).
     max_handshakes: int = 16
-    # bench/fuzz.py's slow attack: RSS < 256 MB (accepted sockets inherit SO_RCVBUF; TLS keeps what it read into).
+    # bench/fuzz.py's slow attack: RSS < 256 MB; accepted sockets inherit SO_RCVBUF, and TLS keeps what
+    # it read into (with the kernel's default: a 388 MB peak).
     receive_buffer_bytes: int = 16 * 1024
 
 
@@ -68,7 +77,9 @@ class ConnectionGuard:
 
     def make_room(self) -> bool:
         """Room for one more connection (open or in its handshake): True when there is, or when the
-        one that has waited longest was dropped for it; False when every one is busy answering."""
+        one that has waited longest was dropped for it; False when every one is busy answering
+        (test_the_connection_cap_closes_the_longest_waiting_connection: else idle clients at the cap
+        keep the API server's new connections out)."""
         if len(self.open) + len(self.handshakes) < self.limits.max_connections:
             return True
         victim = next(iter(self.waiting), None)
@@ -123,7 +134,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self.reading_headers and self.deadline_reason != "header-timeout":  # first byte after an idle keep-alive
+        # The first byte after an idle keep-alive stops uvicorn's keep-alive timer: the header deadline
+        # starts here (test_headers_that_never_end_on_a_kept_alive_connection_get_408).
+        if self.reading_headers and self.deadline_reason != "header-timeout":
             self._arm(self.guard.limits.header_timeout, "header-timeout", "request headers not received in time")
         super().data_received(data)
 
@@ -191,8 +204,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
 
 class GuardedListener:
-    """Accepts on ``sock`` under ``guard``'s rules and runs the TLS handshakes (``context``) itself;
-    what uvicorn asks of a listener: ``close()``, ``wait_closed()`` (and ``sockets``)."""
+    """Accepts on ``sock`` under ``guard``'s rules and runs the TLS handshakes (``context``) itself, so
+    that handshakes count under ``max_connections``, run ``max_handshakes`` at a time and end at
+    ``handshake_timeout``; what uvicorn asks of a listener: ``close()``, ``wait_closed()`` (and ``sockets``)."""
 
     def __init__(self, guard: ConnectionGuard, factory: Callable[[], asyncio.Protocol], sock: socket.socket,
                  context: ssl.SSLContext) -> None:
@@ -308,7 +322,7 @@ class GuardCollector:
 class MemoryTrimmer:
     """Every ``interval`` seconds, the heap handed back to the OS (:func:`~volcano_job_webhook.memory.trim`,
     in a thread) once ``after_connections`` connections were let go since the last trim:
-    bench/fuzz.py's slow attack, RSS back within 20 MB."""
+    bench/fuzz.py's slow attack, RSS back within 20 MB (without it: +157 MB, the peak kept)."""
 
     def __init__(self, guard: ConnectionGuard, interval: float = 5.0, after_connections: int = 128) -> None:
         self.guard = guard
