@@ -94,7 +94,7 @@ def main() -> None:
     options = parser.parse_args()
     limit = options.limit
     limits = ConnectionLimits(header_timeout=limit, body_timeout=limit, idle_timeout=limit, handshake_timeout=limit,
-                              max_connections=50, max_buffered_body_bytes=200_000)
+                              max_connections=50)
     print(f"every timeout {limit:g} s; target: cut {limit - EARLY:g} to {limit + LATE:g} s after the client's last byte\n")
     print("| client | median | max | target | |\n|---|---|---|---|---|")
     missed = 0

@@ -7,8 +7,8 @@
   against the strict Kubernetes schemas, also with every value set (the monitoring objects against
   the Prometheus Operator's CRDs; tests/test_chart_monitoring.py has the rest of the monitoring);
 * each value changes what it says and nothing it should not (image, replicas, layout, enforcement
-  and settings into config.yaml, namespaceSelector, timeouts, certificates, scheduling, names from
-  the release), and values.schema.json refuses what the settings would;
+  and settings into config.yaml, namespaceSelector, timeouts, certificates, scheduling, the
+  NetworkPolicy, names from the release), and values.schema.json refuses what the settings would;
 * against a real kube-apiserver (``KUBEBUILDER_ASSETS``; skipped without it, saying so): every
   variant's rendering, the chart's and kustomize's, is accepted (server-side dry-run apply), and
   with the monitoring on, with the Prometheus Operator's CRDs installed
@@ -71,6 +71,8 @@ EVERY_VALUE: dict[str, Any] = {
     "reconciler": {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "2Gi"}}},
     "certificates": {"mode": "cert-manager"},
     "podDisruptionBudget": {"enabled": True, "minAvailable": "50%"},
+    "networkPolicy": {"enabled": True, "ingressFrom": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+                      "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]},
     "nodeSelector": {"kubernetes.io/os": "linux"},
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"}],
     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -396,6 +398,33 @@ def test_certificates_mode() -> None:
         assert not find(objects, "Job") and not find(objects, "CronJob")
 
 
+def test_network_policy_admits_the_api_server_and_the_scrapers_only_when_asked() -> None:
+    """Off by default. On: the webhook's Pods (its Deployment's selector) take connections from
+    ``ingressFrom`` on the port the Service sends the API server's calls to, and from ``metricsFrom``
+    on the ports the monitors scrape (the webhook's, and the reconciler's where it runs in the same
+    Pods); on without ``ingressFrom``, helm refuses rather than shut the API server out."""
+    api_server, scrapers = EVERY_VALUE["networkPolicy"]["ingressFrom"], EVERY_VALUE["networkPolicy"]["metricsFrom"]
+    assert not find(template(), "NetworkPolicy") and not find(template({"layout": "split"}), "NetworkPolicy")
+    for layout in ("sidecar", "split"):
+        objects = template({"layout": layout, "networkPolicy": EVERY_VALUE["networkPolicy"],
+                            "metrics": {"serviceMonitor": {"enabled": True}}})
+        policy = find_one(objects, "NetworkPolicy", RELEASE)
+        assert policy["spec"]["podSelector"] == find_one(objects, "Deployment", RELEASE)["spec"]["selector"]
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        ports = {p["name"]: p["containerPort"] for c in pod_spec(objects)["containers"] for p in c["ports"]}
+        (service_port,) = find_one(objects, "Service", RELEASE)["spec"]["ports"]
+        assert service_port["targetPort"] == ports["https"]
+        scraped = [find_one(objects, "ServiceMonitor", RELEASE)["spec"]["endpoints"][0]["port"]]
+        if layout == "sidecar":  # the PodMonitor scrapes the reconciler in the webhook's Pods
+            scraped.append(find_one(objects, "PodMonitor", f"{RELEASE}-reconciler")["spec"]["podMetricsEndpoints"][0]["port"])
+        assert policy["spec"]["ingress"] == [
+            {"from": api_server, "ports": [{"port": ports["https"], "protocol": "TCP"}]},
+            {"from": scrapers, "ports": [{"port": ports[name], "protocol": "TCP"} for name in scraped]}]
+    alone = find_one(template({"networkPolicy": {"enabled": True, "ingressFrom": api_server}}), "NetworkPolicy", RELEASE)
+    assert alone["spec"]["ingress"] == [{"from": api_server, "ports": [{"port": 8443, "protocol": "TCP"}]}], "no scrapers: no second rule"
+    assert "networkPolicy.enabled needs networkPolicy.ingressFrom" in refused({"networkPolicy": {"enabled": True}})
+
+
 def test_pod_disruption_budget_values() -> None:
     assert find_one(template({"podDisruptionBudget": {"minAvailable": "50%"}}), "PodDisruptionBudget", RELEASE)["spec"]["minAvailable"] == "50%"
     assert not find(template({"podDisruptionBudget": {"enabled": False}}), "PodDisruptionBudget")
@@ -541,7 +570,8 @@ RELEASE_KINDS = ("namespaces", "serviceaccounts", "configmaps", "secrets", "serv
                  "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io", "leases.coordination.k8s.io",
                  "jobs.batch", "cronjobs.batch", "issuers.cert-manager.io", "certificates.cert-manager.io",
                  "mutatingwebhookconfigurations.admissionregistration.k8s.io", "validatingwebhookconfigurations.admissionregistration.k8s.io",
-                 "servicemonitors.monitoring.coreos.com", "podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
+                 "servicemonitors.monitoring.coreos.com", "podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com",
+                 "networkpolicies.networking.k8s.io")
 
 
 def left_of(server: EnvTest, prefix: str, namespace: str) -> list[str]:
@@ -559,7 +589,7 @@ def left_of(server: EnvTest, prefix: str, namespace: str) -> list[str]:
 
 
 def test_the_kinds_looked_at_are_every_kind_the_chart_makes() -> None:
-    made = {f"{o['kind'].lower()}s" for values in (*CHART_VARIANTS.values(), EVERY_VALUE) for o in template(values)}
+    made = {re.sub("y$", "ie", o["kind"].lower()) + "s" for values in (*CHART_VARIANTS.values(), EVERY_VALUE) for o in template(values)}
     assert made <= {k.split(".")[0] for k in RELEASE_KINDS}
 
 
@@ -602,14 +632,15 @@ def test_helm_install_upgrade_and_uninstall_need_no_other_step(cluster: EnvTest)
 @pytest.mark.parametrize("variant", list(CHART_VARIANTS))
 def test_monitoring_objects_are_accepted_by_the_api_server(variant: str, cluster: EnvTest) -> None:
     """With the Prometheus Operator's CRDs installed, every variant's rendering with all monitoring on
-    (the ServiceMonitor, PodMonitor and PrometheusRule, and the dashboard's ConfigMap) passes a
-    server-side dry-run apply: the CRDs' schemas, strict field validation."""
+    (the ServiceMonitor, PodMonitor and PrometheusRule, and the dashboard's ConfigMap), and the
+    NetworkPolicy, passes a server-side dry-run apply: the CRDs' schemas, strict field validation."""
     release, namespace = f"mon-{variant}", f"mon-{variant}"
     ensure_namespace(cluster, namespace)
     values = {**CHART_VARIANTS[variant], "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True},
-                                                     "dashboard": {"enabled": True}}}
+                                                     "dashboard": {"enabled": True}},
+              "networkPolicy": EVERY_VALUE["networkPolicy"]}
     objects = template(values, release=release, namespace=namespace)
-    assert {o["kind"] for o in objects} >= {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    assert {o["kind"] for o in objects} >= {"ServiceMonitor", "PodMonitor", "PrometheusRule", "NetworkPolicy"}
     out = kubectl(cluster, "apply", "--server-side", "--dry-run=server", "-f", "-", stdin=template_text(values, release=release, namespace=namespace))
     assert out.count("(server dry run)") == len(objects)
     for kind in ("servicemonitor", "podmonitor", "prometheusrule"):
@@ -617,8 +648,8 @@ def test_monitoring_objects_are_accepted_by_the_api_server(variant: str, cluster
 
 
 def test_helm_install_and_uninstall_with_monitoring(cluster: EnvTest) -> None:
-    """helm install with the monitoring on, its objects elsewhere: made where the values say; helm
-    uninstall leaves nothing."""
+    """helm install with the monitoring on, its objects elsewhere, and the NetworkPolicy: made where the
+    values say; helm uninstall leaves nothing."""
     release, namespace = "vjw-mon", "helm-monitoring"
     fullname = f"{release}-volcano-job-webhook"
     for name in (namespace, "monitoring"):
@@ -626,8 +657,11 @@ def test_helm_install_and_uninstall_with_monitoring(cluster: EnvTest) -> None:
     helm(cluster, "install", release, str(CHART), "-n", namespace, "--set", "layout=split",
          "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
          "--set", "metrics.dashboard.enabled=true", "--set", "metrics.prometheusRule.namespace=monitoring",
-         "--set", "metrics.serviceMonitor.labels.release=kps")
+         "--set", "metrics.serviceMonitor.labels.release=kps",
+         "--set", "networkPolicy.enabled=true", "--set-json", f"networkPolicy.ingressFrom={json.dumps(EVERY_VALUE['networkPolicy']['ingressFrom'])}")
     api = cluster.api_client()
+    policy = read(api, "networking.k8s.io/v1", "NetworkPolicy", fullname, namespace)
+    assert policy is not None and policy["spec"]["ingress"][0]["from"] == EVERY_VALUE["networkPolicy"]["ingressFrom"]
     monitor = read(api, "monitoring.coreos.com/v1", "ServiceMonitor", fullname, namespace)
     assert monitor is not None and monitor["metadata"]["labels"]["release"] == "kps"
     assert read(api, "monitoring.coreos.com/v1", "PodMonitor", f"{fullname}-reconciler", namespace) is not None

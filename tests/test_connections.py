@@ -1,6 +1,6 @@
 """What one client can hold, against the real uvicorn HTTPS server on loopback with small limits:
-slow headers, slow and unfinished bodies, idle keep-alive, silent TLS handshakes, the
-connection cap and the body budget — and that normal requests keep being answered meanwhile.
+slow headers, slow and unfinished bodies, idle keep-alive, silent TLS handshakes and the
+connection cap — and that normal requests keep being answered meanwhile.
 
 Each cut is asserted by what the client gets (a 408, the connection closed) and the guard's count of
 why; a reading socket gives up after 5 s, so a server that never cuts fails the test rather than
@@ -13,7 +13,6 @@ instead of leaving a server that starts and quietly stops applying a limit."""
 from __future__ import annotations
 
 import ast
-import asyncio
 import gc
 import inspect
 import json
@@ -45,7 +44,7 @@ from volcano_job_webhook.server.run import server_options
 
 LIMITS = ConnectionLimits(
     header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6, handshake_timeout=0.6,
-    max_connections=50, max_buffered_body_bytes=200_000,
+    max_connections=50,
 )
 MAX_BODY = 100_000
 REVIEW = (EXAMPLES / "admission" / "pytorch-pod.json").read_bytes()
@@ -103,7 +102,7 @@ def test_slow_or_unfinished_bodies_get_408_and_are_closed(certs, kind):
                 sock.sendall(post("/mutate", b'{"apiVersion"', length=5000))
             reply = read_all(sock)
         assert status_of(reply) == 408 and b"request body not received in time" in reply
-        assert guard.closed["body-timeout"] == 1 and guard.buffered == 0
+        assert guard.closed["body-timeout"] == 1
         assert mutate_ok(server.port)
 
 
@@ -126,6 +125,17 @@ def test_a_body_trickled_byte_by_byte_is_cut_at_the_body_timeout(certs):
                     break
         assert status_of(reply) == 408, "cut at the body timeout, though a byte came every 100 ms"
         assert guard.closed["body-timeout"] == 1
+
+
+def test_headers_that_never_end_on_a_kept_alive_connection_get_408(certs):
+    """The header deadline starts again at the first byte of the next request on a kept-alive
+    connection: that byte stops uvicorn's keep-alive timer, and nothing else would cut the rest."""
+    with serving(certs, replace(LIMITS, idle_timeout=30)) as (server, guard), tls(server.port) as sock:
+        sock.sendall(post("/mutate", REVIEW))
+        assert status_of(read_response(sock)) == 200
+        sock.sendall(b"POST /mutate HTTP/1.1\r\nhost: localhost\r\n")  # and never the rest
+        reply = read_all(sock)
+        assert status_of(reply) == 408 and +guard.closed == {"header-timeout": 1}
 
 
 def test_idle_keep_alive_connections_are_closed(certs):
@@ -175,24 +185,6 @@ def test_the_connection_cap_closes_the_longest_waiting_connection(certs):
             sock.close()
 
 
-def test_the_body_budget_sheds_the_longest_waiting_bodies_and_serves_whole_requests(certs):
-    # Bodies of 90 KB each: two slow ones fit the 200 KB budget, a third does not.
-    with serving(certs, replace(LIMITS, header_timeout=30, body_timeout=30)) as (server, guard):
-        slow = []
-        for _ in range(3):
-            sock = tls(server.port)
-            sock.sendall(post("/mutate", b" " * 90_000, length=MAX_BODY))
-            slow.append(sock)
-            time.sleep(0.1)
-        assert read_all(slow[0], timeout=2) == b"", "the longest-waiting body was dropped"
-        assert guard.buffered <= LIMITS.max_buffered_body_bytes
-        assert mutate_ok(server.port), "a whole request is answered while slow ones hold the budget"
-        for sock in slow:
-            sock.close()
-        wait_until(lambda: guard.buffered == 0, 5.0, "no body bytes buffered", interval=0.01)
-        assert guard.closed["shed"] >= 1
-
-
 def test_413_is_kept_for_a_declared_or_streamed_oversized_body(certs):
     with serving(certs) as (server, _):
         with tls(server.port) as sock:
@@ -213,12 +205,13 @@ def test_slow_connections_leave_nothing_behind(certs):
             sock = tls(server.port)
             sock.sendall(post("/mutate", b" " * 5000, length=MAX_BODY) if i % 2 else b"POST /mutate HTTP/1.1\r\n")
             socks.append(sock)
-        wait_until(lambda: len(guard.open) == 30 and guard.buffered >= 15 * 5000, 5.0, "30 open connections holding their bodies", interval=0.01)
+        wait_until(lambda: len(guard.open) == 30 and sum(p.cycle is not None for p in guard.open) == 15, 5.0,
+                   "30 open connections, 15 of them holding their bodies", interval=0.01)
         protocols = [weakref.ref(p) for p in list(guard.open)]
         for sock in socks:
             sock.close()
-        wait_until(lambda: not len(guard) and not guard.buffered, 5.0, "every connection and body gone", interval=0.01)
-        assert not guard.waiting and not guard.holding
+        wait_until(lambda: not len(guard), 5.0, "every connection gone", interval=0.01)
+        assert not guard.waiting
         assert mutate_ok(server.port)
         time.sleep(0.2)
         gc.collect()
@@ -240,8 +233,6 @@ def test_settings_reach_the_server(certs, monkeypatch):
     assert server.config.ws == "none" and server.config.timeout_keep_alive == limits.idle_timeout
     with pytest.raises(TypeError, match="timeout_keep_alive"):
         build_server(lambda scope, receive, send: None, "127.0.0.1", 0, files(certs), timeout_keep_alive=5)
-    with pytest.raises(ValueError, match="at least max_body_bytes"):
-        load_settings(max_body_bytes=2_000_000, max_buffered_body_bytes=1_000_000)
     json.dumps(limits.__dict__)
 
 
@@ -256,22 +247,6 @@ def test_clients_that_never_say_hello_cannot_hold_the_door(certs):
         assert guard.closed["handshake-dropped"] >= 1
         for sock in silent:
             sock.close()
-
-
-def test_no_protocol_is_made_for_a_handshake_that_never_ends(certs):
-    """uvicorn's protocol and its parser refer to each other until the connection is lost; made
-    before a handshake that never ends, each stayed alive until a full garbage collection."""
-    limits = replace(LIMITS, handshake_timeout=30)
-    with serving(certs, limits) as (server, guard):
-        silent = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
-        wait_until(lambda: len(guard.handshakes) == 3, 5.0, "three handshakes under way", interval=0.01)
-        # type(), not isinstance(): isinstance reads __class__, which some modules' deprecated objects
-        # warn on (torch's, when the session imported it). The guard's protocol is its own subclass.
-        made = [o for o in gc.get_objects() if type(o) is guard.protocol]
-        assert made == [], "a protocol was made before its TLS handshake ended"
-        for sock in silent:
-            sock.close()
-        assert mutate_ok(server.port)
 
 
 def test_the_listening_socket_keeps_a_small_receive_buffer(certs):
@@ -294,7 +269,7 @@ def stored_on_self(cls: type) -> set[str]:
             and isinstance(node.value, ast.Name) and node.value.id == "self"}
 
 
-EXTENDED = ("connection_made", "connection_lost", "data_received", "on_message_begin", "on_headers_complete", "on_body",
+EXTENDED = ("connection_made", "connection_lost", "data_received", "on_message_begin", "on_headers_complete",
             "on_message_complete", "on_response_complete")
 
 
@@ -311,22 +286,20 @@ def test_the_protocol_methods_we_extend_keep_their_parameters():
 
 
 def test_a_live_protocol_has_the_state_we_read_and_its_answer_calls_us_back(certs):
-    """On a served connection: the protocol's ``transport``, ``url``, ``headers``, ``pipeline`` and
-    ``cycle``; the request cycle's ``response_started``, ``response_complete``, ``disconnected``,
-    ``message_event``; and the answer calling ``on_response_complete``, which puts the connection
-    back among the waiting (evictable) ones."""
-    where = "GuardedHttpToolsProtocol.abort, on_headers_complete, on_body, on_message_complete, on_response_complete"
+    """On a served connection: the protocol's ``transport``, ``pipeline`` and ``cycle``; the request
+    cycle's ``response_started`` and ``response_complete``; and the answer calling
+    ``on_response_complete``, which puts the connection back among the waiting (evictable) ones."""
+    where = "GuardedHttpToolsProtocol.abort, on_headers_complete, on_message_complete, on_response_complete"
     with serving(certs) as (server, guard), tls(server.port) as sock:
         sock.sendall(post("/mutate", REVIEW))
         assert status_of(read_response(sock)) == 200
         protocol = wait_until(lambda: next(iter(guard.waiting), None), 5.0, changed(
             "the answered connection is not waiting again: on_response_complete was not called", where), interval=0.01)
-        for name in ("transport", "url", "headers", "pipeline", "cycle"):
+        for name in ("transport", "pipeline", "cycle"):
             assert hasattr(protocol, name), changed(f"HttpToolsProtocol has no {name}", where)
         cycle = protocol.cycle
-        for name, value in (("response_started", True), ("response_complete", True), ("disconnected", False)):
-            assert getattr(cycle, name, None) is value, changed(f"the request cycle's {name} is not {value} once answered", where)
-        assert isinstance(getattr(cycle, "message_event", None), asyncio.Event), changed("the request cycle has no message_event", where)
+        for name in ("response_started", "response_complete"):
+            assert getattr(cycle, name, None) is True, changed(f"the request cycle's {name} is not True once answered", where)
 
 
 def test_serve_opens_the_sockets_it_is_given_with_the_running_loops_create_server(certs):

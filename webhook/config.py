@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from volcano_job_webhook.plugins import BUILTIN_ORDER, Chain, ChainConfig, Settings, default_registry
@@ -104,9 +104,6 @@ class WebhookSettings(BaseSettings):
     tls_handshake_timeout_seconds: float = Field(10.0, gt=0, description="time for the TLS handshake (and TLS shutdown)")
     max_connections: int = Field(1024, ge=1, description="open connections; past it the longest-waiting one is closed")
     max_tls_handshakes: int = Field(16, ge=1, description="TLS handshakes under way at once; more connections wait to be accepted")
-    max_buffered_body_bytes: int = Field(
-        32 * 1024 * 1024, ge=1024, description="request bodies held across all connections; past it the longest-waiting are dropped"
-    )
     receive_buffer_bytes: int = Field(16 * 1024, ge=4096, description="SO_RCVBUF of client connections (the kernel doubles it)")
     max_job_file_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="a larger file in jobs_dir is skipped, with a warning")
     job_lookup_ttl_seconds: float = Field(
@@ -131,12 +128,6 @@ class WebhookSettings(BaseSettings):
         if value.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("must be debug, info, warning or error")
         return value.lower()
-
-    @model_validator(mode="after")
-    def _one_body_fits(self) -> WebhookSettings:
-        if self.max_buffered_body_bytes < self.max_body_bytes:
-            raise ValueError("max_buffered_body_bytes must be at least max_body_bytes (one whole request must fit)")
-        return self
 
     @classmethod
     def settings_customise_sources(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -54,18 +53,16 @@ def connection_limits(settings: WebhookSettings) -> ConnectionLimits:
         handshake_timeout=settings.tls_handshake_timeout_seconds,
         max_connections=settings.max_connections,
         max_handshakes=settings.max_tls_handshakes,
-        max_buffered_body_bytes=settings.max_buffered_body_bytes,
         receive_buffer_bytes=settings.receive_buffer_bytes,
     )
 
 
-def server_options(limits: ConnectionLimits, loaded: Callable[[], bool] = lambda: True) -> tuple[ConnectionGuard, dict[str, Any]]:
+def server_options(limits: ConnectionLimits) -> tuple[ConnectionGuard, dict[str, Any]]:
     """The guard over one server's connections and the :func:`build_server` keywords that apply
-    ``limits``, with the memory trimmer and the collector's pacer (waiting for ``loaded``)."""
+    ``limits``, with the memory trimmer."""
     guard = ConnectionGuard(limits)
     trimmer = MemoryTrimmer(guard)
-    pacer = memory.CollectorPacer(loaded=loaded)
-    return guard, {"guard": guard, "background": [trimmer.run, pacer.run]}
+    return guard, {"guard": guard, "background": [trimmer.run]}
 
 
 def certificates(settings: WebhookSettings) -> CertReloader:
@@ -85,19 +82,17 @@ def certificates(settings: WebhookSettings) -> CertReloader:
 def run(settings: WebhookSettings) -> None:
     """Run the webhook until SIGINT/SIGTERM. Missing certificates are created first."""
     logs.configure(settings.log_level)
-    memory.configure(malloc_arenas=2, paced=True)  # before any thread starts
+    if settings.job_source == "kube":
+        memory.configure()  # before any thread starts: the collector off until the Job cache's first load (on_synced)
     source = make_source(settings)
     reloader = certificates(settings)
     app = create_app(source, settings.chain(), max_body_bytes=settings.max_body_bytes,
                      audit=settings.enforcement == "audit")
-    guard, options = server_options(connection_limits(settings), loaded=lambda: source.ready)
+    guard, options = server_options(connection_limits(settings))
     metrics = app.state.metrics
     metrics.registry.register(GuardCollector(guard))
     server = build_server(app, settings.host, settings.port, reloader, drain_seconds=settings.drain_seconds, **options)
     metrics.watch_certificate(server.reloader.expiry_seconds)
-    # What start-up made lives as long as the process: the full collections a flood of connections
-    # triggers scan only what the flood made (bench/fuzz.py's slow attack, /mutate p99 < 20 ms).
-    memory.settle("start-up")
     try:
         server.run()
     except ListenError as exc:
