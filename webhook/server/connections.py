@@ -1,6 +1,6 @@
 """The slow-client defence, which uvicorn lacks: what one client may hold of the webhook, counted in
 one :class:`ConnectionGuard` per server, each limit naming the measurement that needs it. Below
-uvicorn's public API (pinned in pyproject.toml, checked by tests/test_connections.py): its protocol's
+uvicorn's public API (pinned in pyproject.toml, checked by tests/double/test_connections.py): its protocol's
 parser callbacks, and ``Server.serve(sockets=...)``'s ``loop.create_server`` call (:func:`accepting`)."""
 
 from __future__ import annotations
