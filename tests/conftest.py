@@ -15,16 +15,14 @@ from kubernetes import client as kube_client
 
 from tests.helpers.apiserver import FakeApiServer
 from tests.helpers.cluster import RealVolcano, VolcanoCluster, find_controller, real_missing
-from tests.helpers.envtest import ASSETS_ENV, WEBHOOK_USER, EnvTest, find_assets, new_namespace, wait_until
+from tests.helpers.envtest import ASSETS_ENV, WEBHOOK_USER, ApiServerFactory, EnvTest, find_assets, new_namespace, wait_until
 from tests.helpers.kustomize import kubectl_or_skip
+from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.reconciler import Reconciler
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.jobs import DirectoryJobSource
-
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected
@@ -98,9 +96,6 @@ def certs_cluster(api_double: FakeApiServer) -> FakeApiServer:
 
 
 # A real API server (tests/helpers/envtest.py) -----------------------------------------------------------
-
-ApiServerFactory = Callable[..., EnvTest]
-
 
 @pytest.fixture(scope="session")
 def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServerFactory]:

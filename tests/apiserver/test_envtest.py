@@ -16,12 +16,12 @@ from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.client.rest import ApiException
 
-from tests.conftest import ApiServerFactory
 from tests.helpers.envtest import (
     JOB_API_VERSION,
     NOBODY,
     OWNER_REFERENCES_ENFORCEMENT,
     WEBHOOK_USER,
+    ApiServerFactory,
     EnvTest,
     create,
     grant_role,

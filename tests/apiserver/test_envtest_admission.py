@@ -31,7 +31,6 @@ from cryptography import x509
 from kubernetes import client as kube_client
 from kubernetes.client.rest import ApiException
 
-from tests.conftest import EXAMPLES
 from tests.helpers.envtest import (
     JOB_API_VERSION,
     WEBHOOK_USER,
@@ -52,6 +51,7 @@ from tests.helpers.envtest import (
 )
 from tests.helpers.jobs import example_job
 from tests.helpers.manifests_util import rbac_permissions
+from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.plugins import Chain, Job, PluginError
 from volcano_job_webhook.plugins.keys import JOB_NAME_KEY
 from volcano_job_webhook.plugins.podgen import make_pod

@@ -28,13 +28,13 @@ import pytest
 from kubernetes import client
 
 from tests.apiserver.test_reconciler import events, objects
-from tests.conftest import ApiServerFactory
 from tests.helpers.envtest import (
     ASSETS_ENV,
     JOB_API_VERSION,
     NOBODY,
     OWNER_REFERENCES_ENFORCEMENT,
     WEBHOOK_USER,
+    ApiServerFactory,
     EnvTest,
     create,
     delete,

@@ -23,12 +23,12 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from tests.conftest import ApiServerFactory
 from tests.helpers.clock import FakeClock
 from tests.helpers.envtest import (
     JOB_API_VERSION,
     OWNER_REFERENCES_ENFORCEMENT,
     WEBHOOK_USER,
+    ApiServerFactory,
     EnvTest,
     apply,
     create,

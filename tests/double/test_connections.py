@@ -32,8 +32,8 @@ import uvicorn
 import uvicorn.server
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from tests.conftest import EXAMPLES
 from tests.helpers.envtest import wait_until
+from tests.helpers.paths import EXAMPLES
 from tests.helpers.servers import files, guarded_webhook, post, read_all, read_response, status_of, tls
 from volcano_job_webhook.certs import ensure_certs
 from volcano_job_webhook.plugins import Chain

@@ -13,9 +13,9 @@ import yaml
 from kubernetes import client
 from prometheus_client import generate_latest
 
-from tests.conftest import EXAMPLES
 from tests.helpers.apiserver import FakeApiServer
 from tests.helpers.envtest import wait_until
+from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair

@@ -30,8 +30,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from prometheus_client import generate_latest
 
-from tests.conftest import EXAMPLES, ROOT
 from tests.helpers.envtest import wait_until
+from tests.helpers.paths import EXAMPLES, ROOT
 from tests.helpers.servers import files, in_thread
 from volcano_job_webhook.certs import ensure_certs, generate_ca, generate_serving_cert
 from volcano_job_webhook.certs.reload import CertReloader, make_server_context

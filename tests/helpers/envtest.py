@@ -488,6 +488,10 @@ class EnvTest:
         install_rbac(api)
 
 
+# tests/conftest.py's ``apiserver_factory`` fixture: ``apiserver_factory(admission_plugins=())`` gives a running EnvTest.
+ApiServerFactory = Callable[..., EnvTest]
+
+
 def write_kubeconfig(path: Path, server: str, user: str, credentials: Mapping[str, str] | None = None,
                      ca_file: Path | None = None, namespace: str | None = None) -> Path:
     """A kubeconfig (mode 0600) whose one context is ``user``@envtest on ``server``: for a subprocess's

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, ROOT
 from tests.helpers.envtest import free_port, wait_until
+from tests.helpers.paths import EXAMPLES, ROOT
 from tests.helpers.servers import assert_pytorch_worker_1_wired, mutate_over_https
 
 TAG = "localhost/volcano-job-webhook:test"

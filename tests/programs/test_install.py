@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from tests.conftest import ROOT
 from tests.helpers.envtest import free_port, wait_until
 from tests.helpers.manifests_util import dockerfile_instructions, dockerignore_excludes
+from tests.helpers.paths import ROOT
 from tests.helpers.servers import assert_pytorch_worker_1_wired, mutate_over_https
 
 

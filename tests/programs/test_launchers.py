@@ -35,8 +35,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES
 from tests.helpers.jobs import set_plugin_arg
+from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.plugins import Chain, read_workload
 from volcano_job_webhook.plugins.podgen import make_pod
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES
+from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.podgen import make_pod
 

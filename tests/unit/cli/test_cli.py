@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES
+from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.cli import main
 
 PLUGIN_TASKS = {

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES
 from tests.helpers.envtest import wait_until
 from tests.helpers.jobs import jobs_yaml, minimal_job
+from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES
+from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook import __version__
 from volcano_job_webhook.cli import main
 from volcano_job_webhook.plugins.registry import default_registry

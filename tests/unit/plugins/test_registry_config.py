@@ -8,8 +8,8 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.helpers.jobs import task, volcano_job
+from tests.helpers.paths import ROOT
 from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.plugins import Chain, ChainConfig, Flag, Job, Plugin, PodContext, containers, ensure_envs, registry
 from volcano_job_webhook.plugins.keys import VOLCANO_PLUGINS

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 DOC = ROOT / "docs" / "architecture.md"
 PACKAGE = "volcano_job_webhook"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 from volcano_job_webhook.plugins.registry import BUILTINS
 
 BEHAVIOUR = (ROOT / "docs" / "volcano-behaviour.md").read_text()

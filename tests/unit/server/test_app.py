@@ -11,8 +11,8 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES, ROOT
 from tests.helpers.jobs import volcano_job
+from tests.helpers.paths import EXAMPLES, ROOT
 from tests.helpers.schema import validate_pod
 
 pytestmark = pytest.mark.anyio

@@ -12,8 +12,8 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES
 from tests.helpers.jobs import annotate
+from tests.helpers.paths import EXAMPLES
 from tests.helpers.schema import validate_object, validate_pod
 from volcano_job_webhook.cli import main
 from volcano_job_webhook.plugins import Job

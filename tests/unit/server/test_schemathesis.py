@@ -6,7 +6,7 @@ from __future__ import annotations
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from tests.conftest import EXAMPLES
+from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.jobs import DirectoryJobSource
