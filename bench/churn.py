@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.reconcile import Objects, log, mark, wait  # noqa: E402
 from bench.reconcile import Reconciler as ReconcileProcess  # noqa: E402
-from tests.envtest import WEBHOOK_USER, EnvTest, controller_manager, find_assets, new_namespace, product_env  # noqa: E402
-from tests.jobs import PLUGINS_ANNOTATION, volcano_job  # noqa: E402
+from tests.helpers.envtest import WEBHOOK_USER, EnvTest, controller_manager, find_assets, new_namespace, product_env  # noqa: E402
+from tests.helpers.jobs import PLUGINS_ANNOTATION, volcano_job  # noqa: E402
 from volcano_job_webhook.config import load_settings  # noqa: E402
 from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
 from volcano_job_webhook.plugins import Job  # noqa: E402

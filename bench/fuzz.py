@@ -8,7 +8,7 @@ there are two) over a jobs directory of seeded fuzz jobs (bench/fuzzcases.py), t
    fuzz jobs, damaged Pods, Job reviews, broken bodies, other operations. For every answer: a 5xx
    or a dropped connection is counted; every returned JSON patch is applied with ``jsonpatch`` to
    the Pod it was for, and the result checked against the Kubernetes schema and the API server's
-   uniqueness rules (tests/schema.py) whenever the Pod sent was itself valid;
+   uniqueness rules (tests/helpers/schema.py) whenever the Pod sent was itself valid;
 2. runs three attacks, each while probes measure ``/healthz`` and a normal ``/mutate``: 2,000 slow
    connections (and the server's RSS before, during and after), files dropped into the jobs
    directory (an alias bomb, a 50 MB file, a deep file, and a file of jobs just under the size
@@ -53,7 +53,7 @@ from attacks import Probes, probe  # noqa: E402
 from fuzzcases import Case, Generator  # noqa: E402
 from processes import pinned, wait_ready  # noqa: E402
 
-from tests.schema import validate_pod  # noqa: E402
+from tests.helpers.schema import validate_pod  # noqa: E402
 from volcano_job_webhook.certs import ensure_certs  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"

@@ -1,4 +1,4 @@
-"""How long the directory job source (``serve --jobs-dir``) takes where tests/test_jobsource.py only
+"""How long the directory job source (``serve --jobs-dir``) takes where tests/unit/server/test_jobsource.py only
 asserts what it does:
 
 1. the first load of a directory of files it must refuse — one over the size limit, a YAML alias
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from tests.jobs import alias_bomb_yaml, jobs_yaml, many_jobs_yaml, minimal_job  # noqa: E402
+from tests.helpers.jobs import alias_bomb_yaml, jobs_yaml, many_jobs_yaml, minimal_job  # noqa: E402
 from volcano_job_webhook.server.jobs import DirectoryJobSource  # noqa: E402
 
 LOAD_TARGET, LOOKUP_TARGET = 1.0, 0.1

@@ -1,7 +1,7 @@
 """The reconciler's benchmark against a real kube-apiserver + etcd: ``python bench/reconcile.py``.
 
 Needs ``KUBEBUILDER_ASSETS`` (a directory with ``kube-apiserver`` and ``etcd``, as for the tests);
-starts them the way tests/envtest.py does (audit log on), installs the Job CRD and the manifests'
+starts them the way tests/helpers/envtest.py does (audit log on), installs the Job CRD and the manifests'
 RBAC, and runs ``volcano-webhook reconcile`` as a subprocess under exactly that RBAC. In one run it
 measures, and prints as a table with each target marked:
 
@@ -43,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.envtest import WEBHOOK_USER, EnvTest, Process, find_assets, free_port, new_namespace, start_product, wait_until  # noqa: E402
+from tests.helpers.envtest import WEBHOOK_USER, EnvTest, Process, find_assets, free_port, new_namespace, start_product, wait_until  # noqa: E402
 from volcano_job_webhook.kube.informer import Informer  # noqa: E402
 from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
 from volcano_job_webhook.plugins.builtin.ssh import generate_key_pair  # noqa: E402

@@ -23,8 +23,8 @@ smoke run of 1,000 and 5,000 with short latency runs). For each count:
 
 The slope of resident memory from the smallest to the largest count is the cost of one more cached
 Job. The API server is a real kube-apiserver and etcd where ``KUBEBUILDER_ASSETS`` names them
-(tests/envtest.py; the product then runs as the manifests' ServiceAccount), else the API-server double
-(tests/apiserver.py) in a process of its own on core 1 (bench/scale_double.py); the table says which.
+(tests/helpers/envtest.py; the product then runs as the manifests' ServiceAccount), else the API-server double
+(tests/helpers/apiserver.py) in a process of its own on core 1 (bench/scale_double.py); the table says which.
 Figures go to ``bench/results/scale.json`` and ``scale.md`` (``scale-quick.*`` for ``--quick``).
 """
 
@@ -57,7 +57,7 @@ from processes import pinned  # noqa: E402
 from run import run_wrk  # noqa: E402
 from scalejobs import NAMESPACES, PLUGINS, make_job, name_of, namespace_of, owned_objects, product_chain  # noqa: E402
 
-from tests.envtest import (  # noqa: E402
+from tests.helpers.envtest import (  # noqa: E402
     WEBHOOK_USER,
     EnvTest,
     Process,
@@ -187,7 +187,7 @@ class Double:
     """bench/scale_double.py on ``API_CORE``, driven over its stdin and stdout."""
 
     def __init__(self, workdir: Path) -> None:
-        self.name = "API-server double (tests/apiserver.py) in its own process" + (f" on core {API_CORE}" if API_CORE else "")
+        self.name = "API-server double (tests/helpers/apiserver.py) in its own process" + (f" on core {API_CORE}" if API_CORE else "")
         port = free_port()
         self.stderr = (workdir / "double.log").open("wb")
         self.popen = subprocess.Popen(
@@ -249,7 +249,7 @@ class Double:
 
 
 class RealApiServer:
-    """kube-apiserver and etcd from ``KUBEBUILDER_ASSETS`` (tests/envtest.py); the product runs as the
+    """kube-apiserver and etcd from ``KUBEBUILDER_ASSETS`` (tests/helpers/envtest.py); the product runs as the
     manifests' ServiceAccount; requests are read from the audit log. Jobs are created through the API
     (8 clients), their status through the status subresource, and their objects as the reconciler
     creates them (a POST under its field manager), from the stored Job (its uid is the server's)."""

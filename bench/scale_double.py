@@ -1,7 +1,7 @@
 """The API-server double of bench/scale.py, in a process of its own so that its CPU and its GIL are
 not the measured processes': ``python bench/scale_double.py PORT``.
 
-Serves tests/apiserver.py's FakeApiServer on 127.0.0.1:PORT and takes one JSON command a line on
+Serves tests/helpers/apiserver.py's FakeApiServer on 127.0.0.1:PORT and takes one JSON command a line on
 stdin, answering each with one JSON line on stdout:
 
 * ``{"op": "grow", "jobs": N, "finished": F}``: store jobs 0..N-1 of bench/scalejobs.py not stored
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from scalejobs import make_job, owned_objects, product_chain  # noqa: E402
 
-from tests.apiserver import FakeApiServer  # noqa: E402
+from tests.helpers.apiserver import FakeApiServer  # noqa: E402
 
 
 class Store:

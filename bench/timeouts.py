@@ -3,7 +3,7 @@ enforces: headers that never end, a connection that never sends a byte, a TLS ha
 starts, a body that stops or never ends, a body trickled a byte at a time, a kept-alive connection
 left idle, and the rest of a body the server already answered (413). The real app and server with
 serve's guarded listener and protocol, in this process, every timeout at ``--limit`` seconds; each
-case ``--rounds`` times. tests/test_connections.py asserts that each cut happens and why; this says
+case ``--rounds`` times. tests/double/test_connections.py asserts that each cut happens and why; this says
 when.
 
 Target: every cut between its limit (minus 0.1 s, the timer's start being a little before the
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from tests.servers import guarded_webhook, post, read_all, read_response, tls  # noqa: E402
+from tests.helpers.servers import guarded_webhook, post, read_all, read_response, tls  # noqa: E402
 from volcano_job_webhook.certs import ensure_certs  # noqa: E402
 from volcano_job_webhook.server.connections import ConnectionLimits  # noqa: E402
 

@@ -3,7 +3,7 @@
     VOLCANO_REF=/path/to/vcref python bench/volcano_reference.py --seed 1 --jobs 10000
     python bench/volcano_reference.py --recorded
 
-Generates jobs as ``tests/test_volcano_reference.py`` does (``tests/volcano_reference.py``), runs
+Generates jobs as ``tests/programs/test_volcano_reference.py`` does (``tests/helpers/volcano_reference.py``), runs
 them through vcref in batches (one process per batch) and through our chain, and prints what was
 compared, the documented differences met, and every mismatch by kind. With ``--recorded``, replays
 Volcano's recorded answers instead (``../shared/volcano-reference/``, or ``VOLCANO_REFERENCE_DATA``;
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests import volcano_reference as vr  # noqa: E402
+from tests.helpers import volcano_reference as vr  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Shared fixtures: the example jobs, an in-process webhook client, the API-server double
-(tests/apiserver.py), a real API server (tests/envtest.py), and a cluster where Volcano's job
-controller runs (tests/cluster.py)."""
+(tests/helpers/apiserver.py), a real API server (tests/helpers/envtest.py), and a cluster where Volcano's job
+controller runs (tests/helpers/cluster.py)."""
 
 from __future__ import annotations
 
@@ -13,24 +13,22 @@ import httpx
 import pytest
 from kubernetes import client as kube_client
 
-from tests.apiserver import FakeApiServer
-from tests.cluster import RealVolcano, VolcanoCluster, find_controller, real_missing
-from tests.envtest import ASSETS_ENV, WEBHOOK_USER, EnvTest, find_assets, new_namespace, wait_until
-from tests.kustomize import kubectl_or_skip
+from tests.helpers.apiserver import FakeApiServer
+from tests.helpers.cluster import RealVolcano, VolcanoCluster, find_controller, real_missing
+from tests.helpers.envtest import ASSETS_ENV, WEBHOOK_USER, ApiServerFactory, EnvTest, find_assets, new_namespace, wait_until
+from tests.helpers.kustomize import kubectl_or_skip
+from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.reconciler import Reconciler
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if any(item.name == "test_mypy_finds_nothing" for item in items):
-        from tests.test_gates import start_mypy
+        from tests.unit.repo.test_gates import start_mypy
 
         start_mypy()
 
@@ -61,7 +59,7 @@ async def client(jobs_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
             yield c
 
 
-# The API-server double (tests/apiserver.py) -------------------------------------------------------
+# The API-server double (tests/helpers/apiserver.py) -------------------------------------------------------
 
 
 @pytest.fixture
@@ -97,10 +95,7 @@ def certs_cluster(api_double: FakeApiServer) -> FakeApiServer:
     return api_double
 
 
-# A real API server (tests/envtest.py) -----------------------------------------------------------
-
-ApiServerFactory = Callable[..., EnvTest]
-
+# A real API server (tests/helpers/envtest.py) -----------------------------------------------------------
 
 @pytest.fixture(scope="session")
 def apiserver_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServerFactory]:
@@ -179,7 +174,7 @@ def kube_namespace(envtest: EnvTest, kube_admin: kube_client.ApiClient) -> str:
     return new_namespace(kube_admin)
 
 
-# Volcano's job controller beside the product (tests/cluster.py) -----------------------------------
+# Volcano's job controller beside the product (tests/helpers/cluster.py) -----------------------------------
 
 
 @pytest.fixture(scope="session")

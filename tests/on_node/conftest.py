@@ -1,5 +1,5 @@
-"""The one-node cluster the tests in this folder share: real parts (tests/node.py), cluster DNS
-(CoreDNS), a whole Volcano (tests/cluster.py's ``whole_volcano``: scheduler, controllers, admission),
+"""The one-node cluster the tests in this folder share: real parts (tests/helpers/node.py), cluster DNS
+(CoreDNS), a whole Volcano (tests/helpers/cluster.py's ``whole_volcano``: scheduler, controllers, admission),
 the product's image and the jobs' image in the node's containerd. Brought up once for this folder
 (about a minute) and torn down after its last test, since a machine holds one node; each test
 installs and uninstalls the product itself, with the helpers below (the chart's install, the webhook
@@ -8,7 +8,7 @@ registrations, a stream of Pods created while something happens).
 Skips, naming what is missing, without root, the node's parts (``KUBEBUILDER_ASSETS``,
 ``KUBE_NODE_ASSETS``, Debian's containerd, runc, CNI plugins, iptables...), Volcano's three binaries
 (``VOLCANO_CONTROLLER``, ``VOLCANO_SCHEDULER``, ``VOLCANO_ADMISSION``) and CRDs, CoreDNS (``COREDNS``),
-helm, kubectl, or buildah and a base image (tests/test_image.py).
+helm, kubectl, or buildah and a base image (tests/programs/test_image.py).
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests import node as node_module
-from tests.cluster import VolcanoCluster, volcano_missing, whole_volcano
-from tests.envtest import ADMIN, Process, create, read, request, status_message, wait_until
-from tests.helm import helm_or_skip
-from tests.jobs import job_owner, volcano_job
-from tests.kustomize import kubectl_or_skip
-from tests.node import Node
-from tests.test_image import CACHE, TAG, Image, base_or_skip, build_image, buildah
+from tests.helpers import node as node_module
+from tests.helpers.cluster import VolcanoCluster, volcano_missing, whole_volcano
+from tests.helpers.envtest import ADMIN, Process, create, read, request, status_message, wait_until
+from tests.helpers.helm import helm_or_skip
+from tests.helpers.jobs import job_owner, volcano_job
+from tests.helpers.kustomize import kubectl_or_skip
+from tests.helpers.node import Node
+from tests.programs.test_image import CACHE, TAG, Image, base_or_skip, build_image, buildah
 from volcano_job_webhook.plugins import Job
 from volcano_job_webhook.plugins.podgen import make_pod
 
@@ -87,7 +87,7 @@ class Cluster:
         return node_module.run(helm_or_skip(), *args, env=self.node.tool_env(), timeout=timeout).stdout
 
     def volcano(self, namespace: str) -> VolcanoCluster:
-        """tests/cluster.py's view of a namespace here (create, pods, phase...)."""
+        """tests/helpers/cluster.py's view of a namespace here (create, pods, phase...)."""
         return VolcanoCluster(self.admin, self.admin, ADMIN, namespace, envtest=self.node.envtest,
                               controller_log=self.volcano_logs)
 

@@ -32,11 +32,11 @@ from typing import Any
 
 import yaml
 
-from tests import node as node_module
-from tests.envtest import create, read, request, wait_until
-from tests.helm import CHART
-from tests.jobs import volcano_job
-from tests.kustomize import MANIFESTS
+from tests.helpers import node as node_module
+from tests.helpers.envtest import create, read, request, wait_until
+from tests.helpers.helm import CHART
+from tests.helpers.jobs import volcano_job
+from tests.helpers.kustomize import MANIFESTS
 from tests.on_node.conftest import (
     DEPLOYMENT,
     IMAGE_TAG,

@@ -36,11 +36,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster import VolcanoCluster
-from tests.conftest import EXAMPLES
-from tests.envtest import wait_until
-from tests.helm import CHART
-from tests.node import NODE_NAME, PAUSE_IMAGE
+from tests.helpers.cluster import VolcanoCluster
+from tests.helpers.envtest import wait_until
+from tests.helpers.helm import CHART
+from tests.helpers.node import NODE_NAME, PAUSE_IMAGE
+from tests.helpers.paths import EXAMPLES
 from tests.on_node.conftest import JOBS_IMAGE, RELEASE, Cluster, Figures, figures_fixture, install, registrations, uninstall
 from volcano_job_webhook.plugins.builtin.pytorch import DEFAULT_WAIT_IMAGE
 

@@ -1,5 +1,5 @@
 """What a real kubelet starts a container with when the plugins' variables come first
-(docs/plugins.md#variables-first-name-references-that-expand; tests/test_env_placement.py has the
+(docs/plugins.md#variables-first-name-references-that-expand; tests/apiserver/test_env_placement.py has the
 rule and the API server's side). Worker 1 of a job running env, svc and torchrun, once with placement
 ``first`` and once with the default, on the node of tests/on_node/conftest.py: the container prints
 its environment."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from kubernetes import client as kube_client
 
-from tests import node as node_module
-from tests.envtest import create, read, wait_until
-from tests.jobs import volcano_job
+from tests.apiserver.test_env_placement import with_placement
+from tests.helpers import node as node_module
+from tests.helpers.envtest import create, read, wait_until
+from tests.helpers.jobs import volcano_job
 from tests.on_node.conftest import Cluster
-from tests.test_env_placement import with_placement
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.podgen import make_pod
 

@@ -67,11 +67,11 @@ import pytest
 import yaml
 from kubernetes.utils import parse_quantity
 
-from tests import node as node_module
-from tests.envtest import Process, free_port, read, request, wait_until
-from tests.helm import CHART, helm_or_skip
-from tests.jobs import volcano_job
-from tests.kustomize import ROOT
+from tests.helpers import node as node_module
+from tests.helpers.envtest import Process, free_port, read, request, wait_until
+from tests.helpers.helm import CHART, helm_or_skip
+from tests.helpers.jobs import volcano_job
+from tests.helpers.kustomize import ROOT
 from tests.on_node.conftest import (
     DEPLOYMENT,
     IMAGE_VALUES,

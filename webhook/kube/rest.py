@@ -1,6 +1,6 @@
 """The one way this package makes a client (:func:`api_client`) and talks to the API server: plain-JSON
 calls, server-side apply and cancellable watches through the official client's ``ApiClient.call_api``,
-below its generated methods, which cost more CPU per request (docs/benchmarks.md); tests/test_kube_client.py
+below its generated methods, which cost more CPU per request (docs/benchmarks.md); tests/double/test_kube_client.py
 checks what this relies on."""
 
 from __future__ import annotations

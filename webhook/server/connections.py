@@ -1,8 +1,8 @@
 """The slow-client defence, which uvicorn lacks: what one client may hold of the webhook, counted in
 one :class:`ConnectionGuard` per server. Each piece names the measurement that fails without it:
 bench/fuzz.py's slow attack run with that piece taken away (docs/benchmarks.md, Hardening), a row
-of bench/timeouts.py, or a hostile case of tests/test_connections.py. Below uvicorn's public API
-(pinned in pyproject.toml, checked by tests/test_connections.py): its protocol's parser callbacks,
+of bench/timeouts.py, or a hostile case of tests/double/test_connections.py. Below uvicorn's public API
+(pinned in pyproject.toml, checked by tests/double/test_connections.py): its protocol's parser callbacks,
 and ``Server.serve(sockets=...)``'s ``loop.create_server`` call (:func:`accepting`)."""
 
 from __future__ import annotations

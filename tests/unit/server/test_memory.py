@@ -1,0 +1,57 @@
+"""The processes' memory settings (webhook/memory.py: the collector off while the caches load, then
+what they made frozen) and the heap handed back to the OS after clients leave
+(server/connections.py). Their effect under attack is measured by bench/fuzz.py."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from tests.helpers.envtest import wait_until
+from volcano_job_webhook import memory
+from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, MemoryTrimmer
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_the_trimmer_trims_after_connections_go_and_not_on_a_quiet_server(monkeypatch):
+    import volcano_job_webhook.server.connections as server_memory
+
+    calls = []
+    monkeypatch.setattr(server_memory, "trim", lambda: calls.append(1) or True)
+    guard = ConnectionGuard(ConnectionLimits())
+    trimmer = MemoryTrimmer(guard, after_connections=10)
+    await trimmer.step()
+    assert calls == [], "nothing happened: nothing to give back"
+    guard.gone += 10
+    await trimmer.step()
+    assert calls == [1]
+    await trimmer.step()
+    assert calls == [1], "counted from the last trim"
+    guard.gone += 10
+    await trimmer.step()
+    assert calls == [1, 1]
+
+
+def test_the_collector_is_off_until_the_load_settles_then_what_it_made_is_frozen():
+    try:
+        memory.configure(load_limit=60.0)
+        assert not gc.isenabled(), "no collection while the caches first load"
+        frozen = gc.get_freeze_count()
+        loaded = [object() for _ in range(1000)]
+        memory.settle()
+        assert gc.get_freeze_count() >= frozen + len(loaded)
+        assert gc.isenabled(), "back on"
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def test_the_load_limit_settles_a_load_that_never_ends():
+    try:
+        memory.configure(load_limit=0.05)
+        wait_until(gc.isenabled, 2, "the collector enabled again", interval=0.01)
+    finally:
+        gc.unfreeze()
+        gc.enable()
