@@ -1,8 +1,8 @@
 """The example jobs as a user takes them: files ``kubectl apply -f`` can apply again and again, so
 nothing in them that the API server assigns (a uid is immutable: a second apply of a file that names
-one is refused); peers that run until stopped end when Kubernetes stops them. That the files
-survive apply, apply again, server-side apply, delete and apply on a real API server is
-tests/test_envtest_examples.py's."""
+one is refused); Pods a laptop cluster can hold, or a first comment saying what they need; peers
+that run until stopped end when Kubernetes stops them. That the files survive apply, apply again,
+server-side apply, delete and apply on a real API server is tests/test_envtest_examples.py's."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ import yaml
 
 from tests.conftest import EXAMPLES
 from volcano_job_webhook.plugins import read_workload
+from volcano_job_webhook.plugins.builtin.quantity import parse_quantity
 
 EXAMPLE_FILES = sorted((EXAMPLES / "jobs").glob("*.yaml")) + sorted((EXAMPLES / "workloads").glob("*.yaml"))
 ASSIGNED = {"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink"}
@@ -35,6 +37,83 @@ def test_an_example_names_nothing_the_api_server_assigns(path: Path) -> None:
     obj = load(path)
     assert not ASSIGNED & obj["metadata"].keys(), f"{path.name}: metadata.{sorted(ASSIGNED & obj['metadata'].keys())}"
     assert "status" not in obj
+
+
+# A laptop cluster -----------------------------------------------------------------------------------
+
+# kind or minikube on a laptop: one node of 4 CPUs and 8 GiB, no GPU. Its own Pods (API server, etcd,
+# controller-manager, scheduler, CoreDNS, the CNI) and Volcano's ask about 1 CPU and a GiB or two of
+# that, so an example's Pods together may ask for 3 CPUs and 6 GiB.
+LAPTOP_CPU = parse_quantity("3")
+LAPTOP_MEMORY = parse_quantity("6Gi")
+
+
+def pod_requests(template: dict) -> dict[str, Decimal]:
+    """What the scheduler reserves for one Pod of ``template``: each container's requests (its limits
+    where it gives no request, as the API server defaults them), summed over the containers, or the
+    largest init container's where that is more."""
+    def of(container: dict) -> dict[str, Decimal]:
+        resources = container.get("resources") or {}
+        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return {name: parse_quantity(value) for name, value in asked.items()}
+
+    spec = template.get("spec") or {}
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or []:
+        for name, amount in of(container).items():
+            total[name] = total.get(name, Decimal(0)) + amount
+    for container in spec.get("initContainers") or []:
+        for name, amount in of(container).items():
+            total[name] = max(total.get(name, Decimal(0)), amount)
+    return total
+
+
+def job_requests(obj: dict) -> dict[str, Decimal]:
+    """The requests of every Pod of the workload at once (a Volcano Job's tasks start as a gang)."""
+    total: dict[str, Decimal] = {}
+    for task in read_workload(obj).tasks:
+        for name, amount in pod_requests(dict(task.template)).items():
+            total[name] = total.get(name, Decimal(0)) + amount * task.replicas
+    return total
+
+
+def leading_comment(path: Path) -> str:
+    """The comment lines a file starts with, without their ``#``."""
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("#").strip())
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_an_example_fits_a_laptop_cluster_or_says_what_it_needs(path: Path) -> None:
+    """Its Pods together ask for at most 3 CPUs and 6 GiB and nothing a laptop lacks (a GPU, an NPU);
+    otherwise its first comment says, on a line of its own beginning ``Needs:``, what it needs (each
+    resource by name) and why."""
+    asked = job_requests(load(path))
+    over = [name for name, amount in asked.items()
+            if amount and (name not in ("cpu", "memory") or amount > {"cpu": LAPTOP_CPU, "memory": LAPTOP_MEMORY}[name])]
+    if not over:
+        return
+    needs = [line for line in leading_comment(path).splitlines() if line.startswith("Needs:")]
+    assert needs, f"{path.name} asks for {({n: str(asked[n]) for n in over})}: more than a laptop has, and no 'Needs:' line first"
+    words = {"cpu": "CPU", "memory": "GiB"}
+    for name in over:
+        assert words.get(name, name) in needs[0], f"{path.name}: its 'Needs:' line does not name {name}"
+    first = leading_comment(path).splitlines()[0]
+    assert first.startswith("Needs:"), f"{path.name}: the 'Needs:' line comes first, not {first!r}"
+
+
+def test_the_laptop_sums_count_requests_limits_and_replicas() -> None:
+    template = {"spec": {"containers": [{"resources": {"limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "500m"}}},
+                                        {"resources": {"requests": {"memory": "256Mi"}}}],
+                         "initContainers": [{"resources": {"requests": {"cpu": "1"}}}]}}
+    assert pod_requests(template) == {"cpu": Decimal("1"), "memory": parse_quantity("4Gi") + parse_quantity("256Mi")}
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "j"},
+           "spec": {"tasks": [{"name": "a", "replicas": 3, "template": template}, {"name": "b", "replicas": 0, "template": template}]}}
+    assert job_requests(job)["cpu"] == Decimal("3")
 
 
 # A peer that runs until it is stopped ----------------------------------------------------------------
