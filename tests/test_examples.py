@@ -1,11 +1,13 @@
 """The example jobs as a user takes them: files ``kubectl apply -f`` can apply again and again, so
 nothing in them that the API server assigns (a uid is immutable: a second apply of a file that names
 one is refused); Pods a laptop cluster can hold, or a first comment saying what they need; peers
-that run until stopped end when Kubernetes stops them. That the files survive apply, apply again,
-server-side apply, delete and apply on a real API server is tests/test_envtest_examples.py's."""
+that run until stopped end when Kubernetes stops them; what docs/plugins.md advises for a peer that
+starts late. That the files survive apply, apply again, server-side apply, delete and apply on a
+real API server is tests/test_envtest_examples.py's."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -21,6 +23,7 @@ import yaml
 from tests.conftest import EXAMPLES
 from volcano_job_webhook.plugins import read_workload
 from volcano_job_webhook.plugins.builtin.quantity import parse_quantity
+from volcano_job_webhook.plugins.keys import PLUGINS_ANNOTATION
 
 EXAMPLE_FILES = sorted((EXAMPLES / "jobs").glob("*.yaml")) + sorted((EXAMPLES / "workloads").glob("*.yaml"))
 ASSIGNED = {"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink"}
@@ -196,3 +199,37 @@ def test_a_peer_that_runs_until_stopped_ends_at_sigterm(where: str, script: str,
         finally:
             if unshare.poll() is None:
                 unshare.kill()
+
+
+# When a peer starts late (docs/plugins.md#when-a-peer-starts-late) --------------------------------
+
+
+def example(name: str) -> dict:
+    return load(EXAMPLES / "jobs" / f"{name}-job.yaml")
+
+
+def restart_policies(obj: dict) -> dict[str, str]:
+    return {t["name"]: t["template"]["spec"].get("restartPolicy", "Always") for t in obj["spec"]["tasks"]}
+
+
+def restarts_on_eviction(obj: dict) -> bool:
+    return {"event": "PodEvicted", "action": "RestartJob"} in (obj["spec"].get("policies") or [])
+
+
+def test_the_examples_follow_what_the_docs_advise_when_a_peer_starts_late() -> None:
+    # MPI: the master restarts until the workers answer; waitfor's example starts it once, after port 22 answers.
+    for name in ("mpi", "hostfile", "waitfor"):
+        obj = example(name)
+        assert restart_policies(obj)["mpimaster"] == "OnFailure", name
+    waitfor = json.loads(example("waitfor")["metadata"]["annotations"][PLUGINS_ANNOTATION])["waitfor"]
+    assert "--tasks=mpiworker" in waitfor and "--port=22" in waitfor
+    # torchrun: the master's name resolves before it is Ready; an agent that gives up starts again.
+    torchrun = example("torchrun")
+    assert "--publish-not-ready-addresses" in torchrun["spec"]["plugins"]["svc"]
+    assert set(restart_policies(torchrun).values()) == {"OnFailure"}
+    # TensorFlow: a process that gives up before its peers answer runs again in its Pod.
+    assert set(restart_policies(example("tensorflow")).values()) == {"OnFailure"}
+    # pytorch: the workers wait for the master's port.
+    assert "--wait-master-enabled" in example("pytorch")["spec"]["plugins"]["pytorch"]
+    # A Pod lost once the job runs: every Pod made again.
+    assert all(restarts_on_eviction(example(name)) for name in ("mpi", "torchrun", "tensorflow"))
