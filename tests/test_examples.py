@@ -42,6 +42,15 @@ def test_an_example_names_nothing_the_api_server_assigns(path: Path) -> None:
     assert "status" not in obj
 
 
+@pytest.mark.parametrize("path", sorted((EXAMPLES / "jobs").glob("*.yaml")), ids=lambda p: p.stem)
+def test_each_task_names_what_volcanos_admission_fills_in(path: Path) -> None:
+    """``minAvailable`` (the task's replicas) and ``maxRetry`` (3), as Volcano's job admission sets
+    them on create: a second ``kubectl apply`` would otherwise clear them, and Volcano refuses that
+    update (tests/test_envtest_examples.py shows both)."""
+    for task in load(path)["spec"]["tasks"]:
+        assert (task.get("minAvailable"), task.get("maxRetry")) == (task["replicas"], 3), f"{path.name}: task {task['name']}"
+
+
 # A laptop cluster -----------------------------------------------------------------------------------
 
 # kind or minikube on a laptop: one node of 4 CPUs and 8 GiB, no GPU. Its own Pods (API server, etcd,
