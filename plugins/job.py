@@ -4,6 +4,7 @@ is the one place that qualifies them in a cluster domain."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -75,6 +76,9 @@ class Job:
 
     name: str
     namespace: str
+    # metadata.uid; a workload without one (a file's: kubectl apply refuses a file that names another
+    # uid than the stored object's) is given :meth:`stable_uid`, so that what is built from a file is
+    # the same on every read (Pods' owner references, the PodGroup's name, torchrun's rendezvous id).
     uid: str
     tasks: tuple[Task, ...]
     plugins: Mapping[str, list[str]]
@@ -146,7 +150,7 @@ class Job:
         return cls(
             name=name,
             namespace=namespace,
-            uid=str(meta.get("uid") or ""),
+            uid=str(meta.get("uid") or cls.stable_uid(namespace, name)),
             tasks=tuple(tasks),
             plugins=dict(plugins),
             annotations=dict(annotations),
@@ -241,6 +245,13 @@ class Job:
         if task.hostname:
             return [task.hostname] if task.replicas else []
         return [self.pod_name(task.name, i) for i in range(task.replicas)]
+
+    @classmethod
+    def stable_uid(cls, namespace: str, name: str) -> str:
+        """The uid a workload of this kind without one is given: a UUID (version 5) of its group, kind,
+        namespace and name, the same on every read and another for each workload."""
+        group = cls.api_version.rpartition("/")[0]
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"https://volcano-job-webhook.io/{group}/{cls.kind}/{namespace}/{name}"))
 
     def host_names(self, task: Task, cluster_domain: str | None = None) -> list[str]:
         """``host_labels`` qualified with the subdomain (:meth:`host_suffix`): the domain names the

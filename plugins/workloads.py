@@ -190,7 +190,7 @@ class IndexedJob(Job):
             raise PluginError(key, "", where, f"names the task: {problem}")
         task = Task(str(task_name), completions, 0, _pod_template(template, None), "spec.template", "spec.completions")
         meta = obj["metadata"]
-        return cls(name=name, namespace=namespace, uid=str(meta.get("uid") or ""), tasks=(task,), plugins={},
+        return cls(name=name, namespace=namespace, uid=str(meta.get("uid") or cls.stable_uid(namespace, name)), tasks=(task,), plugins={},
                    annotations=dict(annotations), raw=obj, phase=finished_phase(obj))
 
     def task_of(self, pod: Obj) -> str:
@@ -276,7 +276,7 @@ class JobSet(Job):
             tasks.append(Task(task_name, replicas * count, position, _pod_template(template, subdomain),
                               f"{where}.template.spec.template", f"{where}.replicas"))
         meta = obj["metadata"]
-        return cls(name=name, namespace=namespace, uid=str(meta.get("uid") or ""), tasks=tuple(tasks), plugins={},
+        return cls(name=name, namespace=namespace, uid=str(meta.get("uid") or cls.stable_uid(namespace, name)), tasks=tuple(tasks), plugins={},
                    annotations=dict(annotations), raw=obj, completions=completions, dns_hostnames=dns,
                    phase=finished_phase(obj))
 

@@ -385,7 +385,6 @@ def test_the_api_server_stores_the_pods_the_webhook_wires_first(
         obj = with_placement(example(EXAMPLES / f"{name}-job.yaml"), "first")
         task, index = obj["spec"]["tasks"][-1]["name"], obj["spec"]["tasks"][-1]["replicas"] - 1
         obj = refer_to(obj, injected_names(obj, task, index))
-        obj["metadata"].pop("uid")
         obj["metadata"]["namespace"] = kube_namespace
         job = Job.from_object(create(kube_admin, obj))
         pod = make_pod(job, task, index)

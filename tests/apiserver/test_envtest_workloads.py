@@ -108,7 +108,6 @@ def test_the_job_controllers_pods_are_wired_and_the_collector_takes_the_objects(
     namespace = new_namespace(kube_admin, "indexed-")
     job_obj = yaml.safe_load((EXAMPLES / "torchrun-indexed-job.yaml").read_text())
     job_obj["metadata"] = {**job_obj["metadata"], "namespace": namespace}
-    del job_obj["metadata"]["uid"]
     reconciler = Reconciler(envtest.api_client(WEBHOOK_USER), WebhookSettings(namespaces=[namespace], resync_seconds=3600,
                                                                              workloads=["jobs.batch"]), Chain())
     reconciler.start()
@@ -164,14 +163,12 @@ def test_a_jobsets_pods_are_wired_on_the_way_in_and_reconcile_makes_its_objects(
     namespace = new_namespace(kube_admin, "jobset-")
     obj = yaml.safe_load((EXAMPLES / "jax-jobset.yaml").read_text())
     obj["metadata"] = {**obj["metadata"], "namespace": namespace}
-    del obj["metadata"]["uid"]
     with product_reconciler(envtest.kubeconfig(WEBHOOK_USER), namespace, tmp_path, f"--config={wired}"):
         jobset = create(kube_admin, obj)
         wait_until(lambda: ("ConfigMap", "jax-jobset-svc") in objects(kube_admin, namespace), 15, "the JobSet's objects")
         assert ("Service", "jax-jobset") not in objects(kube_admin, namespace)
     bad = yaml.safe_load((EXAMPLES / "torchrun-indexed-job.yaml").read_text())
     bad["metadata"] = {**bad["metadata"], "name": "bad", "namespace": namespace}
-    del bad["metadata"]["uid"]
     bad["metadata"]["annotations"][PLUGINS_ANNOTATION] = json.dumps({"svc": ["--no-such-flag"]})
     with pytest.raises(ApiException) as refused:
         create(kube_admin, bad)

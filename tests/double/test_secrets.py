@@ -46,7 +46,6 @@ def test_reconciler_logs_and_metrics_hold_no_key(caplog):
     caplog.set_level(logging.DEBUG)
     with FakeApiServer() as server:
         job = yaml.safe_load((EXAMPLES / "jobs" / "mpi-job.yaml").read_text())
-        job["metadata"].pop("uid")
         client.CustomObjectsApi(server.api_client()).create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", job)
         server.fail_next(2, status=500, method="POST", path_contains="/secrets")
         rec = Reconciler(server.api_client(), WebhookSettings(resync_seconds=0.2, workloads=[]), Chain())

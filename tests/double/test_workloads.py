@@ -287,8 +287,12 @@ def pod_request(pod: dict[str, Any]) -> AdmissionRequest:
 
 @pytest.fixture
 def source(tmp_path: Path) -> DirectoryJobSource:
+    """The example workloads as the API server holds them, with a uid: the one the views give the
+    example files, so that a Pod made from a file is its workload's (and one naming another uid is not)."""
     for path in EXAMPLES.glob("*.yaml"):
-        (tmp_path / path.name).write_text(path.read_text())
+        obj = yaml.safe_load(path.read_text())
+        obj["metadata"]["uid"] = read_workload(obj).uid
+        (tmp_path / path.name).write_text(yaml.safe_dump(obj))
     src = DirectoryJobSource(tmp_path)
     src.start()
     yield src

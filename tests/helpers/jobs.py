@@ -82,10 +82,9 @@ def annotated(job: Obj) -> Obj:
 
 
 def example_job(name: str, namespace: str = "default") -> Obj:
-    """``examples/jobs/<name>-job.yaml`` as a client creates it in ``namespace``: without the uid,
-    which the API server assigns."""
+    """``examples/jobs/<name>-job.yaml`` as a client creates it in ``namespace`` (the file names no
+    uid: the API server assigns one)."""
     job: Obj = yaml.safe_load((EXAMPLES / f"{name}-job.yaml").read_text(encoding="utf-8"))
-    job["metadata"].pop("uid", None)
     job["metadata"]["namespace"] = namespace
     return job
 

@@ -5,7 +5,7 @@ in the README's order.
 
 Each job is submitted unchanged but for three things (:func:`runnable`): its image (the jobs' image:
 Debian's Python 3.11 with the conftest's ``JOBS_PACKAGES``), a short program where the example's needs
-a download or a file the example does not ship, and no CPU or memory limits (the node has two CPUs;
+a download or a file the example does not ship, and no CPU or memory requests or limits (the node has two CPUs;
 a GPU count stays, and the node advertises GPUs it does not have, as the plugins only count them). The
 frameworks come from the host, not from an image per framework: the test's own virtualenv and the
 interpreter it was made from are mounted read-only at the same paths (hostPath), first on ``PATH``,
@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,7 @@ def installed(cluster: Cluster) -> Iterator[Cluster]:
 def runnable(example: str, programs: Mapping[str, Sequence[str]] = {}, *, late: str | None = None,
              job: Obj | None = None) -> Obj:
     """``examples/jobs/<example>-job.yaml`` as it runs here: every container on the jobs' image
-    with the host's Python first on PATH, no CPU or memory limits, the command of ``programs[task]``
+    with the host's Python first on PATH, no CPU or memory requests or limits, the command of ``programs[task]``
     where given; ``late``: that task's Pods start :data:`LATE_SECONDS` later."""
     job = copy.deepcopy(job) if job is not None else yaml.safe_load((EXAMPLES / "jobs" / f"{example}-job.yaml").read_text())
     job["metadata"].pop("uid", None)
@@ -195,8 +196,8 @@ def record(figures: Figures, key: str, times: Mapping[str, float]) -> None:
         figures[f"{key}_{what}_s"] = seconds
 
 
-MPI_PROGRAMS = {"mpimaster": ["/bin/sh", "-c", "mpiexec --allow-run-as-root --host ${MPI_HOST} -np 2 hostname"],
-                "mpiworker": ["/bin/sh", "-c", "mkdir -p /run/sshd && exec /usr/sbin/sshd -D"]}
+# The workers run the examples' own command: mkdir -p /run/sshd && exec /usr/sbin/sshd -D.
+MPI_PROGRAMS = {"mpimaster": ["/bin/sh", "-c", "mpiexec --allow-run-as-root --host ${MPI_HOST} -np 2 hostname"]}
 
 
 # What it costs a job ----------------------------------------------------------------------------------
@@ -259,8 +260,25 @@ def test_mpi_over_ssh(installed: Cluster, figures: Figures) -> None:
     worker over ssh with the plugins' keys and host list; the job completes as Volcano's MPI example
     completes (the master's TaskCompleted ends it)."""
     volcano, times = run_job(installed, runnable("mpi", MPI_PROGRAMS))
+    times["completed_after_launcher"] = completed_after_launcher(volcano, "mpi-demo")
     record(figures, "mpi", times)
     assert mpi_hosts(installed, volcano, "mpi-demo") == ["mpi-demo-mpiworker-0", "mpi-demo-mpiworker-1"]
+    # The workers' sshd, PID 1 by the example's exec, ends at Volcano's SIGTERM: not a 30 s grace period.
+    assert times["completed_after_launcher"] < 10, times
+
+
+def completed_after_launcher(volcano: VolcanoCluster, name: str) -> float:
+    """Seconds from the master's container ending to the Job's Completed (both to the second, as
+    the API server writes them)."""
+    def at(stamp: str) -> float:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+    job = volcano.get("Job", name) or {}
+    master = volcano.get("Pod", f"{name}-mpimaster-0") or {}
+    (status,) = (master.get("status") or {}).get("containerStatuses") or [{}]
+    finished = ((status.get("state") or {}).get("terminated") or {}).get("finishedAt")
+    assert finished, f"the master's container has not ended: {status}"
+    return at(job["status"]["state"]["lastTransitionTime"]) - at(finished)
 
 
 def test_mpi_with_late_workers_starts_once_with_waitfor(installed: Cluster, figures: Figures) -> None:
@@ -522,16 +540,12 @@ def advertised(cluster: Cluster, resource: str, count: int) -> Iterator[None]:
         cluster.kubectl("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(gone))
 
 
-HOSTFILE_WORKER = ["/bin/sh", "-c", "mkdir -p /run/sshd && exec /usr/sbin/sshd -D"]
-
-
 def test_hostfile(installed: Cluster, figures: Figures) -> None:
     """Our hostfile plugin's Open MPI file (``slots=2`` from each worker's GPU limit) with mpi, ssh
     and svc: the example's ``mpiexec -np 4``, given no host, reads the file through
     OMPI_MCA_orte_default_hostfile and starts two ranks on each worker."""
     with advertised(installed, "nvidia.com/gpu", 4):
-        job = runnable("hostfile", {"mpimaster": ["/bin/sh", "-c", "mpiexec --allow-run-as-root -np 4 hostname"],
-                                    "worker": HOSTFILE_WORKER})
+        job = runnable("hostfile", {"mpimaster": ["/bin/sh", "-c", "mpiexec --allow-run-as-root -np 4 hostname"]})
         volcano, times = run_job(installed, job)
     record(figures, "hostfile", times)
     assert mpi_hosts(installed, volcano, "hostfile-demo") == ["hostfile-demo-worker-0"] * 2 + ["hostfile-demo-worker-1"] * 2
@@ -555,7 +569,7 @@ def test_deepspeed(installed: Cluster, figures: Figures) -> None:
     the file's slots, which all-reduce across both workers (1 + 2 + 3 + 4 = 10). The ranks join
     through torch.distributed: ``deepspeed.init_distributed`` on CPU first compiles a shared-memory
     op, and the jobs' image has no compiler."""
-    job = runnable("hostfile", {"mpimaster": ["deepspeed", "/opt/train/rank.py"], "worker": HOSTFILE_WORKER})
+    job = runnable("hostfile", {"mpimaster": ["deepspeed", "/opt/train/rank.py"]})
     annotations = job["metadata"]["annotations"]
     annotations["volcano-job-webhook/plugins"] = annotations["volcano-job-webhook/plugins"].replace("openmpi", "deepspeed")
     for task in job["spec"]["tasks"]:  # the ranks' script, on every Pod (Open MPI runs it on the workers)

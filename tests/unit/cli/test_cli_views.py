@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import importlib.metadata
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -351,3 +352,54 @@ def test_a_bad_settings_file_exits_2_with_one_line(capsys, tmp_path, text, messa
         command, *rest = argv
         code, out, err = run(capsys, command, "--job", str(PYTORCH), *rest, "--config", str(config))
         assert (code, out) == (2, "") and err.count("\n") == 1 and message in err, err
+
+
+# A file without a uid -----------------------------------------------------------------------------
+
+
+def owner_uid(capsys, job: str, task: str | None = None, index: int = 0) -> str:
+    """The uid ``review`` names for the job's Pod: its controller reference's (a Volcano Job's Pods also
+    carry it in their PodGroup's name), or for a JobSet the label its Jobs' Pods carry."""
+    code, out, err = run(capsys, "review", "--job", job, *(["--task", task] if task else []), "--index", str(index))
+    assert code == 0, err
+    meta = json.loads(out)["request"]["object"]["metadata"]
+    if "jobset.sigs.k8s.io/jobset-uid" in meta["labels"]:
+        return str(meta["labels"]["jobset.sigs.k8s.io/jobset-uid"])
+    (ref,) = meta["ownerReferences"]
+    group = meta["annotations"].get("scheduling.k8s.io/group-name")
+    assert group in (None, f"{ref['name']}-{ref['uid']}")
+    return str(ref["uid"])
+
+
+def test_a_file_without_a_uid_is_given_the_same_one_on_every_run(capsys, tmp_path):
+    """The examples name no uid (a second ``kubectl apply`` of a file that names one is refused): the
+    commands give a file without one a uid made from its kind, namespace and name, so their output
+    is the same on every run, and another job's differs; a uid the file names is kept."""
+    env = str(EXAMPLES / "jobs" / "env-job.yaml")
+    first = owner_uid(capsys, env, "worker", 1)
+    assert uuid.UUID(first).version == 5
+    assert owner_uid(capsys, env, "worker", 1) == first == owner_uid(capsys, env, "worker", 0)
+    obj = yaml.safe_load(Path(env).read_text())
+    assert "uid" not in obj["metadata"]
+    others = {
+        "namespace": {**obj, "metadata": {**obj["metadata"], "namespace": "ml"}},
+        "name": {**obj, "metadata": {**obj["metadata"], "name": "env-demo-2"}},
+    }
+    uids = {what: owner_uid(capsys, write_job(tmp_path, other, f"{what}.yaml"), "worker") for what, other in others.items()}
+    assert len({first, *uids.values()}) == 3, uids
+    named = {**obj, "metadata": {**obj["metadata"], "uid": "11111111-2222-4333-8444-555555555555"}}
+    assert owner_uid(capsys, write_job(tmp_path, named, "named.yaml"), "worker") == "11111111-2222-4333-8444-555555555555"
+    # The side objects name the same owner.
+    code, out, _ = run(capsys, "resources", "--job", str(EXAMPLES / "jobs" / "svc-job.yaml"))
+    assert code == 0
+    owners = {o["metadata"]["ownerReferences"][0]["uid"] for o in yaml.safe_load_all(out)}
+    assert owners == {owner_uid(capsys, str(EXAMPLES / "jobs" / "svc-job.yaml"), "worker")}
+
+
+@pytest.mark.parametrize("path", ["workloads/torchrun-indexed-job.yaml", "workloads/jax-jobset.yaml"])
+def test_an_indexed_job_or_jobset_file_without_a_uid_is_given_one_too(capsys, path):
+    job = str(EXAMPLES / path)
+    task = "leader" if "jobset" in path else None
+    uid = owner_uid(capsys, job, task)
+    assert uuid.UUID(uid).version == 5 and owner_uid(capsys, job, task) == uid
+    assert uid != owner_uid(capsys, str(EXAMPLES / "jobs" / "env-job.yaml"), "worker")
