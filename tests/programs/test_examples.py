@@ -3,7 +3,7 @@ nothing in them that the API server assigns (a uid is immutable: a second apply 
 one is refused); Pods a laptop cluster can hold, or a first comment saying what they need; peers
 that run until stopped end when Kubernetes stops them; what docs/plugins.md advises for a peer that
 starts late. That the files survive apply, apply again, server-side apply, delete and apply on a
-real API server is tests/test_envtest_examples.py's."""
+real API server is tests/apiserver/test_envtest_examples.py's."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES
+from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.plugins import read_workload
 from volcano_job_webhook.plugins.builtin.quantity import parse_quantity
 from volcano_job_webhook.plugins.keys import PLUGINS_ANNOTATION
@@ -46,7 +46,7 @@ def test_an_example_names_nothing_the_api_server_assigns(path: Path) -> None:
 def test_each_task_names_what_volcanos_admission_fills_in(path: Path) -> None:
     """``minAvailable`` (the task's replicas) and ``maxRetry`` (3), as Volcano's job admission sets
     them on create: a second ``kubectl apply`` would otherwise clear them, and Volcano refuses that
-    update (tests/test_envtest_examples.py shows both)."""
+    update (tests/apiserver/test_envtest_examples.py shows both)."""
     for task in load(path)["spec"]["tasks"]:
         assert (task.get("minAvailable"), task.get("maxRetry")) == (task["replicas"], 3), f"{path.name}: task {task['name']}"
 

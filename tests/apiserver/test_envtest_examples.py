@@ -38,9 +38,8 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes.client.rest import ApiException
 
-from tests.cluster import CRDS_ENV, crds_dir, install_volcano, volcano_missing, whole_volcano
-from tests.conftest import EXAMPLES
-from tests.envtest import (
+from tests.helpers.cluster import CRDS_ENV, crds_dir, install_volcano, volcano_missing, whole_volcano
+from tests.helpers.envtest import (
     ASSETS_ENV,
     WEBHOOK_USER,
     EnvTest,
@@ -53,7 +52,8 @@ from tests.envtest import (
     wait_until,
     webhook_configurations,
 )
-from tests.kustomize import kubectl_or_skip
+from tests.helpers.kustomize import kubectl_or_skip
+from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.plugins.keys import PLUGINS_ANNOTATION
 
 EXAMPLE_FILES = sorted((EXAMPLES / "jobs").glob("*.yaml")) + sorted((EXAMPLES / "workloads").glob("*.yaml"))
