@@ -3,9 +3,9 @@ the middle (issue #40's CI test; bench/storm.py runs the large one, docs/benchma
 hollow nodes").
 
 On the one-node cluster of tests/on_node/conftest.py, with the product installed by its chart (two
-webhook replicas, the chart's PodDisruptionBudget): :data:`HOLLOW` hollow nodes (tests/hollow.py,
+webhook replicas, the chart's PodDisruptionBudget): :data:`HOLLOW` hollow nodes (tests/helpers/hollow.py,
 kubemark at the lowest CPU priority) take the storm's Pods; :data:`JOBS` Volcano Jobs of 8 Pods each
-are submitted at :data:`RATE` a second with the example jobs' plugin sets (tests/storm.py); 2 s in,
+are submitted at :data:`RATE` a second with the example jobs' plugin sets (tests/helpers/storm.py); 2 s in,
 the oldest webhook Pod is deleted. Checked: no Pod refused by our webhook (the API server's
 rejection count for it), every Pod of every job started on a hollow node (Running; the Pods
 waitfor holds, in their init container, which a hollow node never ends), every Pod wired exactly
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helm import CHART
-from tests.hollow import HollowNodes, find_kubemark, kubemark_missing
+from tests.helpers.helm import CHART
+from tests.helpers.hollow import HollowNodes, find_kubemark, kubemark_missing
+from tests.helpers.storm import Fault, Storm, delete_webhook_pod, empty_namespace
 from tests.on_node.conftest import Cluster, Figures, figures_fixture, install, uninstall
-from tests.storm import Fault, Storm, delete_webhook_pod, empty_namespace
 
 HOLLOW = 4
 JOBS = 50

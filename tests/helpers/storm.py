@@ -5,7 +5,7 @@ A storm submits Volcano Jobs at a steady rate into one namespace of the node's c
 (tests/node.py with a whole Volcano), each of :data:`PODS_PER_JOB` Pods with one of the example jobs'
 plugin sets (:data:`PLUGIN_SETS`: Volcano's svc and env in ``spec.plugins``; our torchrun, jax and
 waitfor in the job annotation), every Pod selecting and tolerating the hollow nodes of
-tests/hollow.py. While it runs:
+tests/helpers/hollow.py. While it runs:
 
 - a watch (the product's own :class:`Informer`) records when each Pod is first seen and first seen
   ``Running``, and its wiring (env, host name, mounts) as created;
@@ -21,7 +21,7 @@ Then :class:`StormResult` holds the figures: Pod start-up latency (first seen â†
 latency percentiles from the histogram's increase (as Prometheus's ``histogram_quantile`` reads
 it), Volcano's Pod creation rate, refusals, and the wiring of a sample of Pods (or all) against the
 chain ``volcano-webhook mutate --cluster`` builds (the command itself is run on one job of each
-plugin set, and must agree). The arithmetic is pure and tested alone (tests/test_storm_figures.py).
+plugin set, and must agree). The arithmetic is pure and tested alone (tests/unit/helpers/test_storm_figures.py).
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.envtest import EnvTest, https_get, product_env, request, wait_until
-from tests.hollow import NODE_SELECTOR, TOLERATION, process_cpu_seconds, process_peak_rss, process_schedstat
-from tests.jobs import volcano_job
+from tests.helpers.envtest import EnvTest, https_get, product_env, request, wait_until
+from tests.helpers.hollow import NODE_SELECTOR, TOLERATION, process_cpu_seconds, process_peak_rss, process_schedstat
+from tests.helpers.jobs import volcano_job
 from volcano_job_webhook.cli.inputs import build_pod, pod_task
 from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.kube.informer import Informer

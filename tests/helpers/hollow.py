@@ -1,6 +1,6 @@
 """Hollow nodes: kubemark's ``--morph=kubelet`` (a real kubelet over a fake container runtime), as
 many as asked, registered to an API server (../shared/real-kubernetes.md, "Many nodes on one
-machine"), for the storms of tests/storm.py. Each node carries the label :data:`LABEL` and the taint
+machine"), for the storms of tests/helpers/storm.py. Each node carries the label :data:`LABEL` and the taint
 :data:`TAINT`, so only Pods that select and tolerate them land there (the storm's), and nothing of
 the storm lands on the real node.
 
@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from tests.envtest import Process, free_port, request, wait_until
+from tests.helpers.envtest import Process, free_port, request, wait_until
 
 KUBEMARK_ENV = "KUBEMARK"
 LABEL = ("vjw-storm/hollow", "true")

@@ -1,4 +1,4 @@
-"""The storm's arithmetic (tests/storm.py), alone: Prometheus's text read, counters' increase across an
+"""The storm's arithmetic (tests/helpers/storm.py), alone: Prometheus's text read, counters' increase across an
 API server restart, histogram quantiles as ``histogram_quantile`` computes them, percentiles of raw
 latencies, rates, and the wiring a Pod is compared by."""
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from tests.storm import (
+from tests.helpers.storm import (
     ADMISSION_HISTOGRAM,
     REJECTIONS,
     buckets,
