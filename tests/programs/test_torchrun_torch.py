@@ -28,8 +28,10 @@ ANNOTATION = "volcano-job-webhook/plugins"
 
 
 def example_job(**torchrun_args: str) -> dict[str, Any]:
-    """The example job, with extra ``--flag=value`` arguments for the torchrun plugin."""
+    """The example job as the API server holds it (a uid of its own: the file names none), with extra
+    ``--flag=value`` arguments for the torchrun plugin."""
     obj = yaml.safe_load(EXAMPLE.read_text())
+    obj["metadata"]["uid"] = "5b0f6c1e-7d3a-4c2e-9a51-0c3d2e1f4a6b"
     plugins = json.loads(obj["metadata"]["annotations"][ANNOTATION])
     plugins["torchrun"] += [f"--{flag.replace('_', '-')}={value}" for flag, value in torchrun_args.items()]
     obj["metadata"]["annotations"][ANNOTATION] = json.dumps(plugins)
