@@ -425,6 +425,8 @@ def main() -> int:
                         help="run vc-webhook-manager in cgroups like our webhook's Pod's (its request and limit)")
     parser.add_argument("--placebo-rate", type=float, default=0.0,
                         help="CPU seconds a second the placebo storm burns (default: the product's in the 'with' storm)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a chart value for the product's install (helm's --set), e.g. webhook.resources.requests.cpu=250m")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds a storm may take to have every Pod Running")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     parser.add_argument("--profile", type=float, default=0.0,
@@ -471,7 +473,7 @@ def main() -> int:
                 for run in runs:
                     product = run in ("with", "faults")
                     if product and not installed:
-                        install(cluster, CHART)
+                        install(cluster, CHART, *(f"--set={v}" for v in args.set))
                         log(f"installed; the machine settled in {settle():.0f} s")
                         installed = True
                     elif not product and installed:
