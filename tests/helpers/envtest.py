@@ -8,6 +8,7 @@ client's ``ApiClient``, install this project's prerequisites, and run the produc
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import ctypes
 import functools
 import json
@@ -19,6 +20,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -168,6 +170,9 @@ def _make_service_account_keys() -> tuple[bytes, bytes]:
 # Processes -------------------------------------------------------------------------------------
 
 
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="process-spawner")
+
+
 def _die_with_parent() -> None:
     # A killed pytest must not leave a 300 MB API server behind: the kernel sends SIGKILL to the
     # child when the thread that started it exits (the fixtures start processes from the main
@@ -189,11 +194,16 @@ class Process:
     @classmethod
     def start(cls, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
               cwd: Path | None = None) -> Process:
-        with log_path.open("ab") as log:
-            popen = subprocess.Popen(
-                list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=dict(env) if env is not None else None, cwd=cwd, preexec_fn=_die_with_parent,
-            )
+        def spawn() -> subprocess.Popen[bytes]:
+            with log_path.open("ab") as log:
+                return subprocess.Popen(
+                    list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=dict(env) if env is not None else None, cwd=cwd, preexec_fn=_die_with_parent,
+                )
+
+        # From a thread that ends (a storm's faults restarting the API server), the process would die
+        # with it: such starts go through one thread that lives as long as this process.
+        popen = spawn() if threading.current_thread() is threading.main_thread() else _SPAWNER.submit(spawn).result()
         return cls(name, popen, log_path)
 
     @property
@@ -391,9 +401,9 @@ class EnvTest:
             *self.apiserver_args,
         ], self.workdir / "kube-apiserver.log")
         self.host = f"https://{self.address}:{api_port}"
-        self._wait_ready(timeout)
+        self.wait_ready(timeout)
 
-    def _wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float) -> None:
         def ready() -> bool:
             for process in (self._etcd, self._apiserver):
                 if process is not None and not process.alive:
@@ -413,7 +423,7 @@ class EnvTest:
         self._apiserver.popen.kill()
         self._apiserver.popen.wait()
         self._apiserver = Process.start("kube-apiserver", argv, self.workdir / "kube-apiserver.log")
-        self._wait_ready(timeout)
+        self.wait_ready(timeout)
         return time.monotonic() - started
 
     # Access ------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ TAINT = f"{LABEL[0]}={LABEL[1]}:NoSchedule"
 NODE_SELECTOR = {LABEL[0]: LABEL[1]}
 TOLERATION = {"key": LABEL[0], "operator": "Equal", "value": LABEL[1], "effect": "NoSchedule"}
 PRIORITIES = ("nice", "idle", "normal")
+BATCH = 10  # hollow nodes started at once: fifty together can outrun the API server's registrations
 
 
 def find_kubemark(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -92,59 +93,85 @@ class HollowNodes:
     priority: str = "nice"
     prefix: str = "hollow"
     processes: dict[str, Process] = field(default_factory=dict, init=False)
+    restarted: int = field(default=0, init=False)  # nodes started again (a CSINode given up)
 
     @property
     def names(self) -> list[str]:
         return [f"{self.prefix}-{i}" for i in range(self.count)]
 
     def start(self, api: client.ApiClient, timeout: float = 120.0) -> HollowNodes:
-        """Start every node and return once each is registered and Ready; on failure, stop them."""
+        """Start the nodes :data:`BATCH` at a time, each batch once Ready, and return once all are;
+        on failure, stop them. A kubelet that gave up initialising its CSINode while the API server
+        was slow to register it stays NotReady for good: such a node is started again."""
         try:
-            self._start_processes()
-            self.wait_ready(api, timeout)
+            tmp = self.workdir / "tmp"
+            tmp.mkdir(parents=True, exist_ok=True)
+            (tmp / "kubeconfig").write_text(yaml.safe_dump(self_contained(self.kubeconfig)))
+            (tmp / "kubeconfig").chmod(0o600)
+            names = self.names
+            for first in range(0, len(names), BATCH):
+                for name in names[first:first + BATCH]:
+                    self._start_one(name)
+                self.wait_ready(api, timeout, names[:first + BATCH])
         except BaseException:
             self.stop(api)
             raise
         return self
 
-    def _start_processes(self) -> None:
-        tmp = self.workdir / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        (tmp / "kubeconfig").write_text(yaml.safe_dump(self_contained(self.kubeconfig)))
-        (tmp / "kubeconfig").chmod(0o600)
-        for name in self.names:
-            if name in self.processes and self.processes[name].alive:
-                continue
-            argv = [
-                "unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                'mount --bind "$0" /tmp && exec "$@"', str(tmp),
-                *priority_prefix(self.priority), str(self.binary), "--morph=kubelet", f"--name={name}",
-                "--kubeconfig=/tmp/kubeconfig", f"--kubelet-port={free_port()}", "--kubelet-read-only-port=0",
-                "--use-host-image-service=false", f"--max-pods={self.max_pods}",
-                f"--node-labels={LABEL[0]}={LABEL[1]}", f"--register-with-taints={TAINT}",
-                # Above kubelet's 10 a second: a node starting a hundred Pods reports each one's status.
-                "--kube-api-qps=50", "--kube-api-burst=100", "-v=1",
-            ]
-            self.processes[name] = Process.start(name, argv, self.workdir / f"{name}.log")
+    def _start_one(self, name: str) -> None:
+        argv = [
+            "unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+            'mount --bind "$0" /tmp && exec "$@"', str(self.workdir / "tmp"),
+            *priority_prefix(self.priority), str(self.binary), "--morph=kubelet", f"--name={name}",
+            "--kubeconfig=/tmp/kubeconfig", f"--kubelet-port={free_port()}", "--kubelet-read-only-port=0",
+            "--use-host-image-service=false", f"--max-pods={self.max_pods}",
+            f"--node-labels={LABEL[0]}={LABEL[1]}", f"--register-with-taints={TAINT}",
+            # Above kubelet's 10 a second: a node starting a hundred Pods reports each one's status.
+            "--kube-api-qps=50", "--kube-api-burst=100", "-v=1",
+        ]
+        self.processes[name] = Process.start(name, argv, self.workdir / f"{name}.log")
+
+    def _conditions(self, api: client.ApiClient) -> dict[str, dict[str, Any] | None]:
+        """Each registered hollow node's Ready condition, by name."""
+        nodes = request(api, "GET", "/api/v1/nodes", query=[("labelSelector", f"{LABEL[0]}={LABEL[1]}")])["items"]
+        return {n["metadata"]["name"]: next((c for c in (n.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"), None)
+                for n in nodes}
 
     def ready(self, api: client.ApiClient) -> list[str]:
         """The names of the hollow nodes registered and Ready now."""
-        nodes = request(api, "GET", "/api/v1/nodes", query=[("labelSelector", f"{LABEL[0]}={LABEL[1]}")])["items"]
-        out = []
-        for node in nodes:
-            conditions = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
-            if conditions.get("Ready") == "True" and node["metadata"]["name"] in self.processes:
-                out.append(node["metadata"]["name"])
-        return out
+        return [name for name, ready in self._conditions(api).items() if ready and ready["status"] == "True" and name in self.processes]
 
-    def wait_ready(self, api: client.ApiClient, timeout: float = 120.0) -> None:
+    def wait_ready(self, api: client.ApiClient, timeout: float = 120.0, names: list[str] | None = None) -> None:
+        """Until ``names`` (all) are Ready, starting again any whose kubelet gave up on its CSINode."""
+        wanted = set(names or self.names)
+        restarts: dict[str, int] = {}
+
         def all_ready() -> bool:
             for process in self.processes.values():
                 process.running()
-            return len(self.ready(api)) == self.count
+            conditions = self._conditions(api)
+            for name in wanted:
+                ready = conditions.get(name)
+                if ready and ready["status"] != "True" and "CSINode" in ready.get("message", "") and restarts.get(name, 0) < 3:
+                    restarts[name] = restarts.get(name, 0) + 1
+                    self.processes.pop(name).stop(grace=1.0)
+                    self._start_one(name)
+            return all((conditions.get(n) or {}).get("status") == "True" for n in wanted)
 
-        wait_until(all_ready, timeout, f"{self.count} hollow nodes Ready", interval=0.5,
-                   log=lambda: "\n".join(f"--- {n}:\n{p.log(tail=10)}" for n, p in list(self.processes.items())[:3]))
+        wait_until(all_ready, timeout, f"{len(wanted)} hollow nodes Ready", interval=0.5, log=lambda: self.not_ready(api))
+        self.restarted += sum(restarts.values())
+
+    def not_ready(self, api: client.ApiClient) -> str:
+        """Each hollow node not Ready and why (its Ready condition, or that it is not registered)."""
+        nodes = {n["metadata"]["name"]: n for n in request(api, "GET", "/api/v1/nodes",
+                                                           query=[("labelSelector", f"{LABEL[0]}={LABEL[1]}")])["items"]}
+        out = []
+        for name in self.names:
+            node = nodes.get(name)
+            ready = next((c for c in (node or {}).get("status", {}).get("conditions") or [] if c["type"] == "Ready"), None)
+            if ready is None or ready["status"] != "True":
+                out.append(f"{name}: {'not registered' if node is None else ready}")
+        return "\n".join(out)
 
     def restart(self, api: client.ApiClient, timeout: float = 120.0) -> None:
         """New processes under the same names (an empty runtime each, a fresh /tmp)."""
@@ -227,18 +254,18 @@ def process_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def process_schedstat(pid: int) -> tuple[float, float] | None:
-    """``(on a CPU, runnable but waiting for one)`` seconds of a process so far, its threads summed
-    (``/proc/PID/task/*/schedstat``; a thread that has ended no longer counts)."""
-    run = wait = 0
+def process_schedstat(pid: int) -> tuple[float, float, int] | None:
+    """``(on a CPU, runnable but waiting for one, times scheduled)`` of a process so far, its threads
+    summed (``/proc/PID/task/*/schedstat``, seconds; a thread that has ended no longer counts)."""
+    run = wait = slices = 0
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return None
     for task in tasks:
         try:
-            run_ns, wait_ns, _ = (task / "schedstat").read_text().split()
+            run_ns, wait_ns, count = (task / "schedstat").read_text().split()
         except (OSError, ValueError):
             continue
-        run, wait = run + int(run_ns), wait + int(wait_ns)
-    return run / 1e9, wait / 1e9
+        run, wait, slices = run + int(run_ns), wait + int(wait_ns), slices + int(count)
+    return run / 1e9, wait / 1e9, slices

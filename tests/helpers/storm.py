@@ -47,7 +47,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.helpers.envtest import EnvTest, https_get, product_env, request, wait_until
 from tests.helpers.hollow import NODE_SELECTOR, TOLERATION, process_cpu_seconds, process_peak_rss, process_schedstat
-from tests.helpers.jobs import volcano_job
+from tests.helpers.jobs import job_owner, volcano_job
 from volcano_job_webhook.cli.inputs import build_pod, pod_task
 from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.kube.informer import Informer
@@ -55,6 +55,7 @@ from volcano_job_webhook.kube.records import Version, resource_version
 from volcano_job_webhook.kube.rest import Rest, widen_pool
 from volcano_job_webhook.plugins import Job
 from volcano_job_webhook.plugins.kinds import POD, VOLCANO_JOB
+from volcano_job_webhook.plugins.podgen import make_pod
 
 Obj = dict[str, Any]
 
@@ -228,9 +229,9 @@ def storm_job(name: str, plugin_set: str, namespace: str, pods: int = PODS_PER_J
     return job
 
 
-def plugin_set_of(index: int) -> str:
-    """The plugin set of the storm's ``index``-th job: the sets in turn."""
-    return list(PLUGIN_SETS)[index % len(PLUGIN_SETS)]
+def plugin_set_of(index: int, sets: Sequence[str] = tuple(PLUGIN_SETS)) -> str:
+    """The plugin set of the storm's ``index``-th job: ``sets`` in turn."""
+    return sets[index % len(sets)]
 
 
 # What a Pod is wired with ------------------------------------------------------------------------
@@ -343,6 +344,7 @@ class PodWatch:
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.first_seen: dict[str, float] = {}
         self.running: dict[str, float] = {}  # started, as above
+        self.bound: dict[str, float] = {}  # first seen with a node
         self.in_init: set[str] = set()  # of those, the ones started in an init container
         self.pods: dict[str, PodRecord] = {}
         self.deleted: set[str] = set()
@@ -370,6 +372,8 @@ class PodWatch:
                 record.wiring = known.wiring
             self.pods[record.uid] = record
             self.first_seen.setdefault(record.uid, now)
+            if record.node:
+                self.bound.setdefault(record.uid, now)
             started = record.phase == "Running" or (record.phase == "Pending" and record.init_started)
             if started and record.uid not in self.running:
                 self.running[record.uid] = now
@@ -389,8 +393,12 @@ class PodWatch:
 
     def startup_seconds(self) -> list[float]:
         """First seen → first seen started, of every Pod seen started."""
+        return self.between(self.first_seen, self.running)
+
+    def between(self, first: Mapping[str, float], then: Mapping[str, float]) -> list[float]:
+        """Seconds from ``first`` to ``then`` of every Pod in both (e.g. :attr:`first_seen` → :attr:`bound`)."""
         with self._lock:
-            return [self.running[uid] - self.first_seen[uid] for uid in self.running if uid in self.first_seen]
+            return [then[uid] - first[uid] for uid in then if uid in first]
 
 
 # The API server's metrics, read along -----------------------------------------------------------------
@@ -439,10 +447,109 @@ class Scraper:
             time.sleep(1.0)
 
 
+# Each webhook asked directly, beside the API server -------------------------------------------------------
+
+
+def admission_review_body(pod: Obj, namespace: str) -> bytes:
+    """An AdmissionReview v1 of ``pod``'s CREATE in ``namespace``, as the API server sends it."""
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "00000000-0000-4000-8000-000000000040", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+        "requestResource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": namespace, "operation": "CREATE",
+        "userInfo": {"username": "system:serviceaccount:volcano-system:volcano-controllers"}, "object": pod,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}, "dryRun": False}}).encode()
+
+
+class AdmissionProbe:
+    """POSTs the same AdmissionReview to each target (``name`` → ``https://host:port/path``) every
+    ``interval`` seconds, each over a kept-alive connection of its own, from this process, and records
+    how long each answer took: each webhook's latency under the storm without the API server's part
+    (its queue, the Service's route, applying the patch)."""
+
+    def __init__(self, targets: Mapping[str, str], body: bytes, interval: float = 0.25) -> None:
+        self.targets, self.body, self.interval = dict(targets), body, interval
+        self.latencies: dict[str, list[float]] = {name: [] for name in targets}
+        self.errors: dict[str, int] = dict.fromkeys(targets, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="storm-probe", daemon=True)
+
+    def _run(self) -> None:
+        import http.client
+        import ssl
+        import urllib.parse
+
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        connections: dict[str, http.client.HTTPSConnection] = {}
+        while not self._stop.wait(self.interval):
+            for name, url in self.targets.items():
+                parts = urllib.parse.urlsplit(url)
+                try:
+                    connection = connections.get(name)
+                    if connection is None:
+                        connection = connections[name] = http.client.HTTPSConnection(parts.hostname or "", parts.port, context=context, timeout=10)
+                        connection.connect()
+                    started = time.perf_counter()
+                    connection.request("POST", parts.path, body=self.body, headers={"Content-Type": "application/json"})
+                    answer = connection.getresponse()
+                    answer.read()
+                    took = time.perf_counter() - started
+                    if answer.status == 200:
+                        self.latencies[name].append(took)
+                    else:
+                        self.errors[name] += 1
+                except (OSError, http.client.HTTPException):
+                    self.errors[name] += 1
+                    broken = connections.pop(name, None)
+                    if broken is not None:
+                        broken.close()
+        for connection in connections.values():
+            connection.close()
+
+    def start(self) -> AdmissionProbe:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def figures(self) -> dict[str, Any]:
+        """p50 and p99 by target, and of every replica of ours together (``probe_ours_*``)."""
+        out: dict[str, Any] = {}
+        groups = dict(self.latencies)
+        groups["ours"] = [v for name, values in self.latencies.items() if name.startswith("ours_") for v in values]
+        self.errors["ours"] = sum(n for name, n in self.errors.items() if name.startswith("ours_"))
+        for name, values in groups.items():
+            out[f"probe_{name}_calls"] = len(values)
+            out[f"probe_{name}_errors"] = self.errors[name]
+            for q in (50, 99):
+                value = percentile(values, q / 100)
+                out[f"probe_{name}_p{q}_ms"] = value * 1000 if value is not None else None
+        return out
+
+
+def probe_targets(api: client.ApiClient, product: bool) -> dict[str, str]:
+    """Where each Pod webhook answers: ours at each replica's Pod IP, Volcano's at the URL its
+    registration names."""
+    targets: dict[str, str] = {}
+    found = request(api, "GET", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations")["items"]
+    for configuration in found:
+        for hook in configuration.get("webhooks") or []:
+            if hook["name"] == VOLCANOS[0] and hook["clientConfig"].get("url"):
+                targets["volcano_mutatepod"] = hook["clientConfig"]["url"]
+    if product:
+        for i, pod in enumerate(webhook_pods(api)):
+            ip = (pod.get("status") or {}).get("podIP")
+            if ip:
+                targets[f"ours_{i}"] = f"https://{ip}:8443/mutate"
+    return targets
+
+
 # The product's containers, from the node's cgroups ----------------------------------------------------
 
 
-def _controller_root(controller: str) -> Path | None:
+def controller_root(controller: str) -> Path | None:
     """The mount point of the cgroup v1 hierarchy that holds ``controller`` (None on v2 alone)."""
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         before, _, after = line.partition(" - ")
@@ -455,7 +562,7 @@ def _controller_root(controller: str) -> Path | None:
 def container_cgroup(controller: str, cgroup_root: str, pod_uid: str, container_id: str) -> Path | None:
     """A container's cgroup directory in ``controller``'s hierarchy, under kubelet's ``cgroupRoot``
     (cgroupfs driver: ``kubepods/[burstable|besteffort/]pod<uid>/<id>``)."""
-    top = _controller_root(controller)
+    top = controller_root(controller)
     if top is None:
         return None
     base = top / cgroup_root.lstrip("/") / "kubepods"
@@ -495,6 +602,34 @@ class ContainerSample:
     waiting_seconds: float  # runnable but waiting for a CPU (schedstat), the processes' threads summed
     cpu_shares: int | None
     cpu_quota_us: int | None
+    accepted: int = 0  # TCP connections accepted in the Pod's network namespace (Tcp PassiveOpens)
+    slices: int = 0  # times the processes' threads were put on a CPU (schedstat)
+    thread_waits: dict[str, float] = field(default_factory=dict)  # seconds waiting for a CPU by thread name
+
+
+def thread_waits(pid: int) -> dict[str, float]:
+    """Seconds each thread of ``pid`` has waited for a CPU, summed by thread name (``comm``)."""
+    out: dict[str, float] = defaultdict(float)
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return {}
+    for task in tasks:
+        try:
+            name = (task / "comm").read_text().strip()
+            out[name] += int((task / "schedstat").read_text().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return dict(out)
+
+
+def passive_opens(pid: int) -> int:
+    """TCP connections accepted so far in the network namespace of ``pid`` (``/proc/PID/net/snmp``)."""
+    try:
+        lines = [line.split() for line in Path(f"/proc/{pid}/net/snmp").read_text().splitlines() if line.startswith("Tcp:")]
+        return int(dict(zip(lines[0], lines[1], strict=True))["PassiveOpens"])
+    except (OSError, ValueError, KeyError, IndexError):
+        return 0
 
 
 def sample_container(cgroup_root: str, pod: str, pod_uid: str, container: str, container_id: str) -> ContainerSample | None:
@@ -512,10 +647,12 @@ def sample_container(cgroup_root: str, pod: str, pod_uid: str, container: str, c
     except (OSError, ValueError):
         pass
     waits = [w for pid in pids if (w := process_schedstat(pid)) is not None]
+    slices = sum(w[2] for w in waits)
     return ContainerSample(pod, container, usage / 1e9, stat.get("nr_throttled", 0), stat.get("throttled_time", 0) / 1e9,
                            stat.get("nr_periods", 0), _read_int(memory, "memory.max_usage_in_bytes") or 0,
                            sum(process_peak_rss(pid) or 0 for pid in pids), sum(w[1] for w in waits),
-                           _read_int(cpu, "cpu.shares"), _read_int(cpu, "cpu.cfs_quota_us"))
+                           _read_int(cpu, "cpu.shares"), _read_int(cpu, "cpu.cfs_quota_us"), accepted=passive_opens(pids[0]) if pids else 0,
+                           slices=slices, thread_waits={k: v for pid in pids for k, v in thread_waits(pid).items()})
 
 
 class ProductUsage:
@@ -569,9 +706,14 @@ class ProductUsage:
                 row["periods"] += last.periods - (first.periods if first else 0)
                 row["throttled_seconds"] += last.throttled_seconds - (first.throttled_seconds if first else 0.0)
                 row["waiting_seconds"] += max(0.0, last.waiting_seconds - (first.waiting_seconds if first else 0.0))
+                row["wait_per_schedule_ms"] = row["waiting_seconds"] / row["times_scheduled"] * 1000 if row["times_scheduled"] > 0 else 0.0
                 row["rss_peak_mib"] = max(row["rss_peak_mib"], last.rss_peak / 2**20)
                 row["memory_peak_mib"] = max(row["memory_peak_mib"], last.memory_peak / 2**20)
                 row["containers"] += 1
+                row["connections_accepted"] += last.accepted - (first.accepted if first else 0)
+                row["times_scheduled"] += last.slices - (first.slices if first else 0)
+                for thread, waited in last.thread_waits.items():
+                    row[f"waiting_in_thread {thread}"] += waited - (first.thread_waits.get(thread, 0.0) if first else 0.0)
                 row["cpu_shares"] = last.cpu_shares or 0
                 row["cpu_quota_ms"] = (last.cpu_quota_us or 0) / 1000
         return {name: dict(row) for name, row in out.items()}
@@ -602,16 +744,20 @@ class HostUsage:
         self.start = {name: self._cpu(p) for name, p in self.pids.items()}
 
     @staticmethod
-    def _cpu(pids: Iterable[int]) -> tuple[float, float]:
+    def _cpu(pids: Iterable[int]) -> tuple[float, float, int]:
         cpu = sum(process_cpu_seconds(pid) or 0.0 for pid in pids)
-        wait = sum((process_schedstat(pid) or (0.0, 0.0))[1] for pid in pids)
-        return cpu, wait
+        stats = [s for pid in pids if (s := process_schedstat(pid)) is not None]
+        return cpu, sum(s[1] for s in stats), sum(s[2] for s in stats)
 
     def totals(self) -> dict[str, dict[str, float]]:
         out = {}
         for name, pids in self.pids.items():
-            cpu, wait = self._cpu(pids)
+            if not all(Path(f"/proc/{pid}").exists() for pid in pids):
+                continue  # one ended (the API server restarted): its figures would count from another process
+            cpu, wait, slices = self._cpu(pids)
+            scheduled = slices - self.start[name][2]
             out[name] = {"cpu_seconds": cpu - self.start[name][0], "waiting_seconds": wait - self.start[name][1],
+                         "wait_per_schedule_ms": (wait - self.start[name][1]) / scheduled * 1000 if scheduled > 0 else 0.0,
                          "rss_peak_mib": max((process_peak_rss(pid) or 0 for pid in pids), default=0) / 2**20, "processes": len(pids)}
         return out
 
@@ -712,6 +858,8 @@ class Storm:
     host_pids: Mapping[str, Iterable[int]] = field(default_factory=dict)
     workdir: Path | None = None
     seed: int = 40
+    probe: bool = True  # each Pod webhook asked directly too (AdmissionProbe)
+    plugin_sets: Sequence[str] = tuple(PLUGIN_SETS)  # taken in turn, job by job
 
     def run(self) -> StormResult:
         result = StormResult()
@@ -729,6 +877,7 @@ class Storm:
         submitted: dict[str, float] = {}
         create_failures: list[str] = []
         started = time.monotonic()
+        probe: AdmissionProbe | None = None
         stop_faults = threading.Event()
         fault_thread = threading.Thread(target=self._faults, args=(started, result, stop_faults), name="storm-faults", daemon=True)
         fault_thread.start()
@@ -737,7 +886,9 @@ class Storm:
                 due = started + i / self.rate
                 time.sleep(max(0.0, due - time.monotonic()))
                 name = f"storm-{i:05d}"
-                body = storm_job(name, plugin_set_of(i), self.namespace, self.pods_per_job)
+                body = storm_job(name, plugin_set_of(i, self.plugin_sets), self.namespace, self.pods_per_job)
+                if i == 2 and self.probe:
+                    probe = self._probe(rest, admin)
                 for attempt in range(60):  # the API server restarting: the client tries again, as kubectl would be rerun
                     try:
                         rest.create(VOLCANO_JOB, self.namespace, body)
@@ -765,19 +916,34 @@ class Storm:
             finished = time.monotonic()
         finally:
             stop_faults.set()
+            if probe is not None:
+                probe.stop()
             fault_thread.join(timeout=120)
             scraper.stop()
             watch.stop()
+        self.envtest.wait_ready(300)  # a restarted API server may still be coming back
         if usage is not None:
             usage.sample()
         load_after = os.getloadavg()
         self._figures(result, watch, scraper, usage, host, started, submit_end, finished, submitted, expected_pods)
+        if probe is not None:
+            result.figures.update(probe.figures())
         result.figures["job_create_retries"] = len(create_failures)
         result.figures["load_average_before_after"] = f"{load_before[0]:.1f} / {load_after[0]:.1f}"
         if create_failures:
             result.events.append(f"job creates retried: {create_failures[:5]}{' ...' if len(create_failures) > 5 else ''}")
         self._check(result, watch, admin)
         return result
+
+    def _probe(self, rest: Rest, admin: client.ApiClient) -> AdmissionProbe:
+        """Each Pod webhook asked about a Pod of the storm's second job (a torchrun job: our chain
+        patches it), beside the API server."""
+        name = "storm-00001"
+        job_obj = rest.get(VOLCANO_JOB, self.namespace, name)
+        assert job_obj is not None
+        pod = make_pod(Job.from_object(job_obj), "worker", 1)
+        pod["metadata"].update(name=f"{name}-worker-1", namespace=self.namespace, ownerReferences=[job_owner(job_obj)])
+        return AdmissionProbe(probe_targets(admin, self.product), admission_review_body(pod, self.namespace)).start()
 
     def _faults(self, started: float, result: StormResult, stop: threading.Event) -> None:
         """Each fault at its time, a repeated one again and again, until the storm ends."""
@@ -810,6 +976,18 @@ class Storm:
         for q in (50, 90, 99):
             f[f"startup_p{q}_s"] = percentile(latencies, q / 100)
         f["startup_max_s"] = max(latencies, default=None)
+        # Where the time goes: the schedulers (created → bound to a node), then the node (→ started).
+        for part, seconds in (("to_bound", watch.between(watch.first_seen, watch.bound)), ("bound_to_started", watch.between(watch.bound, watch.running))):
+            for q in (50, 99):
+                f[f"startup_{part}_p{q}_s"] = percentile(seconds, q / 100)
+        by_set: dict[str, list[float]] = defaultdict(list)
+        for uid, at in watch.running.items():
+            record, seen = watch.pods.get(uid), watch.first_seen.get(uid)
+            if record is not None and seen is not None and record.job.startswith("storm-"):
+                key = plugin_set_of(int(record.job.removeprefix("storm-")), self.plugin_sets) + (" (held in init)" if uid in watch.in_init else "")
+                by_set[key].append(at - seen)
+        f["startup_p50_p99_s_by_plugin_set"] = {k: (round(percentile(v, 0.5) or 0, 2), round(percentile(v, 0.99) or 0, 2), len(v))
+                                                for k, v in sorted(by_set.items())}
         created = list(watch.first_seen.values())
         f["pod_creation_rate_s"] = rate(created)
         f["pod_creation_peak_10s_rate_s"] = peak_rate(created, 10.0)
