@@ -14,9 +14,18 @@ from functools import cached_property
 from ..base import Plugin, PodContext
 from ..budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
 from ..flags import Flag
-from ..helpers import host_names, host_suffix, name_taken, peer_options, plugin_error, plugin_warning, require_task, template_containers
+from ..helpers import (
+    add_init_container,
+    host_names,
+    host_suffix,
+    name_taken,
+    peer_options,
+    plugin_error,
+    plugin_warning,
+    require_task,
+    template_containers,
+)
 from ..job import Task
-from ..pod import Obj, containers, spec
 from .pytorch import WAIT_CONTAINER as PYTORCH_WAIT
 from .pytorch import PytorchPlugin, wait_image
 from .svc import SvcPlugin
@@ -208,11 +217,4 @@ class WaitforPlugin(Plugin):
         if not any(t.name == ctx.task.name for t in self.waiters):
             return
         ctx.names_hosts(self.name)  # in its script
-        init = spec(ctx.pod).setdefault("initContainers", [])
-        if any(isinstance(c, dict) and c.get("name") == WAIT_CONTAINER for c in init):
-            return
-        for i, regular in enumerate(containers(ctx.pod)):
-            if regular.get("name") == WAIT_CONTAINER:
-                raise plugin_error(self, f"spec.containers[{i}].name", _NAME_TAKEN)
-        container: Obj = {"name": WAIT_CONTAINER, "image": self.image, "command": ["sh", "-c", self.script]}
-        init.append(container)
+        add_init_container(self, ctx.pod, {"name": WAIT_CONTAINER, "image": self.image, "command": ["sh", "-c", self.script]}, _NAME_TAKEN)
