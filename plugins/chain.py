@@ -316,12 +316,6 @@ class Chain:
         order = self.config.order
         return (order.index(name), "") if name in order else (len(order), name)
 
-    def plugins(self, job: Job) -> list[Plugin]:
-        """The job's plugins, built (arguments parsed) and in chain order, judged strictly, those
-        Volcano's controller runs included. Raises :class:`PluginError` for an unknown or disallowed
-        plugin or a bad argument."""
-        return list(self.lineup(job, strict=True).plugins)
-
     def lineup(self, job: Job, *, strict: bool) -> Lineup:
         """The job's plugins built and checked, in chain order, with who runs each.
 
@@ -374,17 +368,15 @@ class Chain:
                     f"{_volcano_flag_error(job, cls, error)}; Volcano's controller "
                     f"only logs this and runs the plugin with the {len(kept)} argument(s) before it"
                 )
-            try:
+            plugin = None
+            try:  # a plugin's own constructor may refuse more than its flags
                 plugin = cls(job, kept, settings, peers=merged)
-            except PluginError as exc:  # a plugin's own constructor may refuse more than its flags
-                warnings.append(f"{exc} (run by Volcano's controller, which does not check this)")
-                continue
-            try:
                 warnings.extend(plugin.check())
             except PluginError as exc:
                 warnings.append(f"{exc} (run by Volcano's controller, which does not check this)")
                 failed.add(name)
-            built.append(plugin)
+            if plugin is not None:
+                built.append(plugin)
         warnings.extend(_check_mounts(job, built, volcano if not strict else frozenset()))
         return Lineup(tuple(built), volcano, frozenset(failed), tuple(dict.fromkeys(warnings)), env_first)
 
