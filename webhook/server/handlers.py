@@ -94,12 +94,6 @@ def workload_of(pod: Mapping[str, Any]) -> tuple[Kind, Any, str | None] | None:
     return None
 
 
-def uid_of(obj: Mapping[str, Any]) -> str | None:
-    """The object's own uid (``metadata.uid``)."""
-    uid = _object_meta(obj).get("uid")
-    return uid if isinstance(uid, str) else None
-
-
 class PodMutator:
     """Wires the CREATE of a workload's Pod with the plugins we run; anything else passes unchanged.
     Never silent: a failed lookup is an error (``failurePolicy`` applies, the controller retries), a
@@ -156,7 +150,8 @@ class PodMutator:
             return AdmissionResponse.deny(
                 f"volcano-job-webhook: could not look up {noun} {namespace}/{job_name} ({_describe(exc)}); the Pod is not "
                 "admitted unwired: create it again", code=500, result="error")
-        if raw_job is None or (owner is not None and uid_of(raw_job) not in (None, owner)):
+        uid = _object_meta(raw_job or {}).get("uid")
+        if raw_job is None or (owner is not None and isinstance(uid, str) and uid != owner):
             gone = raw_job is not None
             lookups.labels("owner_gone" if gone else "not_found").inc()
             why = (f"{noun} {namespace}/{job_name} is not the Pod's owner (uid {owner}): it was deleted" if gone
