@@ -368,15 +368,13 @@ class Chain:
                     f"{_volcano_flag_error(job, cls, error)}; Volcano's controller "
                     f"only logs this and runs the plugin with the {len(kept)} argument(s) before it"
                 )
-            plugin = None
-            try:  # a plugin's own constructor may refuse more than its flags
+            try:  # a plugin's own constructor may refuse more than its flags: then it is not built
                 plugin = cls(job, kept, settings, peers=merged)
+                built.append(plugin)
                 warnings.extend(plugin.check())
             except PluginError as exc:
                 warnings.append(f"{exc} (run by Volcano's controller, which does not check this)")
                 failed.add(name)
-            if plugin is not None:
-                built.append(plugin)
         warnings.extend(_check_mounts(job, built, volcano if not strict else frozenset()))
         return Lineup(tuple(built), volcano, frozenset(failed), tuple(dict.fromkeys(warnings)), env_first)
 
