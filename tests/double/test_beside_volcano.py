@@ -109,7 +109,7 @@ def test_the_annotation_cannot_reconfigure_a_plugin_volcano_runs():
     assert any("names plugin svc again" in w for w in prepared.warnings)
     (svc,) = prepared.plugins
     assert svc.options["disable-network-policy"] is False, "spec.plugins' arguments are what Volcano runs"
-    assert ALONE.plugin_args(twice)["svc"] == ["--disable-network-policy"], "alone, the annotation wins as before"
+    assert ALONE.prepare(twice).plugins[0].peers["svc"] == ["--disable-network-policy"], "alone, the annotation wins as before"
 
 
 def test_a_mount_clash_between_volcano_and_us_is_ours_to_refuse():
