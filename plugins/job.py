@@ -74,7 +74,7 @@ def task_name_checked(key: str, where: str, name: Any, tasks: Sequence[Task]) ->
         problem = f"duplicate task name {name!r}"
     if problem:
         raise PluginError(key, "", where, problem)
-    return name
+    return str(name)
 
 
 def pod_template(key: str, where: str, template: Any) -> Mapping[str, Any]:
