@@ -12,9 +12,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
-from volcano_job_webhook.kube.backoff import retry_after
+from volcano_job_webhook.kube.backoff import describe, retry_after
 from volcano_job_webhook.kube.informer import LISTED, Informer
 
 from .metrics import ReconcilerMetrics
@@ -106,9 +104,3 @@ class Controller:
                 self.queue.done(key)
             if self.metrics is not None:
                 self.metrics.reconciles.labels(result).inc()
-
-
-def describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiException) and exc.status:
-        return f"HTTP {exc.status}"
-    return str(exc) or type(exc).__name__

@@ -9,6 +9,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from volcano_job_webhook.kube.backoff import describe
 from volcano_job_webhook.limits import MAX_DEPTH, nested_deeper_than
 from volcano_job_webhook.plugins import Chain, PluginError, PreparedJob, read_workload
 from volcano_job_webhook.plugins.keys import ENV_PLACEMENT_ANNOTATION, OPT_IN_LABEL, PLUGINS_ANNOTATION
@@ -148,7 +149,7 @@ class PodMutator:
             lookups.labels("error").inc()
             log.warning("job lookup failed: %s", exc, extra=context)
             return AdmissionResponse.deny(
-                f"volcano-job-webhook: could not look up {noun} {namespace}/{job_name} ({_describe(exc)}); the Pod is not "
+                f"volcano-job-webhook: could not look up {noun} {namespace}/{job_name} ({describe(exc)}); the Pod is not "
                 "admitted unwired: create it again", code=500, result="error")
         uid = _object_meta(raw_job or {}).get("uid")
         if raw_job is None or (owner is not None and isinstance(uid, str) and uid != owner):
@@ -176,14 +177,6 @@ class PodMutator:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("Pod patched", extra={**context, "plugins": result.plugins})
         return AdmissionResponse(allowed=True, patch=patch, warnings=result.warnings, result="patched")
-
-
-def _describe(exc: BaseException) -> str:
-    status = getattr(exc, "status", None)
-    if status:
-        return f"HTTP {status}"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
 
 
 def _too_deep() -> AdmissionResponse:
