@@ -133,7 +133,7 @@ def live(server: FakeApiServer, resource: str, name: str) -> dict[str, Any] | No
 
 
 def settled(reconciler: Reconciler) -> bool:
-    return not reconciler.queue.busy
+    return not reconciler.manager.controllers[0].queue.busy
 
 
 def test_a_steady_resync_sends_nothing(api_double: FakeApiServer, reconciler: Reconciler):
@@ -147,7 +147,7 @@ def test_a_steady_resync_sends_nothing(api_double: FakeApiServer, reconciler: Re
     wait_for(lambda: settled(reconciler), what="the queue drained")
     time.sleep(0.3)
     api_double.clear_requests()
-    assert reconciler.resync() == 3
+    assert sum(c.resync() for c in reconciler.manager.controllers) == 3
     wait_for(lambda: settled(reconciler), what="the resync done")
     assert api_double.requests == [], "no call at all: nothing changed"
 

@@ -122,9 +122,6 @@ class Manager:
         for running in everything:
             running.join(deadline)
 
-    def resync(self) -> int:
-        return sum(controller.resync() for controller in self.controllers)
-
 
 def build(manager: Manager, for_: Kind, owns: Iterable[Kind], reconcile: Reconcile, *, observe: OwnedObserver | None = None,
           **options: Any) -> Controller:
@@ -185,27 +182,16 @@ class Reconciler:
         return self.manager.caches[VOLCANO_JOB]
 
     @property
-    def queue(self) -> Any:
-        """The Volcano Jobs' work queue."""
-        return self.manager.controllers[0].queue
-
-    @property
     def ready(self) -> bool:
         return self.manager.ready
 
     def start(self, leading: bool = True) -> None:
-        """Start the caches, and the controllers too unless this replica waits for the lease (:meth:`lead`)."""
+        """Start the caches, and the controllers too unless this replica waits for the lease (``manager.lead``)."""
         self.manager.start()
         if leading:
-            self.lead()
-
-    def lead(self) -> None:
-        self.manager.lead()
+            self.manager.lead()
 
     def stop(self, timeout: float = 1.5) -> None:
         """Stop taking work and writing at once; give in-flight reconciles ``timeout`` to finish."""
         self.writer.close()
         self.manager.stop(timeout)
-
-    def resync(self) -> int:
-        return self.manager.resync()

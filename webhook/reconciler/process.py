@@ -42,7 +42,7 @@ def run(settings: WebhookSettings, stop: threading.Event | None = None) -> int:
     def on_change(leading: bool) -> None:
         metrics.leader.set(int(leading))
         if leading:
-            reconciler.lead()
+            reconciler.manager.lead()
 
     elector = None
     if settings.leader_elect:
