@@ -155,11 +155,6 @@ class JobRecord:
     def finished(self) -> bool:
         return self.phase in FINISHED_PHASES
 
-    @property
-    def packed_size(self) -> int:
-        """Bytes the packed fields take (0 for a finished Job)."""
-        return 0 if self._blob is None else len(self._blob)
-
     def object(self) -> Obj:
         """The Job as plugins read it (identity and status only, for a finished Job)."""
         if self._blob is not None:
