@@ -109,6 +109,16 @@ class ConnectionGuard:
         self.withdraw(conn)
         self.gone += 1
 
+    def collect(self) -> Iterator[Any]:
+        """The guard as a Prometheus collector: open connections, handshakes under way, connections closed by reason."""
+        yield GaugeMetricFamily("volcano_webhook_connections_open", "Open client connections", value=len(self))
+        yield GaugeMetricFamily("volcano_webhook_tls_handshakes", "TLS handshakes under way", value=len(self.handshakes))
+        closed = CounterMetricFamily("volcano_webhook_connections_closed", "Connections closed by the webhook's limits",
+                                     labels=["reason"])
+        for reason in ("header-timeout", "body-timeout", "idle-timeout", "evicted", "refused", "handshake-dropped"):
+            closed.add_metric([reason], self.closed[reason])
+        yield closed
+
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol under the rules of its class's :class:`ConnectionGuard`
@@ -301,22 +311,6 @@ def accepting(guard: ConnectionGuard, sockets: Collection[socket.socket], contex
         yield
     finally:
         del loop.create_server  # the instance attribute: the loop's own method again
-
-
-class GuardCollector:
-    """Prometheus view of a guard: open connections, handshakes under way, connections closed by reason."""
-
-    def __init__(self, guard: ConnectionGuard) -> None:
-        self.guard = guard
-
-    def collect(self) -> Iterator[Any]:
-        yield GaugeMetricFamily("volcano_webhook_connections_open", "Open client connections", value=len(self.guard))
-        yield GaugeMetricFamily("volcano_webhook_tls_handshakes", "TLS handshakes under way", value=len(self.guard.handshakes))
-        closed = CounterMetricFamily("volcano_webhook_connections_closed", "Connections closed by the webhook's limits",
-                                     labels=["reason"])
-        for reason in ("header-timeout", "body-timeout", "idle-timeout", "evicted", "refused", "handshake-dropped"):
-            closed.add_metric([reason], self.guard.closed[reason])
-        yield closed
 
 
 class MemoryTrimmer:

@@ -15,7 +15,7 @@ from volcano_job_webhook.certs.secret import ServingSecret
 from volcano_job_webhook.config import ConfigError, WebhookSettings
 
 from .app import create_app
-from .connections import ConnectionGuard, ConnectionLimits, GuardCollector, MemoryTrimmer
+from .connections import ConnectionGuard, ConnectionLimits, MemoryTrimmer
 from .https import ListenError, build_server
 from .jobs import DirectoryJobSource, JobSource
 
@@ -90,7 +90,7 @@ def run(settings: WebhookSettings) -> None:
                      audit=settings.enforcement == "audit")
     guard, options = server_options(connection_limits(settings))
     metrics = app.state.metrics
-    metrics.registry.register(GuardCollector(guard))
+    metrics.registry.register(guard)
     server = build_server(app, settings.host, settings.port, reloader, drain_seconds=settings.drain_seconds, **options)
     metrics.watch_certificate(server.reloader.expiry_seconds)
     try:
