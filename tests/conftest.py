@@ -159,7 +159,7 @@ def start_reconciler(envtest: EnvTest) -> Iterator[Callable[..., Reconciler]]:
         reconciler = Reconciler(server.api_client(WEBHOOK_USER), settings, chain or Chain())
         started.append(reconciler)
         reconciler.start(leading)
-        wait_until(lambda: reconciler.ready, 15, "the reconciler's caches to sync")
+        wait_until(lambda: reconciler.manager.ready, 15, "the reconciler's caches to sync")
         return reconciler
 
     yield start

@@ -521,7 +521,7 @@ def test_a_resumed_watch_repairs_what_changed_while_the_reconciler_was_cut_off(e
         reconciler = Reconciler(api, WebhookSettings(namespaces=[kube_namespace], resync_seconds=3600, workloads=[]), Chain())
         reconciler.start()
         try:
-            wait_until(lambda: reconciler.ready, 15, "the reconciler's caches to sync")
+            wait_until(lambda: reconciler.manager.ready, 15, "the reconciler's caches to sync")
             create(kube_admin, example_job("mpi", kube_namespace))
             wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 4, 15, "the job's objects")
             hosts = dict(objects(kube_admin, kube_namespace)[("ConfigMap", "mpi-demo-svc")]["data"])

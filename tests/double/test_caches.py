@@ -183,8 +183,9 @@ def test_a_relist_after_410_reports_what_was_missed(api_double: FakeApiServer, r
     jobs.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs", "a")
     api_double.close_watches()
     wait_for(lambda: [o["metadata"]["name"] for o in api_double.objects("secrets")] == ["b-ssh"], what="a's objects gone")
-    assert reconciler.jobs.get("default", "a") is None and reconciler.jobs.get("default", "b") is not None
-    assert reconciler.jobs.relists >= 2
+    jobs = reconciler.manager.caches[VOLCANO_JOB]
+    assert jobs.get("default", "a") is None and jobs.get("default", "b") is not None
+    assert jobs.relists >= 2
 
 
 def test_the_first_list_reports_listed_and_a_relist_reports_changes(api_double: FakeApiServer):

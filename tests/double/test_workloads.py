@@ -439,7 +439,7 @@ def test_the_reconciler_makes_keeps_and_deletes_workload_objects(workload_api):
     reconciler = Reconciler(server.api_client(), WebhookSettings(resync_seconds=3600), Chain())  # the default workloads: both
     reconciler.start()
     try:
-        wait_until(lambda: reconciler.ready, 10, "caches synced")
+        wait_until(lambda: reconciler.manager.ready, 10, "caches synced")
         idx = server.put_object(indexed_job("idx", plugins={"svc": [], "ssh": []}))
         js = server.put_object(jobset("js", plugins={"svc": []}))
         plain = indexed_job("plain")
@@ -517,7 +517,7 @@ def test_a_workload_kind_not_served_leaves_the_reconciler_ready(api_double):
     reconciler = Reconciler(api_double.api_client(), WebhookSettings(resync_seconds=3600), Chain())
     reconciler.start()
     try:
-        wait_until(lambda: reconciler.ready, 10, "caches synced")
+        wait_until(lambda: reconciler.manager.ready, 10, "caches synced")
         assert reconciler.manager.caches[JOBSET].served is False
     finally:
         reconciler.stop()

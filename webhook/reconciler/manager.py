@@ -169,21 +169,12 @@ class Reconciler:
             reconciler = WorkloadReconciler(kind, manager.cache(kind), owned, chain, self.writer, self.events, metrics)
             build(manager, for_=kind, owns=OWNED.values(), reconcile=reconciler.reconcile, observe=reconciler.on_owned,
                   workers=settings.workers, resync_seconds=settings.resync_seconds, metrics=metrics)
-        metrics.cached_jobs.set_function(lambda: len(self.jobs))
+        metrics.cached_jobs.set_function(manager.cache(VOLCANO_JOB).__len__)
         # Ready keys only: a key held back on purpose (a backoff, a registration's next look) is no
         # stalled work, and VolcanoJobWebhookReconcilerStalled read it as such on a healthy install.
         metrics.queue_depth.set_function(lambda: sum(c.queue.depth for c in manager.controllers))
         for name, cache in owned.items():
             metrics.cached_objects.labels(name).set_function(cache.__len__)
-
-    @property
-    def jobs(self) -> Informer[Any]:
-        """The Volcano Jobs' cache."""
-        return self.manager.caches[VOLCANO_JOB]
-
-    @property
-    def ready(self) -> bool:
-        return self.manager.ready
 
     def start(self, leading: bool = True) -> None:
         """Start the caches, and the controllers too unless this replica waits for the lease (``manager.lead``)."""
