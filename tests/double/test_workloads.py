@@ -23,7 +23,7 @@ from volcano_job_webhook.plugins import Chain, IndexedJob, Job, JobSet, PluginEr
 from volcano_job_webhook.plugins.kinds import BATCH_JOB, JOBSET
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.plugins.workloads import opted_in, require_opt_in
-from volcano_job_webhook.server.admission import AdmissionRequest, parse_review
+from volcano_job_webhook.server.admission import AdmissionRequest, read_review
 from volcano_job_webhook.server.handlers import JobCache, JobValidator, PodMutator, workload_of
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 from volcano_job_webhook.server.metrics import WebhookMetrics
@@ -278,7 +278,9 @@ def request(obj: dict[str, Any], *, group: str, version: str, kind: str, operati
             "namespace": obj["metadata"].get("namespace", "default"), "object": obj}
     if old is not None:
         body["oldObject"] = old
-    return parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": body})
+    request = read_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": body}).request
+    assert request is not None
+    return request
 
 
 def pod_request(pod: dict[str, Any]) -> AdmissionRequest:

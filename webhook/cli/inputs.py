@@ -15,7 +15,7 @@ from volcano_job_webhook.config import WebhookSettings, load_settings
 from volcano_job_webhook.limits import check_replicas
 from volcano_job_webhook.plugins import Chain, Job, PreparedJob, read_workload
 from volcano_job_webhook.plugins.podgen import make_pod
-from volcano_job_webhook.server.admission import ReviewError, parse_review
+from volcano_job_webhook.server.admission import ReviewError, read_review
 from volcano_job_webhook.server.shape import pod_shape_problem
 
 EXIT_BAD_INPUT = 2
@@ -64,9 +64,10 @@ def load_pod(source: str) -> dict[str, Any]:
     pod = obj
     if obj.get("kind") == "AdmissionReview":
         try:
-            request = parse_review(obj)
+            request = read_review(obj).request
         except ReviewError as exc:
             raise CommandError(f"{source}: {exc}") from None
+        assert request is not None  # read_review refuses a review without one
         if request.kind.kind != "Pod" or request.kind.group:
             raise CommandError(f"{source}: the AdmissionReview is for a {request.kind.kind}, not a Pod")
         pod = request.object
