@@ -44,11 +44,6 @@ class Controller:
         controller-runtime's priority queue treats its initial list), any change ahead of it."""
         self.queue.add(key, low=event == LISTED)
 
-    @property
-    def ready(self) -> bool:
-        """Every cache it reads has listed."""
-        return all(cache.synced for cache in self.caches)
-
     def start(self) -> None:
         for target, name in [*((self._work, f"{self.name}-{i}") for i in range(self.workers)), (self._resync_loop, f"{self.name}-resync")]:
             thread = threading.Thread(target=target, name=name, daemon=True)
@@ -73,7 +68,8 @@ class Controller:
         return len(keys)
 
     def _wait_ready(self) -> bool:
-        while not self.ready:
+        """Wait until every cache it reads has listed; False when stopped first."""
+        while not all(cache.synced for cache in self.caches):
             if self._stop.wait(0.05):
                 return False
         return True
