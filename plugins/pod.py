@@ -4,7 +4,7 @@ not there already, compared by name and value, since the API server defaults fie
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .keys import DEFAULT_TASK, TASK_INDEX_KEY, TASK_SPEC_KEY
@@ -12,8 +12,9 @@ from .keys import DEFAULT_TASK, TASK_INDEX_KEY, TASK_SPEC_KEY
 Obj = dict[str, Any]
 
 
-def metadata(pod: Obj) -> Obj:
-    meta = pod.get("metadata")
+def metadata(obj: Mapping[str, Any]) -> Obj:
+    """``obj``'s metadata, or an empty map where it has none or a malformed one."""
+    meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
 
 

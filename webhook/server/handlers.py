@@ -14,6 +14,7 @@ from volcano_job_webhook.limits import MAX_DEPTH, nested_deeper_than
 from volcano_job_webhook.plugins import Chain, PluginError, PreparedJob, read_workload
 from volcano_job_webhook.plugins.keys import ENV_PLACEMENT_ANNOTATION, OPT_IN_LABEL, PLUGINS_ANNOTATION
 from volcano_job_webhook.plugins.kinds import BATCH_JOB, JOBSET, POD, VOLCANO_JOB, WORKLOADS, Kind, by_group_kind, controller_of, kind_of
+from volcano_job_webhook.plugins.pod import metadata
 from volcano_job_webhook.plugins.workloads import jobset_child, require_opt_in
 
 from .admission import AdmissionRequest, AdmissionResponse
@@ -51,7 +52,7 @@ class JobCache:
             self._entries.move_to_end(key)
             return prepared
         if nested_deeper_than(raw):
-            meta = _object_meta(raw)
+            meta = metadata(raw)
             raise PluginError(f"{meta.get('namespace') or 'default'}/{meta.get('name')}", "", "job",
                               f"nested more than {MAX_DEPTH} levels deep")
         prepared = self.chain.prepare(read_workload(raw))
@@ -62,7 +63,7 @@ class JobCache:
 
 
 def _snapshot_key(raw: Mapping[str, Any]) -> tuple[Any, ...]:
-    meta = _object_meta(raw)
+    meta = metadata(raw)
     uid, version = meta.get("uid"), meta.get("resourceVersion")
     if uid and version:
         return (uid, version)
@@ -71,15 +72,10 @@ def _snapshot_key(raw: Mapping[str, Any]) -> tuple[Any, ...]:
     return (meta.get("namespace"), meta.get("name"), id(raw))
 
 
-def _object_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def workload_of(pod: Mapping[str, Any]) -> tuple[Kind, Any, str | None] | None:
     """The workload ``pod`` belongs to (its kind, name and the uid the Pod names), by the labels of
     :data:`~kinds.WORKLOADS` in order (an Indexed Job's and a JobSet's Pods only when opted in); or None."""
-    labels = _object_meta(pod).get("labels")
+    labels = metadata(pod).get("labels")
     if not isinstance(labels, Mapping):
         return None
     opted_in = labels.get(OPT_IN_LABEL) == "true"
@@ -114,7 +110,7 @@ class PodMutator:
             return AdmissionResponse.deny("request.object: missing or not a Pod", code=400, result="bad-request")
         if nested_deeper_than(pod):
             return _too_deep()
-        meta = _object_meta(pod)
+        meta = metadata(pod)
         workload = workload_of(pod)
         if workload is None:
             if isinstance(meta.get("labels"), Mapping) and meta["labels"].get(OPT_IN_LABEL) == "true":
@@ -151,7 +147,7 @@ class PodMutator:
             return AdmissionResponse.deny(
                 f"volcano-job-webhook: could not look up {noun} {namespace}/{job_name} ({describe(exc)}); the Pod is not "
                 "admitted unwired: create it again", code=500, result="error")
-        uid = _object_meta(raw_job or {}).get("uid")
+        uid = metadata(raw_job or {}).get("uid")
         if raw_job is None or (owner is not None and isinstance(uid, str) and uid != owner):
             gone = raw_job is not None
             lookups.labels("owner_gone" if gone else "not_found").inc()
@@ -186,7 +182,7 @@ def _too_deep() -> AdmissionResponse:
 # What of a Job the plugins read: an UPDATE that changes none of it is not judged again. Of an
 # Indexed Job or a JobSet, the whole spec (the pod templates are most of it).
 def _plugin_inputs(obj: Mapping[str, Any]) -> tuple[Any, ...]:
-    meta = _object_meta(obj)
+    meta = metadata(obj)
     spec = obj.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     annotations = meta.get("annotations")
@@ -222,13 +218,13 @@ class JobValidator:
             return AdmissionResponse.deny("request.object: missing or not a Volcano Job", code=400, result="bad-request")
         obj = _typed(req.object, req)
         if kind is not VOLCANO_JOB:
-            annotations = _object_meta(obj).get("annotations")
+            annotations = metadata(obj).get("annotations")
             if (not isinstance(annotations, Mapping) or PLUGINS_ANNOTATION not in annotations
                     or jobset_child(obj)):  # a JobSet's Job: judged as the JobSet
                 return AdmissionResponse.allow("ignored")
         if nested_deeper_than(obj) or nested_deeper_than(req.old_object):
             return _too_deep()
-        if _object_meta(obj).get("deletionTimestamp"):
+        if metadata(obj).get("deletionTimestamp"):
             return AdmissionResponse.allow("ignored")
         old = _typed(req.old_object, req) if req.operation == "UPDATE" and isinstance(req.old_object, Mapping) else None
         if old is not None and _plugin_inputs(old) == _plugin_inputs(obj):
@@ -245,7 +241,7 @@ class JobValidator:
 
     def _check(self, job: Mapping[str, Any], namespace: str) -> list[str]:
         obj = dict(job)
-        meta = _object_meta(obj)
+        meta = metadata(obj)
         if namespace and not meta.get("namespace"):
             # A namespaced CREATE may leave the namespace to the request.
             obj["metadata"] = {**meta, "namespace": namespace}
