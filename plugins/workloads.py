@@ -84,7 +84,10 @@ def finished_phase(obj: Mapping[str, Any]) -> str:
     if kind_of(obj) is JOBSET:
         terminal = status.get("terminalState")
         return terminal if terminal in ("Completed", "Failed") else ""
-    return _finished_conditions(status)
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
+            return "Completed" if condition["type"] == "Complete" else "Failed"
+    return ""
 
 
 def require_opt_in(job: Job) -> None:
@@ -133,16 +136,6 @@ def _pod_template(template: Mapping[str, Any], subdomain: str | None) -> dict[st
     if subdomain is not None:
         pod_spec["subdomain"] = subdomain
     return {**template, "spec": pod_spec}
-
-
-def _finished_conditions(status: Mapping[str, Any]) -> str:
-    for condition in status.get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("status") == "True":
-            if condition.get("type") == "Complete":
-                return "Completed"
-            if condition.get("type") == "Failed":
-                return "Failed"
-    return ""
 
 
 @dataclass(frozen=True, eq=False)
