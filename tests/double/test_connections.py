@@ -40,7 +40,6 @@ from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, GuardedHttpToolsProtocol, GuardedListener
 from volcano_job_webhook.server.https import HTTPSServer, build_server
 from volcano_job_webhook.server.jobs import DirectoryJobSource
-from volcano_job_webhook.server.run import server_options
 
 LIMITS = ConnectionLimits(
     header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6, handshake_timeout=0.6,
@@ -226,9 +225,9 @@ def test_settings_reach_the_server(certs, monkeypatch):
     monkeypatch.setenv("VOLCANO_WEBHOOK_MAX_CONNECTIONS", "7")
     limits = connection_limits(load_settings())
     assert (limits.header_timeout, limits.max_connections) == (0.5, 7)
-    guard, options = server_options(limits)
-    server = build_server(lambda scope, receive, send: None, "127.0.0.1", 0, files(certs), **options)
-    assert server.guard is guard and guard.limits is limits
+    server = build_server(lambda scope, receive, send: None, "127.0.0.1", 0, files(certs), limits=limits)
+    guard = server.guard
+    assert guard.limits is limits
     assert server.config.http is guard.protocol and issubclass(guard.protocol, GuardedHttpToolsProtocol) and guard.protocol.guard is guard
     assert server.config.ws == "none" and server.config.timeout_keep_alive == limits.idle_timeout
     with pytest.raises(TypeError, match="timeout_keep_alive"):

@@ -6,7 +6,6 @@ import logging
 import os
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
 
 from volcano_job_webhook import logs, memory
 from volcano_job_webhook.certs.files import ensure_certs
@@ -15,7 +14,7 @@ from volcano_job_webhook.certs.secret import ServingSecret
 from volcano_job_webhook.config import ConfigError, WebhookSettings
 
 from .app import create_app
-from .connections import ConnectionGuard, ConnectionLimits, MemoryTrimmer
+from .connections import ConnectionLimits
 from .https import ListenError, build_server
 from .jobs import DirectoryJobSource, JobSource
 
@@ -57,14 +56,6 @@ def connection_limits(settings: WebhookSettings) -> ConnectionLimits:
     )
 
 
-def server_options(limits: ConnectionLimits) -> tuple[ConnectionGuard, dict[str, Any]]:
-    """The guard over one server's connections and the :func:`build_server` keywords that apply
-    ``limits``, with the memory trimmer."""
-    guard = ConnectionGuard(limits)
-    trimmer = MemoryTrimmer(guard)
-    return guard, {"guard": guard, "background": [trimmer.run]}
-
-
 def certificates(settings: WebhookSettings) -> CertReloader:
     """The served certificate: Secret ``tls_secret`` followed by its watch (``certs_from_secret``), or
     the files of ``certs_dir`` (made first when missing: the development CA; or a mounted Secret,
@@ -88,10 +79,9 @@ def run(settings: WebhookSettings) -> None:
     reloader = certificates(settings)
     app = create_app(source, settings.chain(), max_body_bytes=settings.max_body_bytes,
                      audit=settings.enforcement == "audit")
-    guard, options = server_options(connection_limits(settings))
+    server = build_server(app, settings.host, settings.port, reloader, limits=connection_limits(settings), drain_seconds=settings.drain_seconds)
     metrics = app.state.metrics
-    metrics.registry.register(guard)
-    server = build_server(app, settings.host, settings.port, reloader, drain_seconds=settings.drain_seconds, **options)
+    metrics.registry.register(server.guard)
     metrics.watch_certificate(server.reloader.expiry_seconds)
     try:
         server.run()
