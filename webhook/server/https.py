@@ -165,7 +165,7 @@ def build_server(
         port=port,
         http=guard.protocol,
         ws="none",  # nothing here speaks WebSocket, and an upgraded connection would leave the guard
-        timeout_keep_alive=guard.limits.idle_timeout,  # type: ignore[arg-type]
+        timeout_keep_alive=guard.limits.idle_timeout_seconds,  # type: ignore[arg-type]
         ssl_context_factory=lambda config, default: reloader.context,
         log_config=log_config,
         **uvicorn_kwargs,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from importlib.resources import files
@@ -45,15 +46,9 @@ def make_source(settings: WebhookSettings) -> JobSource:
 
 
 def connection_limits(settings: WebhookSettings) -> ConnectionLimits:
-    return ConnectionLimits(
-        header_timeout=settings.header_timeout_seconds,
-        body_timeout=settings.body_timeout_seconds,
-        idle_timeout=settings.idle_timeout_seconds,
-        handshake_timeout=settings.tls_handshake_timeout_seconds,
-        max_connections=settings.max_connections,
-        max_handshakes=settings.max_tls_handshakes,
-        receive_buffer_bytes=settings.receive_buffer_bytes,
-    )
+    """The limits of the settings of the same names."""
+    named = [f.name for f in dataclasses.fields(ConnectionLimits) if f.name in WebhookSettings.model_fields]
+    return ConnectionLimits(**{name: getattr(settings, name) for name in named})
 
 
 def certificates(settings: WebhookSettings) -> CertReloader:
