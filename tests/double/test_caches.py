@@ -134,7 +134,8 @@ def live(server: FakeApiServer, resource: str, name: str) -> dict[str, Any] | No
 
 
 def settled(reconciler: Reconciler) -> bool:
-    return not reconciler.manager.controllers[0].queue.busy
+    queue = reconciler.manager.controllers[0].queue
+    return len(queue) == 0 and not queue._processing  # nothing waiting, delayed or being handled
 
 
 def test_a_steady_resync_sends_nothing(api_double: FakeApiServer, reconciler: Reconciler):
