@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers.jobs import loaded
 from volcano_job_webhook.plugins import Chain, IndexedJob, Job, JobSet, PluginError, read_workload
 from volcano_job_webhook.plugins.kinds import BATCH_JOB, JOBSET
 from volcano_job_webhook.plugins.podgen import make_pod
@@ -311,7 +312,7 @@ def example(name: str) -> dict[str, Any]:
 
 def test_pods_of_an_indexed_job_and_a_jobset_are_wired(source):
     async def run() -> None:
-        await source.loaded()
+        await loaded(source)
         mutate = mutator(source)
         idx = read_workload(example("torchrun-indexed-job.yaml"))
         response = await mutate(pod_request(make_pod(idx, idx.tasks[0].name, 1)))
@@ -326,7 +327,7 @@ def test_pods_of_an_indexed_job_and_a_jobset_are_wired(source):
 
 def test_an_opted_in_pod_of_a_missing_or_replaced_workload_is_said(source):
     async def run() -> None:
-        await source.loaded()
+        await loaded(source)
         mutate = mutator(source)
         idx = read_workload(example("torchrun-indexed-job.yaml"))
         pod = make_pod(idx, idx.tasks[0].name, 0)
