@@ -89,7 +89,8 @@ def process_settings(args: argparse.Namespace) -> WebhookSettings:
 
 
 def add_view_arguments(parser: argparse.ArgumentParser, cluster: str, offline: str, output: str) -> None:
-    """What every offline command takes last: ``--cluster`` (its two views, described), ``-o`` and ``--config``."""
+    """What every offline command takes: ``--job``, and last ``--cluster`` (its two views, described), ``-o`` and ``--config``."""
+    parser.add_argument("--job", required=True, metavar="JOB", help="Volcano Job, Indexed Job or JobSet file (YAML or JSON, - for stdin)")
     parser.add_argument("--cluster", action="store_true",
                         help=f"the cluster view: {cluster} (the defaults of serve --job-source=kube and reconcile; Volcano's "
                              f"controller runs the plugins of spec.plugins it knows, or those of volcano_controller_plugins "
