@@ -22,7 +22,7 @@ from volcano_job_webhook.server.admission import AdmissionResponse, read_review,
 from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.https import build_server
 from volcano_job_webhook.server.jobs import DirectoryJobSource
-from volcano_job_webhook.server.run import connection_limits, server_options
+from volcano_job_webhook.server.run import connection_limits
 
 
 def main() -> None:
@@ -37,8 +37,7 @@ def main() -> None:
 
     paths = ensure_certs(certs_dir, "volcano-job-webhook", "volcano-job-webhook")
     # serve's connection limits at their defaults, as in production (guarded listener and protocol).
-    _, options = server_options(connection_limits(load_settings()))
-    build_server(app, "127.0.0.1", port, CertReloader.from_files(paths.cert, paths.key), **options).run()
+    build_server(app, "127.0.0.1", port, CertReloader.from_files(paths.cert, paths.key), limits=connection_limits(load_settings())).run()
 
 
 if __name__ == "__main__":

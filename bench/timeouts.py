@@ -93,8 +93,8 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=1.0, help="every timeout, in seconds")
     options = parser.parse_args()
     limit = options.limit
-    limits = ConnectionLimits(header_timeout=limit, body_timeout=limit, idle_timeout=limit, handshake_timeout=limit,
-                              max_connections=50)
+    limits = ConnectionLimits(header_timeout_seconds=limit, body_timeout_seconds=limit, idle_timeout_seconds=limit,
+                              tls_handshake_timeout_seconds=limit, max_connections=50)
     print(f"every timeout {limit:g} s; target: cut {limit - EARLY:g} to {limit + LATE:g} s after the client's last byte\n")
     print("| client | median | max | target | |\n|---|---|---|---|---|")
     missed = 0

@@ -89,7 +89,8 @@ def _env_first(job: Job, settings: Settings) -> bool:
 
 @dataclass(frozen=True)
 class PreparedJob:
-    """A job with its plugins built and checked: what wiring each of its Pods needs.
+    """A job with its plugins built and checked, in chain order, with who runs each: what wiring each
+    of its Pods needs.
 
     Plugins hold no per-Pod state, so one PreparedJob serves all of a job's Pods (the webhook keeps
     one per Job snapshot)."""
@@ -97,17 +98,22 @@ class PreparedJob:
     job: Job
     plugins: tuple[Plugin, ...]
     warnings: tuple[str, ...]
-    injected_init: frozenset[str]
     settings: Settings
-    # See Lineup.
+    # Run by Volcano's own controller: it wires their part of each Pod before the Pod reaches us,
+    # and makes their side objects.
     volcano: frozenset[str] = frozenset()
+    # Of those, the ones we would refuse (bad arguments past Go's parse, a failed check): never
+    # applied by us, whatever the caller asks.
     failed: frozenset[str] = frozenset()
+    # Our plugins' variables before the container's own (the job's annotation, else the setting).
     env_first: bool = False
+    injected_init: frozenset[str] = field(init=False)
     names: tuple[str, ...] = field(init=False)
     ours: tuple[Plugin, ...] = field(init=False)
     applied: tuple[Plugin, ...] = field(init=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "injected_init", frozenset().union(*(p.injected_init_containers() for p in self.plugins)))
         object.__setattr__(self, "names", tuple(p.name for p in self.plugins))
         object.__setattr__(self, "applied", tuple(p for p in self.plugins if p.name not in self.failed))
         object.__setattr__(self, "ours", tuple(p for p in self.applied if p.name not in self.volcano))
@@ -254,22 +260,6 @@ def _check_mounts(job: Job, plugins: Sequence[Plugin], lenient: frozenset[str] =
     return warnings
 
 
-@dataclass(frozen=True)
-class Lineup:
-    """A job's plugins built, in chain order, and who runs them."""
-
-    plugins: tuple[Plugin, ...]
-    # Run by Volcano's own controller: it wires their part of each Pod before the Pod reaches us,
-    # and makes their side objects.
-    volcano: frozenset[str]
-    # Of those, the ones we would refuse (bad arguments past Go's parse, a failed check): never
-    # applied by us, whatever the caller asks.
-    failed: frozenset[str]
-    warnings: tuple[str, ...]
-    # Our plugins' variables before the container's own (the job's annotation, else the setting).
-    env_first: bool = False
-
-
 class Chain:
     """Runs a job's plugins. Pure: no I/O, and inputs are never modified."""
 
@@ -284,11 +274,6 @@ class Chain:
         (docs/install.md#who-runs-what)."""
         runs = self.config.volcano_plugins
         return frozenset(name for name in job.plugins if name in runs or name in job.controlled)
-
-    def plugin_args(self, job: Job) -> dict[str, list[str]]:
-        """The job's effective plugin map, dependencies added, unordered. A plugin Volcano's
-        controller runs has the arguments of ``spec.plugins``, which is what it runs with."""
-        return self._plugin_args(job, self.volcano_runs(job))[0]
 
     def _plugin_args(self, job: Job, volcano: frozenset[str]) -> tuple[dict[str, list[str]], list[str]]:
         """The plugin map, and the plugins the annotation names again with other arguments than
@@ -316,14 +301,9 @@ class Chain:
         order = self.config.order
         return (order.index(name), "") if name in order else (len(order), name)
 
-    def plugins(self, job: Job) -> list[Plugin]:
-        """The job's plugins, built (arguments parsed) and in chain order, judged strictly, those
-        Volcano's controller runs included. Raises :class:`PluginError` for an unknown or disallowed
-        plugin or a bad argument."""
-        return list(self.lineup(job, strict=True).plugins)
-
-    def lineup(self, job: Job, *, strict: bool) -> Lineup:
-        """The job's plugins built and checked, in chain order, with who runs each.
+    def prepare(self, job: Job, *, strict: bool = False) -> PreparedJob:
+        """The job's plugins built and checked once, in chain order, with who runs each: ready to wire
+        any number of its Pods.
 
         ``strict`` judges every plugin (``/validate`` of a new Job). Otherwise a plugin Volcano's
         controller runs is never our reason to refuse: it is built as Volcano's controller builds
@@ -374,33 +354,20 @@ class Chain:
                     f"{_volcano_flag_error(job, cls, error)}; Volcano's controller "
                     f"only logs this and runs the plugin with the {len(kept)} argument(s) before it"
                 )
-            try:
+            try:  # a plugin's own constructor may refuse more than its flags: then it is not built
                 plugin = cls(job, kept, settings, peers=merged)
-            except PluginError as exc:  # a plugin's own constructor may refuse more than its flags
-                warnings.append(f"{exc} (run by Volcano's controller, which does not check this)")
-                continue
-            try:
+                built.append(plugin)
                 warnings.extend(plugin.check())
             except PluginError as exc:
                 warnings.append(f"{exc} (run by Volcano's controller, which does not check this)")
                 failed.add(name)
-            built.append(plugin)
         warnings.extend(_check_mounts(job, built, volcano if not strict else frozenset()))
-        return Lineup(tuple(built), volcano, frozenset(failed), tuple(dict.fromkeys(warnings)), env_first)
+        return PreparedJob(job, tuple(built), tuple(dict.fromkeys(warnings)), self.config.settings, volcano, frozenset(failed), env_first)
 
     def check(self, job: Job) -> list[str]:
         """Validate the job's plugin configuration without a Pod (``/validate``), every plugin
         strictly, those Volcano's controller runs included; returns warnings."""
-        return list(self.lineup(job, strict=True).warnings)
-
-    def prepare(self, job: Job) -> PreparedJob:
-        """The job's plugins built and checked once, ready to wire any number of its Pods. Raises
-        :class:`PluginError` for the plugins we run (see :meth:`lineup`)."""
-        lineup = self.lineup(job, strict=False)
-        plugins = lineup.plugins
-        injected = frozenset().union(*(p.injected_init_containers() for p in plugins))
-        return PreparedJob(job, plugins, lineup.warnings, injected, self.config.settings,
-                           volcano=lineup.volcano, failed=lineup.failed, env_first=lineup.env_first)
+        return list(self.prepare(job, strict=True).warnings)
 
     def mutate(self, job: Job, pod: Obj) -> Mutation:
         """Run every plugin on a copy of ``pod``. Raises :class:`PluginError` when the job or the Pod
@@ -412,9 +379,5 @@ class Chain:
         """The side objects the plugins we run want, in chain order; those of the plugins Volcano's
         controller runs are Volcano's to make. ``existing`` (the job's live managed objects by kind
         and name) lets plugins keep state such as SSH keys."""
-        lineup = self.lineup(job, strict=False)
-        out: list[Obj] = []
-        for plugin in lineup.plugins:
-            if plugin.name not in lineup.volcano:
-                out.extend(plugin.resources(existing))
-        return out
+        prepared = self.prepare(job)
+        return [obj for plugin in prepared.plugins if plugin.name not in prepared.volcano for obj in plugin.resources(existing)]

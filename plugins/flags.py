@@ -98,10 +98,6 @@ def _convert(flag: Flag, text: str) -> Any:
     return value
 
 
-def _reason(exc: ValueError, value: str) -> str:
-    return str(exc).replace(repr(value), "it") if len(value) > 24 else str(exc)
-
-
 def parse_flags(flags: Sequence[Flag], args: Sequence[str]) -> dict[str, Any]:
     """Every flag's value by its canonical name, defaults included, from ``args`` (one token per list
     element); :class:`FlagError` for anything Go's ``flag`` would reject or silently drop."""
@@ -167,6 +163,7 @@ def _parse(flags: Sequence[Flag], args: Sequence[str]) -> tuple[dict[str, Any], 
         try:
             converted = _convert(flag, value)
             values[flag.name] = (*values[flag.name], converted) if flag.kind == "list" else converted
-        except ValueError as exc:
-            return fail(f"--{name}", f"invalid value {shown(value)}: {_reason(exc, value)}")
+        except ValueError as exc:  # a long value is never repeated whole (see shown): the reason calls it "it"
+            reason = str(exc).replace(repr(value), "it") if len(value) > 24 else str(exc)
+            return fail(f"--{name}", f"invalid value {shown(value)}: {reason}")
     return values, len(tokens), None

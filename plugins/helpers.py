@@ -12,7 +12,7 @@ from .budget import Hosts, task_hosts
 from .errors import FlagError, PluginError, did_you_mean
 from .flags import parse_flags
 from .job import Task
-from .pod import Obj, mount_conflict, port_conflict
+from .pod import Obj, containers, mount_conflict, port_conflict, spec
 
 
 def plugin_error(plugin: Plugin, field: str, reason: str) -> PluginError:
@@ -48,6 +48,22 @@ def name_taken(name: str, what: str) -> str:
     """Why the container ``name`` (``what`` it is) cannot be added where a container has that name."""
     return (f"a container is already named {name!r}, {what}; the API server requires container names to be unique "
             "across containers and init containers")
+
+
+def add_init_container(plugin: Plugin, pod: Obj, wanted: Obj, taken: str, *, first: bool = False,
+                       same: Callable[[Obj, Obj], bool] | None = None) -> None:
+    """Add ``wanted`` to the Pod's init containers (``first``, or last) unless one of its name is there
+    (replaced where ``same`` says it differs); a regular container of that name is refused: ``taken``."""
+    for i, container in enumerate(containers(pod)):
+        if container.get("name") == wanted["name"]:
+            raise plugin_error(plugin, f"spec.containers[{i}].name", taken)
+    init = spec(pod).setdefault("initContainers", [])
+    for i, container in enumerate(init):
+        if isinstance(container, dict) and container.get("name") == wanted["name"]:
+            if same is not None and not same(container, wanted):
+                init[i] = wanted
+            return
+    init.insert(0 if first else len(init), wanted)
 
 
 def require_name(plugin: Plugin, rule: str, value: str, what: str) -> None:

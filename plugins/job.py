@@ -5,7 +5,7 @@ is the one place that qualifies them in a cluster domain."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -58,6 +58,32 @@ class Task:
         return (self.template.get("spec") or {}).get("containers") or []
 
 
+def read_count(key: str, value: Any, where: str, default: int) -> int:
+    """A replica or completion count of job ``key`` at ``where``: ``default`` when unset."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PluginError(key, "", where, f"must be a non-negative integer, got {value!r}")
+    return value
+
+
+def task_name_checked(key: str, where: str, name: Any, tasks: Sequence[Task]) -> str:
+    """A task's name at ``where``: a string, a DNS label, not the name of one of ``tasks``."""
+    problem = dns1123_label(name) if isinstance(name, str) else "must be a string"
+    if not problem and any(task.name == name for task in tasks):
+        problem = f"duplicate task name {name!r}"
+    if problem:
+        raise PluginError(key, "", where, problem)
+    return str(name)
+
+
+def pod_template(key: str, where: str, template: Any) -> Mapping[str, Any]:
+    """A task's pod template at ``where``, checked to be one."""
+    if not isinstance(template, Mapping) or not isinstance(template.get("spec") or {}, Mapping):
+        raise PluginError(key, "", where, "must be a pod template object")
+    return template
+
+
 @dataclass(frozen=True, eq=False)
 class Job:
     """A Volcano Job as the plugins see it. Build one with :meth:`from_object`.
@@ -93,74 +119,62 @@ class Job:
     @classmethod
     def from_object(cls, obj: Any) -> Job:
         """A Job from its API object; :class:`PluginError` naming the field for anything not shaped like one."""
-        if not isinstance(obj, Mapping):
-            raise PluginError("?", "", "job", f"expected a Volcano Job object, got {type(obj).__name__}")
-        meta = obj.get("metadata")
-        if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
-            raise PluginError("?", "", "metadata.name", "the Job has no name")
-        name = meta["name"]
-        namespace = meta.get("namespace") or "default"
-        key = f"{namespace}/{name}"
-        if not isinstance(namespace, str):
-            raise PluginError(key, "", "metadata.namespace", "must be a string")
-        kind = obj.get("kind")
-        if kind is not None and kind != VOLCANO_JOB.kind:
-            raise PluginError(key, "", "kind", f"expected {VOLCANO_JOB.kind!r}, got {kind!r}")
-        spec = obj.get("spec")
-        if not isinstance(spec, Mapping):
-            raise PluginError(key, "", "spec", "the Job has no spec")
+        key, spec, fields = cls._read(obj)
         raw_tasks = spec.get("tasks")
         if not isinstance(raw_tasks, list) or not raw_tasks:
             raise PluginError(key, "", "spec.tasks", "the Job has no tasks")
-        tasks = []
-        seen: set[str] = set()
+        tasks: list[Task] = []
         for position, raw in enumerate(raw_tasks):
             where = f"spec.tasks[{position}]"
             if not isinstance(raw, Mapping):
                 raise PluginError(key, "", where, "must be an object")
-            # Volcano's job admission names unnamed tasks "default<position>" (docs/volcano-behaviour.md#job-admission).
-            task_name = raw.get("name") or f"default{position}"
-            if not isinstance(task_name, str):
-                raise PluginError(key, "", f"{where}.name", "must be a string")
-            problem = dns1123_label(task_name)
-            if problem:
-                # Volcano's CRD: MaxLength 63, pattern ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ (docs/volcano-behaviour.md#job-admission).
-                raise PluginError(key, "", f"{where}.name", problem)
-            if task_name in seen:
-                raise PluginError(key, "", f"{where}.name", f"duplicate task name {task_name!r}")
-            seen.add(task_name)
-            replicas = raw.get("replicas", 0)
-            if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-                raise PluginError(key, "", f"{where}.replicas", f"must be a non-negative integer, got {replicas!r}")
-            template = raw.get("template") or {}
-            if not isinstance(template, Mapping) or not isinstance(template.get("spec") or {}, Mapping):
-                raise PluginError(key, "", f"{where}.template", "must be a pod template object")
-            tasks.append(Task(task_name, replicas, position, template))
+            # Volcano's job admission names unnamed tasks "default<position>"; its CRD: MaxLength 63,
+            # pattern ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ (docs/volcano-behaviour.md#job-admission).
+            name = task_name_checked(key, f"{where}.name", raw.get("name") or f"default{position}", tasks)
+            replicas = read_count(key, raw.get("replicas", 0), f"{where}.replicas", 0)
+            tasks.append(Task(name, replicas, position, pod_template(key, f"{where}.template", raw.get("template") or {})))
         plugins = spec.get("plugins") or {}
         if not isinstance(plugins, Mapping):
             raise PluginError(key, "", "spec.plugins", "must be a map of plugin name to argument list")
-        annotations = meta.get("annotations") or {}
-        if not isinstance(annotations, Mapping):
-            raise PluginError(key, "", "metadata.annotations", "must be a map")
         status = obj.get("status")
         status = status if isinstance(status, Mapping) else {}
         state = status.get("state")
         phase = state.get("phase") if isinstance(state, Mapping) else None
         controlled = status.get("controlledResources")
         return cls(
-            name=name,
-            namespace=namespace,
-            uid=str(meta.get("uid") or cls.stable_uid(namespace, name)),
+            **fields,
             tasks=tuple(tasks),
             plugins=dict(plugins),
-            annotations=dict(annotations),
-            raw=obj,
             phase=phase if isinstance(phase, str) else "",
             controlled=frozenset(
                 key[len(CONTROLLED_PREFIX):] for key in (controlled if isinstance(controlled, Mapping) else {})
                 if isinstance(key, str) and key.startswith(CONTROLLED_PREFIX)
             ),
         )
+
+    @classmethod
+    def _read(cls, obj: Any) -> tuple[str, Mapping[str, Any], dict[str, Any]]:
+        """What every kind reads alike: the workload's ``namespace/name``, its spec, and the fields
+        ``name``, ``namespace``, ``uid``, ``annotations`` and ``raw``; :class:`PluginError` naming the field."""
+        if not isinstance(obj, Mapping):
+            raise PluginError("?", "", "job", f"expected a {cls.kind} object, got {type(obj).__name__}")
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
+            raise PluginError("?", "", "metadata.name", f"the {cls.kind} has no name")
+        name, namespace = meta["name"], meta.get("namespace") or "default"
+        key = f"{namespace}/{name}"
+        if not isinstance(namespace, str):
+            raise PluginError(key, "", "metadata.namespace", "must be a string")
+        if obj.get("kind") not in (None, cls.kind):
+            raise PluginError(key, "", "kind", f"expected {cls.kind!r}, got {obj.get('kind')!r}")
+        annotations = meta.get("annotations") or {}
+        if not isinstance(annotations, Mapping):
+            raise PluginError(key, "", "metadata.annotations", "must be a map")
+        spec = obj.get("spec")
+        if not isinstance(spec, Mapping):
+            raise PluginError(key, "", "spec", f"the {cls.kind} has no spec")
+        uid = str(meta.get("uid") or cls.stable_uid(namespace, name))
+        return key, spec, {"name": name, "namespace": namespace, "uid": uid, "annotations": dict(annotations), "raw": obj}
 
     @property
     def key(self) -> str:

@@ -13,31 +13,25 @@ LABEL_MAX = 63
 SUBDOMAIN_MAX = 253
 
 
+def _dns_name(value: str, pattern: re.Pattern[str], limit: int, what: str, rule: str = "") -> str | None:
+    if len(value) > limit:
+        return f"{value!r} is {len(value)} characters, over the {what} limit of {limit}"
+    return None if pattern.match(value) else f"{value!r} is not a {what}{rule}"
+
+
 def dns1123_label(value: str) -> str | None:
     """Why ``value`` is not a DNS-1123 label (hostnames, subdomains, volume names), or None."""
-    if len(value) > LABEL_MAX:
-        return f"{value!r} is {len(value)} characters, over the DNS-1123 label limit of {LABEL_MAX}"
-    if not _DNS1123_LABEL.match(value):
-        return f"{value!r} is not a DNS-1123 label (lower-case alphanumerics and '-', alphanumeric at both ends)"
-    return None
+    return _dns_name(value, _DNS1123_LABEL, LABEL_MAX, "DNS-1123 label", " (lower-case alphanumerics and '-', alphanumeric at both ends)")
 
 
 def dns1035_label(value: str) -> str | None:
     """Why ``value`` is not a DNS-1035 label (Service names), or None."""
-    if len(value) > LABEL_MAX:
-        return f"{value!r} is {len(value)} characters, over the DNS-1035 label limit of {LABEL_MAX}"
-    if not _DNS1035_LABEL.match(value):
-        return f"{value!r} is not a DNS-1035 label (must start with a letter; lower-case alphanumerics and '-')"
-    return None
+    return _dns_name(value, _DNS1035_LABEL, LABEL_MAX, "DNS-1035 label", " (must start with a letter; lower-case alphanumerics and '-')")
 
 
 def dns1123_subdomain(value: str) -> str | None:
     """Why ``value`` is not a DNS-1123 subdomain (ConfigMap, Secret, NetworkPolicy names), or None."""
-    if len(value) > SUBDOMAIN_MAX:
-        return f"{value!r} is {len(value)} characters, over the DNS-1123 subdomain limit of {SUBDOMAIN_MAX}"
-    if not _DNS1123_SUBDOMAIN.match(value):
-        return f"{value!r} is not a DNS-1123 subdomain"
-    return None
+    return _dns_name(value, _DNS1123_SUBDOMAIN, SUBDOMAIN_MAX, "DNS-1123 subdomain")
 
 
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")

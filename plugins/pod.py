@@ -4,7 +4,7 @@ not there already, compared by name and value, since the API server defaults fie
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .keys import DEFAULT_TASK, TASK_INDEX_KEY, TASK_SPEC_KEY
@@ -12,8 +12,9 @@ from .keys import DEFAULT_TASK, TASK_INDEX_KEY, TASK_SPEC_KEY
 Obj = dict[str, Any]
 
 
-def metadata(pod: Obj) -> Obj:
-    meta = pod.get("metadata")
+def metadata(obj: Mapping[str, Any]) -> Obj:
+    """``obj``'s metadata, or an empty map where it has none or a malformed one."""
+    meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
 
 
@@ -86,21 +87,19 @@ def ensure_envs(container: Obj, entries: Sequence[tuple[str, str | None, Obj | N
 ContainerKey = tuple[bool, Any]
 
 
-def _container_key(container: Obj, index: int, init: bool) -> ContainerKey:
-    name = container.get("name")
-    return (init, name if isinstance(name, str) else index)
+def _keyed_containers(pod: Obj) -> list[tuple[ContainerKey, Obj]]:
+    """Every container of the Pod (init containers too) with its :data:`ContainerKey`."""
+    return [((init, c.get("name") if isinstance(c.get("name"), str) else i), c)
+            for init in (False, True) for i, c in enumerate(containers(pod, init=init)) if isinstance(c, dict)]
 
 
 def env_names(pod: Obj) -> dict[ContainerKey, set[str]]:
     """The names of every container's env entries (init containers too), by container."""
     found: dict[ContainerKey, set[str]] = {}
-    for init in (False, True):
-        for i, container in enumerate(containers(pod, init=init)):
-            if not isinstance(container, dict):
-                continue
-            env = container.get("env")
-            entries = env if isinstance(env, list) else []
-            found[_container_key(container, i, init)] = {e["name"] for e in entries if type(e) is dict and isinstance(e.get("name"), str)}
+    for key, container in _keyed_containers(pod):
+        env = container.get("env")
+        entries = env if isinstance(env, list) else []
+        found[key] = {e["name"] for e in entries if type(e) is dict and isinstance(e.get("name"), str)}
     return found
 
 
@@ -109,17 +108,14 @@ def move_env_first(pod: Obj, kept: dict[ContainerKey, set[str]]) -> None:
     front, keeping the order of those moved and of those left. Kubernetes expands ``$(NAME)`` in a
     variable only from the entries before it, so entries moved first can be referred to by the
     others. A container ``kept`` does not know was added whole, and stays as it is."""
-    for init in (False, True):
-        for i, container in enumerate(containers(pod, init=init)):
-            if not isinstance(container, dict):
-                continue
-            names = kept.get(_container_key(container, i, init))
-            env = container.get("env")
-            if names is None or not isinstance(env, list):
-                continue
-            new = [type(e) is dict and isinstance(e.get("name"), str) and e["name"] not in names for e in env]
-            if any(new) and not all(new):
-                container["env"] = [e for e, n in zip(env, new, strict=True) if n] + [e for e, n in zip(env, new, strict=True) if not n]
+    for key, container in _keyed_containers(pod):
+        names = kept.get(key)
+        env = container.get("env")
+        if names is None or not isinstance(env, list):
+            continue
+        new = [type(e) is dict and isinstance(e.get("name"), str) and e["name"] not in names for e in env]
+        if any(new) and not all(new):
+            container["env"] = [e for e, n in zip(env, new, strict=True) if n] + [e for e, n in zip(env, new, strict=True) if not n]
 
 
 def _covers(existing: Any, desired: Any) -> bool:
@@ -168,12 +164,10 @@ def ensure_mount(container: Obj, mount: Obj) -> str | None:
     """Add ``mount`` unless the container mounts that volume at that path already. Returns None on
     success, or why the path is taken by another volume (see :func:`mount_conflict`)."""
     problem = mount_conflict(container, mount["name"], mount["mountPath"])
-    if problem:
-        return problem
-    mounts = container.setdefault("volumeMounts", [])
-    if not any(isinstance(m, dict) and m.get("name") == mount["name"] and m.get("mountPath") == mount["mountPath"] for m in mounts):
-        mounts.append(mount)
-    return None
+    mounts = container.get("volumeMounts") or []
+    if not problem and not any(isinstance(m, dict) and m.get("name") == mount["name"] and m.get("mountPath") == mount["mountPath"] for m in mounts):
+        container.setdefault("volumeMounts", []).append(mount)
+    return problem
 
 
 def port_conflict(container: Obj, name: str, number: int) -> str | None:
@@ -197,10 +191,6 @@ def ensure_port(container: Obj, name: str, number: int) -> str | None:
     """Add a named port unless any port already uses that ``containerPort`` (Volcano's check).
     Returns None on success, or why the name is taken (see :func:`port_conflict`)."""
     problem = port_conflict(container, name, number)
-    if problem:
-        return problem
-    ports = container.setdefault("ports", [])
-    if any(isinstance(p, dict) and p.get("containerPort") == number for p in ports):
-        return None
-    ports.append({"name": name, "containerPort": number})
-    return None
+    if not problem and not any(isinstance(p, dict) and p.get("containerPort") == number for p in container.get("ports") or []):
+        container.setdefault("ports", []).append({"name": name, "containerPort": number})
+    return problem

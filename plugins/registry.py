@@ -71,9 +71,6 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._plugins)
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._plugins
-
 
 def load_entry_points(registry: Registry, group: str = ENTRY_POINT_GROUP) -> None:
     """Add every plugin advertised under ``group``; a broken one is logged and skipped, so one bad

@@ -10,7 +10,7 @@ from typing import Any
 
 from .budget import digits_below
 from .errors import PluginError
-from .job import Job, Task
+from .job import Job, Task, pod_template, read_count, task_name_checked
 from .keys import (
     COMPLETION_INDEX_KEY,
     JOB_INDEX_KEY,
@@ -84,7 +84,10 @@ def finished_phase(obj: Mapping[str, Any]) -> str:
     if kind_of(obj) is JOBSET:
         terminal = status.get("terminalState")
         return terminal if terminal in ("Completed", "Failed") else ""
-    return _finished_conditions(status)
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
+            return "Completed" if condition["type"] == "Complete" else "Failed"
+    return ""
 
 
 def require_opt_in(job: Job) -> None:
@@ -110,27 +113,6 @@ def _label_or_annotation(pod: Obj, key: str) -> str | None:
     return None
 
 
-def _meta(obj: Mapping[str, Any], what: str) -> tuple[str, str, Mapping[str, Any]]:
-    meta = obj.get("metadata")
-    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        raise PluginError("?", "", "metadata.name", f"the {what} has no name")
-    namespace = meta.get("namespace") or "default"
-    if not isinstance(namespace, str):
-        raise PluginError(meta["name"], "", "metadata.namespace", "must be a string")
-    annotations = meta.get("annotations") or {}
-    if not isinstance(annotations, Mapping):
-        raise PluginError(f"{namespace}/{meta['name']}", "", "metadata.annotations", "must be a map")
-    return meta["name"], namespace, annotations
-
-
-def _count(key: str, value: Any, where: str, default: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise PluginError(key, "", where, f"must be a non-negative integer, got {value!r}")
-    return value
-
-
 def _indexed_spec(key: str, spec: Any, where: str) -> tuple[int, Mapping[str, Any]]:
     """A batch Job spec's member count and Pod template, checked to be Indexed."""
     if not isinstance(spec, Mapping):
@@ -141,13 +123,10 @@ def _indexed_spec(key: str, spec: Any, where: str) -> tuple[int, Mapping[str, An
                           f"is {mode!r}: only Indexed Jobs can be wired (a NonIndexed Job's Pods have no index)")
     # The API server's defaulting: no completions and no parallelism is one of each; Indexed
     # with parallelism alone is refused before it gets here.
-    completions = _count(key, spec.get("completions"), f"{where}.completions", 1 if spec.get("parallelism") is None else -1)
+    completions = read_count(key, spec.get("completions"), f"{where}.completions", 1 if spec.get("parallelism") is None else -1)
     if completions < 0:
         raise PluginError(key, "", f"{where}.completions", "an Indexed Job needs spec.completions")
-    template = spec.get("template")
-    if not isinstance(template, Mapping) or not isinstance(template.get("spec") or {}, Mapping):
-        raise PluginError(key, "", f"{where}.template", "must be a pod template object")
-    return completions, template
+    return completions, pod_template(key, f"{where}.template", spec.get("template"))
 
 
 def _pod_template(template: Mapping[str, Any], subdomain: str | None) -> dict[str, Any]:
@@ -157,16 +136,6 @@ def _pod_template(template: Mapping[str, Any], subdomain: str | None) -> dict[st
     if subdomain is not None:
         pod_spec["subdomain"] = subdomain
     return {**template, "spec": pod_spec}
-
-
-def _finished_conditions(status: Mapping[str, Any]) -> str:
-    for condition in status.get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("status") == "True":
-            if condition.get("type") == "Complete":
-                return "Completed"
-            if condition.get("type") == "Failed":
-                return "Failed"
-    return ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,18 +149,16 @@ class IndexedJob(Job):
 
     @classmethod
     def from_object(cls, obj: Any) -> IndexedJob:
-        name, namespace, annotations = _meta(obj, BATCH_JOB.noun)
-        key = f"{namespace}/{name}"
-        completions, template = _indexed_spec(key, obj.get("spec"), "spec")
+        key, spec, fields = cls._read(obj)
+        name, annotations = fields["name"], fields["annotations"]
+        completions, template = _indexed_spec(key, spec, "spec")
         task_name = annotations.get(TASK_ANNOTATION) or name
         problem = dns1123_label(str(task_name))
         if problem:
             where = f"metadata.annotations[{TASK_ANNOTATION}]" if annotations.get(TASK_ANNOTATION) else "metadata.name"
             raise PluginError(key, "", where, f"names the task: {problem}")
         task = Task(str(task_name), completions, 0, _pod_template(template, None), "spec.template", "spec.completions")
-        meta = obj["metadata"]
-        return cls(name=name, namespace=namespace, uid=str(meta.get("uid") or cls.stable_uid(namespace, name)), tasks=(task,), plugins={},
-                   annotations=dict(annotations), raw=obj, phase=finished_phase(obj))
+        return cls(**fields, tasks=(task,), plugins={}, phase=finished_phase(obj))
 
     def task_of(self, pod: Obj) -> str:
         return self.tasks[0].name
@@ -241,14 +208,10 @@ class JobSet(Job):
 
     @classmethod
     def from_object(cls, obj: Any) -> JobSet:
-        name, namespace, annotations = _meta(obj, JOBSET.noun)
-        key = f"{namespace}/{name}"
-        spec = obj.get("spec")
-        if not isinstance(spec, Mapping):
-            raise PluginError(key, "", "spec", "the JobSet has no spec")
+        key, spec, fields = cls._read(obj)
         network: Mapping[str, Any] = spec["network"] if isinstance(spec.get("network"), Mapping) else {}
         dns = network.get("enableDNSHostnames") is not False
-        subdomain = (network.get("subdomain") or name) if dns else None
+        subdomain = (network.get("subdomain") or fields["name"]) if dns else None
         raw_jobs = spec.get("replicatedJobs")
         if not isinstance(raw_jobs, list) or not raw_jobs:
             raise PluginError(key, "", "spec.replicatedJobs", "the JobSet has no replicated Jobs")
@@ -258,13 +221,8 @@ class JobSet(Job):
             where = f"spec.replicatedJobs[{position}]"
             if not isinstance(raw, Mapping):
                 raise PluginError(key, "", where, "must be an object")
-            task_name = raw.get("name")
-            problem = dns1123_label(task_name) if isinstance(task_name, str) else "must be a string"
-            if problem or not isinstance(task_name, str):
-                raise PluginError(key, "", f"{where}.name", problem or "must be a string")
-            if task_name in completions:
-                raise PluginError(key, "", f"{where}.name", f"duplicate replicated Job name {task_name!r}")
-            replicas = _count(key, raw.get("replicas"), f"{where}.replicas", 1)
+            task_name = task_name_checked(key, f"{where}.name", raw.get("name"), tasks)
+            replicas = read_count(key, raw.get("replicas"), f"{where}.replicas", 1)
             job_template = raw.get("template")
             if not isinstance(job_template, Mapping):
                 raise PluginError(key, "", f"{where}.template", "must be a Job template")
@@ -275,10 +233,7 @@ class JobSet(Job):
             completions[task_name] = count
             tasks.append(Task(task_name, replicas * count, position, _pod_template(template, subdomain),
                               f"{where}.template.spec.template", f"{where}.replicas"))
-        meta = obj["metadata"]
-        return cls(name=name, namespace=namespace, uid=str(meta.get("uid") or cls.stable_uid(namespace, name)), tasks=tuple(tasks), plugins={},
-                   annotations=dict(annotations), raw=obj, completions=completions, dns_hostnames=dns,
-                   phase=finished_phase(obj))
+        return cls(**fields, tasks=tuple(tasks), plugins={}, completions=completions, dns_hostnames=dns, phase=finished_phase(obj))
 
     def task_of(self, pod: Obj) -> str:
         return _label_or_annotation(pod, REPLICATED_JOB_KEY) or ""

@@ -16,6 +16,7 @@ from kubernetes import client as kube_client
 from tests.helpers.apiserver import FakeApiServer
 from tests.helpers.cluster import RealVolcano, VolcanoCluster, find_controller, real_missing
 from tests.helpers.envtest import ASSETS_ENV, WEBHOOK_USER, ApiServerFactory, EnvTest, find_assets, new_namespace, wait_until
+from tests.helpers.jobs import loaded
 from tests.helpers.kustomize import kubectl_or_skip
 from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.config import WebhookSettings
@@ -52,7 +53,7 @@ async def client(jobs_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
     source = DirectoryJobSource(jobs_dir, interval=0)
     app = create_app(source, Chain(), max_body_bytes=64 * 1024)
     async with app.router.lifespan_context(app):
-        await source.loaded()  # the first load runs in a worker thread; the tests want it done
+        await loaded(source)  # the first load runs in a worker thread; the tests want it done
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook.test") as c:
             c.app = app  # type: ignore[attr-defined]
             c.source = source  # type: ignore[attr-defined]
@@ -159,7 +160,7 @@ def start_reconciler(envtest: EnvTest) -> Iterator[Callable[..., Reconciler]]:
         reconciler = Reconciler(server.api_client(WEBHOOK_USER), settings, chain or Chain())
         started.append(reconciler)
         reconciler.start(leading)
-        wait_until(lambda: reconciler.ready, 15, "the reconciler's caches to sync")
+        wait_until(lambda: reconciler.manager.ready, 15, "the reconciler's caches to sync")
         return reconciler
 
     yield start

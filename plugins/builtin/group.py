@@ -7,19 +7,25 @@ from functools import cached_property
 from typing import ClassVar
 
 from ..base import Plugin, PodContext
-from ..helpers import plugin_error, plugin_warning, reject, require_task
+from ..helpers import plugin_error, plugin_warning, reject, reject_reserved_env, require_port_free, require_task
 from ..job import Task
 from ..pod import Obj, containers, ensure_envs, ensure_port
+
+EnvEntries = list[tuple[str, str | None, Obj | None]]
 
 
 class GroupPlugin(Plugin):
     """A plugin of one group of every Pod of the job, rank 0 on Pod 0 of the task its flag
-    ``leader_flag`` names (default: the first task)."""
+    ``leader_flag`` names (default: the first task), which declares the port ``port_name``."""
 
     requires = ("svc",)
     leader_flag: ClassVar[str] = ""
+    port_name: ClassVar[str] = ""
     # How the error ends when that task has no Pod 0.
     no_pod_0: ClassVar[str] = "there is no Pod 0 to be rank 0"
+    # The variables a template may not set, and why (none: it may set any).
+    reserved: ClassVar[frozenset[str]] = frozenset()
+    reserved_why: ClassVar[str] = ""
 
     @cached_property
     def leader(self) -> Task:
@@ -38,28 +44,33 @@ class GroupPlugin(Plugin):
             total += task.replicas
         return out
 
+    @property
+    def size(self) -> int:
+        """Every replica of every task."""
+        return sum(task.replicas for task in self.job.tasks)
 
-def size(tasks: tuple[Task, ...]) -> int:
-    """Every replica of every task."""
-    return sum(task.replicas for task in tasks)
+    def check(self) -> list[str]:
+        leader = self.leader
+        if self.reserved:
+            reject_reserved_env(self, self.reserved.__contains__, self.reserved_why)
+        require_port_free(self, [leader], self.port_name, self.options["port"])
+        return []
 
+    def group_env(self, ctx: PodContext, rank: int, index: int) -> EnvEntries:
+        """The variables of the Pod of ``rank`` (``index`` in its task); says whether it names hosts."""
+        raise NotImplementedError
 
-def member_index(plugin: Plugin, ctx: PodContext) -> int:
-    """The Pod's index in its task; a warning when it is past the task's replicas, where its rank is
-    also the rank of the next task's first Pod."""
-    index = ctx.index_number(plugin.name)
-    if index >= ctx.task.replicas:
-        ctx.warnings.append(
-            plugin_warning(plugin, f"Pod {ctx.pod_name!r} has index {index}, beyond the {ctx.task.replicas} replicas of task {ctx.task.name!r}")
-        )
-    return index
-
-
-def wire_members(plugin: Plugin, ctx: PodContext, entries: list[tuple[str, str | None, Obj | None]],
-                 port: tuple[str, int] | None) -> None:
-    """Set ``entries`` in every regular container of the Pod; with ``port`` (name, number), on the
-    Pods of the rank-0 task, also declare that port, refusing a container whose port name is taken."""
-    for i, container in enumerate(containers(ctx.pod)):
-        if port is not None:
-            reject(plugin, f"spec.containers[{i}].ports", ensure_port(container, *port))
-        ensure_envs(container, entries)
+    def mutate(self, ctx: PodContext) -> None:
+        """Set :meth:`group_env` in every regular container of the Pod; on the Pods of the rank-0 task,
+        also declare the port, refusing a container whose port name is taken."""
+        index = ctx.index_number(self.name)
+        if index >= ctx.task.replicas:  # its rank is also the rank of the next task's first Pod
+            ctx.warnings.append(
+                plugin_warning(self, f"Pod {ctx.pod_name!r} has index {index}, beyond the {ctx.task.replicas} replicas of task {ctx.task.name!r}")
+            )
+        entries = self.group_env(ctx, self.offsets[ctx.task.name] + index, index)
+        on_leader = ctx.task.name == self.leader.name
+        for i, container in enumerate(containers(ctx.pod)):
+            if on_leader:
+                reject(self, f"spec.containers[{i}].ports", ensure_port(container, self.port_name, self.options["port"]))
+            ensure_envs(container, entries)

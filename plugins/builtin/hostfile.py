@@ -71,7 +71,8 @@ class HostfilePlugin(Plugin):
         require_name(self, "subdomain", config_map_name(self.job.name), "ConfigMap name")
         for task in self._listed():
             self._slots(task)  # a malformed GPU limit fails here, not in the reconciler
-        require_mount_free(self, self._pod_tasks(), self.mounts()[0])
+        # The tasks whose Pods mount the file: master and worker.
+        require_mount_free(self, [t for t in map(self.job.task, dict.fromkeys(self._roles)) if t is not None], self.mounts()[0])
         size = self.hostfile_size()
         if size > DATA_LIMIT:
             largest = max(self._listed(), key=lambda t: t.replicas)
@@ -92,11 +93,6 @@ class HostfilePlugin(Plugin):
         master, worker = self.options["master"], self.options["worker"]
         sole = sole_task(self, master, worker)
         return (sole, sole) if sole is not None else (master, worker)
-
-    def _pod_tasks(self) -> list[Task]:
-        """The tasks whose Pods mount the file: master and worker."""
-        names = dict.fromkeys(self._roles)
-        return [task for task in map(self.job.task, names) if task is not None]
 
     def _separator(self) -> str:
         return ":" if self.options["format"] in ("intel", "mpich") else " slots="

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from ..base import Plugin, PodContext
 from ..flags import Flag, port_flag
-from ..helpers import domain_name, name_taken, peer_options, plugin_error, plugin_warning, reject, require_port_free, template_containers
+from ..helpers import (
+    add_init_container,
+    domain_name,
+    name_taken,
+    peer_options,
+    plugin_error,
+    plugin_warning,
+    reject,
+    require_port_free,
+    template_containers,
+)
 from ..pod import containers, ensure_envs, ensure_port
 
 PORT_NAME = "pytorchjob-port"
@@ -82,7 +92,9 @@ class PytorchPlugin(Plugin):
         if ctx.task.name == self.options["worker"]:
             rank = ctx.index_number(self.name) + 1
             if self.options["wait-master-enabled"]:
-                self._add_wait_container(ctx, master_addr)
+                script = _WAIT_SCRIPT.format(addr=master_addr, port=port, timeout=self.options["wait-master-timeout"])
+                wanted = {"name": WAIT_CONTAINER, "image": self.options["wait-master-image"], "command": ["sh", "-c", script]}
+                add_init_container(self, ctx.pod, wanted, _NAME_TAKEN)
         elif ctx.task.name == self.options["master"]:
             rank = 0
         ctx.names_hosts(self.name)  # MASTER_ADDR
@@ -93,13 +105,3 @@ class PytorchPlugin(Plugin):
         for i, container in enumerate(containers(ctx.pod)):
             reject(self, f"spec.containers[{i}].ports", ensure_port(container, PORT_NAME, port))
             ensure_envs(container, entries)
-
-    def _add_wait_container(self, ctx: PodContext, master_addr: str) -> None:
-        init = ctx.pod["spec"].setdefault("initContainers", [])
-        if any(isinstance(c, dict) and c.get("name") == WAIT_CONTAINER for c in init):
-            return
-        for i, container in enumerate(containers(ctx.pod)):
-            if container.get("name") == WAIT_CONTAINER:
-                raise plugin_error(self, f"spec.containers[{i}].name", _NAME_TAKEN)
-        script = _WAIT_SCRIPT.format(addr=master_addr, port=self.options["port"], timeout=self.options["wait-master-timeout"])
-        init.append({"name": WAIT_CONTAINER, "image": self.options["wait-master-image"], "command": ["sh", "-c", script]})

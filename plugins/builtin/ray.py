@@ -36,10 +36,14 @@ class RayPlugin(Plugin):
         options = self.options
         return bool(options["head"] == options["worker"] and options["headContainer"] == options["workerContainer"])
 
-    def check(self) -> list[str]:
+    def _head(self) -> Task:
         head = self.job.task(self.options["head"])
         if head is None:
             raise plugin_error(self, "--head", f"the job has no head task {self.options['head']!r}{task_hint(self, self.options['head'])}")
+        return head
+
+    def check(self) -> list[str]:
+        head = self._head()
         require_name(self, "dns1035", head_service_name(self.job.name), "head Service name")
         self._require_distinct_ports()
         self._require_ports_free(head, self.options["headContainer"])
@@ -83,9 +87,7 @@ class RayPlugin(Plugin):
                 reject(self, f"{where}.ports", ensure_port(trial, name, number))
 
     def mutate(self, ctx: PodContext) -> None:
-        head = self.job.task(self.options["head"])
-        if head is None:
-            raise plugin_error(self, "--head", f"the job has no head task {self.options['head']!r}{task_hint(self, self.options['head'])}")
+        head = self._head()
         is_head = ctx.task.name == self.options["head"]
         # Volcano's two checks are independent: a task that is both head and worker gets both.
         is_worker = ctx.task.name == self.options["worker"] and not self.head_is_worker()

@@ -80,10 +80,6 @@ class SSHPlugin(Plugin):
     def mounts(self) -> list[Mount]:
         return [Mount(self.options["ssh-key-file-path"], secret_name(self.job.name), "--ssh-key-file-path")]
 
-    def _key_bytes(self) -> int:
-        private, public = self.options["ssh-private-key"], self.options["ssh-public-key"]
-        return len(private.encode()) + 2 * len(public.encode()) if private else GENERATED_KEYS_BYTES
-
     def config_size(self) -> int:
         """``len(self.ssh_config())`` from counts alone: per host ``Host <h>``, ``  HostName
         <h>.<suffix>`` and ``  Port <port>``, each line ending in a newline."""
@@ -100,7 +96,8 @@ class SSHPlugin(Plugin):
         name its domain name and port; past a Secret's limit the job still runs on the header's
         options, reaching Pods by domain name (as MPI_HOST lists them). Keys that alone pass the
         limit cannot be left out: that is an error."""
-        keys = self._key_bytes()
+        private, public = self.options["ssh-private-key"], self.options["ssh-public-key"]
+        keys = len(private.encode()) + 2 * len(public.encode()) if private else GENERATED_KEYS_BYTES
         header = sum(len(line) + 1 for line in CONFIG_HEADER)
         if keys + header > DATA_LIMIT:
             raise plugin_error(self, "--ssh-private-key", f"the keys are {keys} bytes; the Secret {secret_name(self.job.name)!r} would be over {DATA_LIMIT_TEXT}")

@@ -34,6 +34,7 @@ from ..budget import (
 )
 from ..flags import Flag
 from ..helpers import (
+    add_init_container,
     host_names,
     host_suffix,
     hosts_size,
@@ -46,7 +47,7 @@ from ..helpers import (
     require_name,
     template_containers,
 )
-from ..pod import Obj, containers, ensure_envs, ensure_mount, ensure_volume, spec
+from ..pod import Obj, ensure_envs, ensure_mount, ensure_volume, spec
 from . import netpolicy
 from .pytorch import wait_image
 
@@ -337,20 +338,6 @@ class SvcPlugin(Plugin):
                 if container.get("name") == INIT_CONTAINER:
                     raise plugin_error(self, f"{where}.name", _NAME_TAKEN)
 
-    def _add_init_container(self, ctx: PodContext) -> None:
-        """First of the init containers, so that the template's own ones see /etc/volcano filled."""
-        wanted = self.init_container()
-        init = spec(ctx.pod).setdefault("initContainers", [])
-        for i, container in enumerate(containers(ctx.pod)):
-            if container.get("name") == INIT_CONTAINER:
-                raise plugin_error(self, f"spec.containers[{i}].name", _NAME_TAKEN)
-        for i, container in enumerate(init):
-            if isinstance(container, dict) and container.get("name") == INIT_CONTAINER:
-                if not _same_container(container, wanted):
-                    init[i] = wanted
-                return
-        init.insert(0, wanted)
-
     @cached_property
     def _env(self) -> list[EnvEntry]:
         """The ``VC_<TASK>_*`` references every container gets: the same for every Pod of the job."""
@@ -415,8 +402,8 @@ class SvcPlugin(Plugin):
             if env:
                 ensure_envs(container, env)
             reject(self, f"{where}.volumeMounts", ensure_mount(container, dict(mount)))
-        if self._plan.generated:
-            self._add_init_container(ctx)
+        if self._plan.generated:  # first, so that the template's own init containers see /etc/volcano filled
+            add_init_container(self, ctx.pod, self.init_container(), _NAME_TAKEN, first=True, same=_same_container)
 
     def hosts_data(self) -> dict[str, str]:
         """The ConfigMap data Volcano's ``GenerateHosts`` builds, per task in ``spec.tasks`` order,

@@ -42,7 +42,7 @@ class TensorflowPlugin(Plugin):
             raise plugin_error(
                 self,
                 task.replicas_path if task else self.job.tasks_field,
-                f"TF_CONFIG would be {size} bytes (a cluster of {self._cluster_hosts()} addresses), over {ENV_LIMIT_TEXT}; "
+                f"TF_CONFIG would be {size} bytes (a cluster of {sum(t.replicas for t in self._role_tasks().values())} addresses), over {ENV_LIMIT_TEXT}; "
                 "TensorFlow reads the cluster from this variable only",
             )
 
@@ -52,9 +52,6 @@ class TensorflowPlugin(Plugin):
         for role in ROLES:
             role_of.setdefault(self.options[role], role)
         return {role_of[task.name]: task for task in self.job.tasks if task.name in role_of}
-
-    def _cluster_hosts(self) -> int:
-        return sum(task.replicas for task in self._role_tasks().values())
 
     def cluster_size(self) -> int:
         """``len(self._cluster_json)`` from counts alone: ``{"<role>":["<host>:<port>",...],...}``."""

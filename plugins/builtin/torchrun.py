@@ -94,18 +94,10 @@ class TorchrunPlugin(Plugin):
         low, high = self.options["min-nodes"], self.options["max-nodes"]
         return (count if low is None else low, count if high is None else high)
 
-    def nproc_fixed(self) -> int | None:
-        """``--nproc-per-node`` as a number, or None for ``auto``."""
-        value = self.options["nproc-per-node"]
-        return None if value == "auto" else int(value)
-
     def master_address(self) -> str:
         master = self.job.task(self.single or self.options["master"])
         assert master is not None  # check() makes sure
         return domain_name(self, master, 0)
-
-    def rdzv_id(self) -> str:
-        return self.job.uid or f"{self.job.namespace}.{self.job.name}"
 
     def check(self) -> list[str]:
         master_name, worker_name = self.options["master"], self.options["worker"]
@@ -187,19 +179,16 @@ class TorchrunPlugin(Plugin):
             extra += [
                 ("PET_RDZV_BACKEND", self.options["rdzv-backend"], None),
                 ("PET_RDZV_ENDPOINT", f"{master}:{port}", None),
-                ("PET_RDZV_ID", self.rdzv_id(), None),
+                ("PET_RDZV_ID", self.job.uid, None),
             ]
         if self.elastic or self.options["max-restarts"] is not None:
             extra.append(("PET_MAX_RESTARTS", str(self.options["max-restarts"] or 0), None))
-        fixed = self.nproc_fixed()
+        fixed = self.options["nproc-per-node"]
         for i, container in enumerate(containers(ctx.pod)):
-            if fixed is None:
-                try:
-                    nproc = auto_nproc(container, f"spec.containers[{i}]")
-                except ValueError as exc:
-                    raise plugin_error(self, "--nproc-per-node=auto", str(exc)) from None
-            else:
-                nproc = fixed
+            try:
+                nproc = auto_nproc(container, f"spec.containers[{i}]") if fixed == "auto" else int(fixed)
+            except ValueError as exc:
+                raise plugin_error(self, "--nproc-per-node=auto", str(exc)) from None
             reject(self, f"spec.containers[{i}].ports", ensure_port(container, PORT_NAME, port))
             entries = [*common, ("PET_NPROC_PER_NODE", str(nproc), None), *extra]
             if self.elastic and not any(isinstance(e, dict) and e.get("name") == UNSHARED_STORE for e in container.get("env") or []):

@@ -14,9 +14,8 @@ from functools import cached_property
 from ..base import Plugin, PodContext
 from ..budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
 from ..flags import Flag
-from ..helpers import host_names, host_suffix, name_taken, peer_options, plugin_error, plugin_warning, require_task, template_containers
+from ..helpers import add_init_container, host_names, host_suffix, name_taken, peer_options, plugin_error, plugin_warning, require_task
 from ..job import Task
-from ..pod import Obj, containers, spec
 from .pytorch import WAIT_CONTAINER as PYTORCH_WAIT
 from .pytorch import PytorchPlugin, wait_image
 from .svc import SvcPlugin
@@ -133,9 +132,9 @@ class WaitforPlugin(Plugin):
                         f"{task.template_path}.spec.initContainers[{i}]",
                         f"the name {WAIT_CONTAINER!r} is the waitfor plugin's init container; rename it",
                     )
-            for where, container in template_containers(task, init=False):
-                if container.get("name") == WAIT_CONTAINER:
-                    raise plugin_error(self, f"{where}.name", _NAME_TAKEN)
+            for i, container in enumerate(task.containers):
+                if isinstance(container, dict) and container.get("name") == WAIT_CONTAINER:
+                    raise plugin_error(self, f"{task.template_path}.spec.containers[{i}].name", _NAME_TAKEN)
         # The script is one argument of sh -c: one string the kernel passes whole, or not at all.
         if len(self.script) + 1 > ENV_STRING_LIMIT:
             raise plugin_error(
@@ -208,11 +207,4 @@ class WaitforPlugin(Plugin):
         if not any(t.name == ctx.task.name for t in self.waiters):
             return
         ctx.names_hosts(self.name)  # in its script
-        init = spec(ctx.pod).setdefault("initContainers", [])
-        if any(isinstance(c, dict) and c.get("name") == WAIT_CONTAINER for c in init):
-            return
-        for i, regular in enumerate(containers(ctx.pod)):
-            if regular.get("name") == WAIT_CONTAINER:
-                raise plugin_error(self, f"spec.containers[{i}].name", _NAME_TAKEN)
-        container: Obj = {"name": WAIT_CONTAINER, "image": self.image, "command": ["sh", "-c", self.script]}
-        init.append(container)
+        add_init_container(self, ctx.pod, {"name": WAIT_CONTAINER, "image": self.image, "command": ["sh", "-c", self.script]}, _NAME_TAKEN)

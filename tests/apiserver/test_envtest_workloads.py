@@ -112,7 +112,7 @@ def test_the_job_controllers_pods_are_wired_and_the_collector_takes_the_objects(
                                                                              workloads=["jobs.batch"]), Chain())
     reconciler.start()
     try:
-        wait_until(lambda: reconciler.ready, 15, "the reconciler's caches")
+        wait_until(lambda: reconciler.manager.ready, 15, "the reconciler's caches")
         job = create(kube_admin, job_obj)
         made = wait_until(lambda: (lambda p: p if len(p) == 3 else None)(
             pods(kube_admin, namespace, "batch.kubernetes.io/job-name=torchrun-indexed")), 20, "the Job controller's 3 Pods")
@@ -144,7 +144,7 @@ def test_the_collector_takes_a_volcano_jobs_objects(envtest: EnvTest, kube_admin
                             Chain())
     reconciler.start()
     try:
-        wait_until(lambda: reconciler.ready, 15, "the reconciler's caches")
+        wait_until(lambda: reconciler.manager.ready, 15, "the reconciler's caches")
         create(kube_admin, example_job("svc", namespace))
         wait_until(lambda: len(objects(kube_admin, namespace)) == 3, 15, "the Volcano Job's objects")
     finally:

@@ -279,7 +279,7 @@ def test_where_volcano_runs_svc_the_flags_are_its_flag_error() -> None:
     job = Job.from_object(_job(["--allow-pods=app=x", "--disable-network-policy"], in_spec=True))
     with pytest.raises(PluginError, match=r"--allow-pods: flag provided but not defined .*this project's svc only"):
         CLUSTER_VIEW.check(job)  # /validate of a new Job
-    lineup = CLUSTER_VIEW.lineup(job, strict=False)
+    lineup = CLUSTER_VIEW.prepare(job)
     [svc] = [p for p in lineup.plugins if p.name == "svc"]
     # As Go's flag reads it: nothing from the unknown flag on, so Volcano makes its NetworkPolicy.
     assert svc.options["disable-network-policy"] is False and svc.options["allow-pods"] == ()

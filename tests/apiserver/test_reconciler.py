@@ -88,6 +88,11 @@ def sent(reconciler: Reconciler) -> float:
     return sum(s.value for m in reconciler.metrics.api_requests.collect() for s in m.samples if s.name.endswith("_total"))
 
 
+def resync(reconciler: Reconciler) -> int:
+    """A resync of every controller now, as each runs every ``resync_seconds``: how many keys it queued."""
+    return sum(controller.resync() for controller in reconciler.manager.controllers)
+
+
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -217,7 +222,7 @@ def test_objects_without_our_label_are_left_alone_and_said_so_once(kube_admin: A
                "the Service and NetworkPolicy")
     wait_until(lambda: events(kube_admin, kube_namespace, "ResourceNotManaged"), 10, "a ResourceNotManaged event")
     for _ in range(3):
-        reconciler.resync()
+        resync(reconciler)
         time.sleep(0.3)
     found = events(kube_admin, kube_namespace, "ResourceNotManaged")
     assert len(found) == 1 and "ConfigMap svc-demo-svc" in found[0]["message"]
@@ -287,13 +292,13 @@ def test_a_steady_state_resync_sends_nothing(envtest: EnvTest, kube_admin: Any, 
         create(kube_admin, example_job(name, kube_namespace))
     # svc's publishNotReadyAddresses: false is stored as nothing; ray's head Service gets ports
     # defaulted (protocol, targetPort); every Service gets type, sessionAffinity, ipFamilies...
-    wait_until(lambda: reconciler.metrics.reconciles.labels("success")._value.get() >= 6 and len(reconciler.queue) == 0
+    wait_until(lambda: reconciler.metrics.reconciles.labels("success")._value.get() >= 6 and len(reconciler.manager.controllers[0].queue) == 0
                and len(objects(kube_admin, kube_namespace)) >= 18, 20, "every job's objects")
     time.sleep(1.0)  # the last watch events of our own writes
     since = now()
     for _ in range(3):
-        assert reconciler.resync() == 6
-        wait_until(lambda: len(reconciler.queue) == 0, 10, "the resync done")
+        assert resync(reconciler) == 6
+        wait_until(lambda: len(reconciler.manager.controllers[0].queue) == 0, 10, "the resync done")
         time.sleep(0.3)
     assert product_requests(envtest, since, kube_namespace) == []
 
@@ -328,7 +333,7 @@ def test_an_object_over_its_size_limit_is_never_sent_and_the_job_is_told_once(en
     assert message == f"ConfigMap big-blob not written: its data is {DATA_LIMIT + 1} bytes, over the {DATA_LIMIT}-byte limit on a ConfigMap's data"
     assert found[0]["involvedObject"]["name"] == "big" and found[0]["type"] == "Warning"
     for _ in range(3):
-        reconciler.resync()
+        resync(reconciler)
         time.sleep(0.5)
     assert len(events(kube_admin, kube_namespace, "ObjectTooLarge")) == 1, "told once, not on every resync"
     asked = product_requests(envtest, since, kube_namespace)
@@ -347,7 +352,7 @@ def test_a_job_the_plugins_refuse_is_told_once_and_left_alone(kube_admin: Any, k
     create(kube_admin, job)
     found = wait_until(lambda: events(kube_admin, kube_namespace, "InvalidPlugins"), 10, "an InvalidPlugins event")
     assert "nope" in found[0]["message"]
-    reconciler.resync()
+    resync(reconciler)
     time.sleep(0.5)
     assert len(events(kube_admin, kube_namespace, "InvalidPlugins")) == 1
     assert objects(kube_admin, kube_namespace) == {}
@@ -373,7 +378,7 @@ def test_a_standby_never_writes_and_takes_over_at_once_when_the_leader_stops(env
                 changes.append((name, leading))
             if leading:
                 wait_until(lambda: name in reconcilers, 15, f"{name}'s reconciler")
-                reconcilers[name].lead()
+                reconcilers[name].manager.lead()
         return changed
 
     # b's clock stands still: a's Lease never expires for b, so b can only lead once a releases it.
@@ -412,7 +417,7 @@ def test_leadership_gained_just_after_the_caches_sync_reconciles_everything(kube
         create(kube_admin, example_job(name, kube_namespace))
     reconciler = start_reconciler(kube_namespace, leading=False)
     time.sleep(0.005)
-    reconciler.lead()
+    reconciler.manager.lead()
     wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 7, 15, "both jobs' objects")
 
 
@@ -516,7 +521,7 @@ def test_a_resumed_watch_repairs_what_changed_while_the_reconciler_was_cut_off(e
         reconciler = Reconciler(api, WebhookSettings(namespaces=[kube_namespace], resync_seconds=3600, workloads=[]), Chain())
         reconciler.start()
         try:
-            wait_until(lambda: reconciler.ready, 15, "the reconciler's caches to sync")
+            wait_until(lambda: reconciler.manager.ready, 15, "the reconciler's caches to sync")
             create(kube_admin, example_job("mpi", kube_namespace))
             wait_until(lambda: len(objects(kube_admin, kube_namespace)) == 4, 15, "the job's objects")
             hosts = dict(objects(kube_admin, kube_namespace)[("ConfigMap", "mpi-demo-svc")]["data"])

@@ -125,7 +125,7 @@ def test_nothing_of_a_thousand_deleted_ssh_jobs_stays_in_the_reconciler(kube_adm
         for name in names:
             delete(kube_admin, JOB_API_VERSION, "Job", name, kube_namespace)
         wait_until(lambda: not objects(kube_admin, kube_namespace), 60, "every Secret deleted", interval=0.2)
-        wait_until(lambda: not jobs.queue.busy, 60, "the queue drained", interval=0.1)
+        wait_until(lambda: len(jobs.queue) == 0 and not jobs.queue._processing, 60, "the queue drained", interval=0.1)
 
     batch(0, 100)
     after_first = rss_kib()

@@ -26,7 +26,7 @@ from volcano_job_webhook.plugins import Chain, ChainConfig, Job, PluginError
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL, VOLCANO_PLUGINS
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.reconciler import Reconciler
-from volcano_job_webhook.server.admission import admission_review, parse_review
+from volcano_job_webhook.server.admission import admission_review, read_review
 from volcano_job_webhook.server.handlers import JobCache, JobValidator, PodMutator
 from volcano_job_webhook.server.metrics import WebhookMetrics
 
@@ -109,7 +109,7 @@ def test_the_annotation_cannot_reconfigure_a_plugin_volcano_runs():
     assert any("names plugin svc again" in w for w in prepared.warnings)
     (svc,) = prepared.plugins
     assert svc.options["disable-network-policy"] is False, "spec.plugins' arguments are what Volcano runs"
-    assert ALONE.plugin_args(twice)["svc"] == ["--disable-network-policy"], "alone, the annotation wins as before"
+    assert ALONE.prepare(twice).plugins[0].peers["svc"] == ["--disable-network-policy"], "alone, the annotation wins as before"
 
 
 def test_a_mount_clash_between_volcano_and_us_is_ours_to_refuse():
@@ -145,7 +145,7 @@ def mutate(obj: dict[str, Any] | None, pod: dict[str, Any], *, audit: bool = Fal
     import asyncio
 
     handler = PodMutator(OneJob(obj, error), JobCache(BESIDE), WebhookMetrics(), audit=audit)
-    return asyncio.run(handler(parse_review(admission_review(pod, uid="u"))))
+    return asyncio.run(handler(read_review(admission_review(pod, uid="u")).request))
 
 
 def test_a_pod_of_a_job_with_a_flag_volcano_ignores_is_admitted_with_a_warning():
@@ -189,7 +189,7 @@ def validate(obj: dict[str, Any], old: dict[str, Any] | None = None, *, audit: b
     import asyncio
 
     review = admission_review(obj, uid="v", operation="UPDATE" if old is not None else "CREATE", old=old)
-    return asyncio.run(JobValidator(BESIDE, audit=audit)(parse_review(review)))
+    return asyncio.run(JobValidator(BESIDE, audit=audit)(read_review(review).request))
 
 
 def test_validate_judges_a_create_whole():

@@ -40,10 +40,9 @@ from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, GuardedHttpToolsProtocol, GuardedListener
 from volcano_job_webhook.server.https import HTTPSServer, build_server
 from volcano_job_webhook.server.jobs import DirectoryJobSource
-from volcano_job_webhook.server.run import server_options
 
 LIMITS = ConnectionLimits(
-    header_timeout=0.6, body_timeout=0.6, idle_timeout=0.6, handshake_timeout=0.6,
+    header_timeout_seconds=0.6, body_timeout_seconds=0.6, idle_timeout_seconds=0.6, tls_handshake_timeout_seconds=0.6,
     max_connections=50,
 )
 MAX_BODY = 100_000
@@ -130,7 +129,7 @@ def test_a_body_trickled_byte_by_byte_is_cut_at_the_body_timeout(certs):
 def test_headers_that_never_end_on_a_kept_alive_connection_get_408(certs):
     """The header deadline starts again at the first byte of the next request on a kept-alive
     connection: that byte stops uvicorn's keep-alive timer, and nothing else would cut the rest."""
-    with serving(certs, replace(LIMITS, idle_timeout=30)) as (server, guard), tls(server.port) as sock:
+    with serving(certs, replace(LIMITS, idle_timeout_seconds=30)) as (server, guard), tls(server.port) as sock:
         sock.sendall(post("/mutate", REVIEW))
         assert status_of(read_response(sock)) == 200
         sock.sendall(b"POST /mutate HTTP/1.1\r\nhost: localhost\r\n")  # and never the rest
@@ -148,7 +147,7 @@ def test_idle_keep_alive_connections_are_closed(certs):
 def test_a_client_within_its_limits_is_served(certs):
     """The other side of the cuts above: headers and a body that come in pieces, and a second request
     on a connection kept alive, each pause a quarter of its limit, are answered and nothing is cut."""
-    pause = min(LIMITS.header_timeout, LIMITS.body_timeout, LIMITS.idle_timeout) / 4
+    pause = min(LIMITS.header_timeout_seconds, LIMITS.body_timeout_seconds, LIMITS.idle_timeout_seconds) / 4
     head, _, body = post("/mutate", REVIEW).partition(b"\r\n\r\n")
     with serving(certs) as (server, guard), tls(server.port) as sock:
         for piece in (head[:20], head[20:] + b"\r\n\r\n" + body[:100]):
@@ -174,7 +173,7 @@ def test_a_request_answered_early_does_not_leave_its_connection_open(certs):
 
 
 def test_the_connection_cap_closes_the_longest_waiting_connection(certs):
-    limits = replace(LIMITS, max_connections=3, header_timeout=30, idle_timeout=30)
+    limits = replace(LIMITS, max_connections=3, header_timeout_seconds=30, idle_timeout_seconds=30)
     with serving(certs, limits) as (server, guard):
         idle = [tls(server.port) for _ in range(3)]
         wait_until(lambda: len(guard) == 3, 5.0, "three connections held", interval=0.01)
@@ -199,7 +198,7 @@ def test_413_is_kept_for_a_declared_or_streamed_oversized_body(certs):
 def test_slow_connections_leave_nothing_behind(certs):
     """After many slow clients go away the guard is back to zero and no protocol object (with its
     buffers) is kept alive by a reference."""
-    with serving(certs, replace(LIMITS, header_timeout=30, body_timeout=30)) as (server, guard):
+    with serving(certs, replace(LIMITS, header_timeout_seconds=30, body_timeout_seconds=30)) as (server, guard):
         socks = []
         for i in range(30):
             sock = tls(server.port)
@@ -225,12 +224,12 @@ def test_settings_reach_the_server(certs, monkeypatch):
     monkeypatch.setenv("VOLCANO_WEBHOOK_HEADER_TIMEOUT_SECONDS", "0.5")
     monkeypatch.setenv("VOLCANO_WEBHOOK_MAX_CONNECTIONS", "7")
     limits = connection_limits(load_settings())
-    assert (limits.header_timeout, limits.max_connections) == (0.5, 7)
-    guard, options = server_options(limits)
-    server = build_server(lambda scope, receive, send: None, "127.0.0.1", 0, files(certs), **options)
-    assert server.guard is guard and guard.limits is limits
+    assert (limits.header_timeout_seconds, limits.max_connections) == (0.5, 7)
+    server = build_server(lambda scope, receive, send: None, "127.0.0.1", 0, files(certs), limits=limits)
+    guard = server.guard
+    assert guard.limits is limits
     assert server.config.http is guard.protocol and issubclass(guard.protocol, GuardedHttpToolsProtocol) and guard.protocol.guard is guard
-    assert server.config.ws == "none" and server.config.timeout_keep_alive == limits.idle_timeout
+    assert server.config.ws == "none" and server.config.timeout_keep_alive == limits.idle_timeout_seconds
     with pytest.raises(TypeError, match="timeout_keep_alive"):
         build_server(lambda scope, receive, send: None, "127.0.0.1", 0, files(certs), timeout_keep_alive=5)
     json.dumps(limits.__dict__)
@@ -239,7 +238,7 @@ def test_settings_reach_the_server(certs, monkeypatch):
 def test_clients_that_never_say_hello_cannot_hold_the_door(certs):
     """Two handshakes at a time, both taken by TCP connections that send nothing: a real client
     still gets in, because a handshake stalled past STALE_HANDSHAKE is dropped for it."""
-    limits = replace(LIMITS, max_handshakes=2, handshake_timeout=30)
+    limits = replace(LIMITS, max_tls_handshakes=2, tls_handshake_timeout_seconds=30)
     with serving(certs, limits) as (server, guard):
         silent = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(2)]
         wait_until(lambda: len(guard.handshakes) == 2, 5.0, "two handshakes under way", interval=0.01)

@@ -16,6 +16,7 @@ from tests.helpers.envtest import wait_until
 from tests.helpers.jobs import example_job
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.plugins import Chain
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB
 from volcano_job_webhook.reconciler import Reconciler
 
 MANAGED = {"configmaps": "ConfigMap", "services": "Service", "secrets": "Secret", "networkpolicies.networking.k8s.io": "NetworkPolicy"}
@@ -69,7 +70,7 @@ def test_faults_end_in_the_same_state_with_nothing_lost_or_duplicated(api_double
     api_double.drop_next(1, method="POST", path_contains="/services")
     r = start(api_double)
     create_job(api_double, "mpi")
-    wait_for(lambda: r.ready, what="caches synced")
+    wait_for(lambda: r.manager.ready, what="caches synced")
     api_double.close_watches()
     create_job(api_double, "ray")
     api_double.expire_history()
@@ -81,7 +82,7 @@ def test_faults_end_in_the_same_state_with_nothing_lost_or_duplicated(api_double
     assert comparable(state(api_double)) == expected
     creates = [q for q in api_double.requests if q.verb == "create" and q.status == 201 and q.resource not in ("jobs", "events")]
     assert len(creates) == 11, "each object created exactly once"
-    assert r.jobs.relists >= 2, "the expired watch was followed by a fresh list"
+    assert r.manager.caches[VOLCANO_JOB].relists >= 2, "the expired watch was followed by a fresh list"
 
 
 def test_a_reconcile_that_keeps_failing_is_retried_until_it_succeeds(api_double: FakeApiServer) -> None:
@@ -103,7 +104,7 @@ def test_the_api_server_away_and_back(api_double: FakeApiServer) -> None:
     r = start(api_double)
     try:
         create_job(api_double, "env")
-        wait_for(lambda: r.ready, what="caches synced")
+        wait_for(lambda: r.manager.ready, what="caches synced")
         api_double.stop()
         time.sleep(0.5)
         api_double.restart()

@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers.jobs import loaded
 from volcano_job_webhook.plugins import Chain, IndexedJob, Job, JobSet, PluginError, read_workload
 from volcano_job_webhook.plugins.kinds import BATCH_JOB, JOBSET
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.plugins.workloads import opted_in, require_opt_in
-from volcano_job_webhook.server.admission import AdmissionRequest, parse_review
+from volcano_job_webhook.server.admission import AdmissionRequest, read_review
 from volcano_job_webhook.server.handlers import JobCache, JobValidator, PodMutator, workload_of
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 from volcano_job_webhook.server.metrics import WebhookMetrics
@@ -278,7 +279,9 @@ def request(obj: dict[str, Any], *, group: str, version: str, kind: str, operati
             "namespace": obj["metadata"].get("namespace", "default"), "object": obj}
     if old is not None:
         body["oldObject"] = old
-    return parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": body})
+    request = read_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": body}).request
+    assert request is not None
+    return request
 
 
 def pod_request(pod: dict[str, Any]) -> AdmissionRequest:
@@ -309,7 +312,7 @@ def example(name: str) -> dict[str, Any]:
 
 def test_pods_of_an_indexed_job_and_a_jobset_are_wired(source):
     async def run() -> None:
-        await source.loaded()
+        await loaded(source)
         mutate = mutator(source)
         idx = read_workload(example("torchrun-indexed-job.yaml"))
         response = await mutate(pod_request(make_pod(idx, idx.tasks[0].name, 1)))
@@ -324,7 +327,7 @@ def test_pods_of_an_indexed_job_and_a_jobset_are_wired(source):
 
 def test_an_opted_in_pod_of_a_missing_or_replaced_workload_is_said(source):
     async def run() -> None:
-        await source.loaded()
+        await loaded(source)
         mutate = mutator(source)
         idx = read_workload(example("torchrun-indexed-job.yaml"))
         pod = make_pod(idx, idx.tasks[0].name, 0)
@@ -439,7 +442,7 @@ def test_the_reconciler_makes_keeps_and_deletes_workload_objects(workload_api):
     reconciler = Reconciler(server.api_client(), WebhookSettings(resync_seconds=3600), Chain())  # the default workloads: both
     reconciler.start()
     try:
-        wait_until(lambda: reconciler.ready, 10, "caches synced")
+        wait_until(lambda: reconciler.manager.ready, 10, "caches synced")
         idx = server.put_object(indexed_job("idx", plugins={"svc": [], "ssh": []}))
         js = server.put_object(jobset("js", plugins={"svc": []}))
         plain = indexed_job("plain")
@@ -517,7 +520,7 @@ def test_a_workload_kind_not_served_leaves_the_reconciler_ready(api_double):
     reconciler = Reconciler(api_double.api_client(), WebhookSettings(resync_seconds=3600), Chain())
     reconciler.start()
     try:
-        wait_until(lambda: reconciler.ready, 10, "caches synced")
+        wait_until(lambda: reconciler.manager.ready, 10, "caches synced")
         assert reconciler.manager.caches[JOBSET].served is False
     finally:
         reconciler.stop()

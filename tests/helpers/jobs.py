@@ -4,6 +4,7 @@ and as YAML files."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -127,3 +128,10 @@ def alias_bomb_yaml(levels: int = 9) -> str:
     for i in range(1, levels):
         lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
     return "kind: Job\nmetadata: {name: bomb}\nspec:\n  " + "\n  ".join(lines) + "\n"
+
+
+async def loaded(source: Any) -> None:
+    """Wait until a DirectoryJobSource has read its files as they are now: its look under way, or a new one."""
+    look, _ = source._schedule(force=True)
+    if look is not None:
+        await asyncio.wrap_future(look)

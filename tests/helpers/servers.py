@@ -22,7 +22,6 @@ from volcano_job_webhook.server.app import create_app
 from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits
 from volcano_job_webhook.server.https import HTTPSServer, build_server
 from volcano_job_webhook.server.jobs import DirectoryJobSource
-from volcano_job_webhook.server.run import server_options
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -77,10 +76,9 @@ def guarded_webhook(certs: Path, limits: ConnectionLimits, max_body_bytes: int) 
     """The real webhook app over the example jobs, served over HTTPS on 127.0.0.1 with ``limits``
     (serve's guarded listener and protocol), in a thread; ``certs`` holds tls.crt and tls.key."""
     app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain(), max_body_bytes=max_body_bytes)
-    guard, options = server_options(limits)
-    server = build_server(app, "127.0.0.1", 0, files(certs), log_level="warning", **options)
+    server = build_server(app, "127.0.0.1", 0, files(certs), log_level="warning", limits=limits)
     with in_thread(server):
-        yield server, guard
+        yield server, server.guard
 
 
 # Raw TLS clients: exactly the bytes a test sends, and whatever comes back ---------------------------

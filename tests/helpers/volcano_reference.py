@@ -643,7 +643,8 @@ def compare_job(job: Obj, ref: Obj, ours: Ours, rewrites: list[str], label: str 
         if ours.denied is not None:
             report.both_denied += 1
             return report
-        ours_plugins = reference_chain().plugin_args(Job.from_object(job))
+        # What the plugins are built with: the effective plugin map, dependencies added (each plugin's peers).
+        ours_plugins = next((p.peers for p in reference_chain().prepare(Job.from_object(job)).plugins), {})
         documented = [d.key for d in DIFFERENCES if d.volcano_denies and d.volcano_denies(job, ours_plugins, ref["error"])]
         if documented:
             report.documented.update(documented)

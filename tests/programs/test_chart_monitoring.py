@@ -196,12 +196,12 @@ def exported() -> dict[str, set[str]]:
     """Every series name the two processes export, with the label names of each: built from their
     metric classes as ``serve`` and ``reconcile`` put them together."""
     from volcano_job_webhook.reconciler.metrics import ReconcilerMetrics
-    from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, GuardCollector
+    from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits
     from volcano_job_webhook.server.metrics import WebhookMetrics
 
     webhook = WebhookMetrics(cached_jobs=lambda: 0)
     webhook.watch_certificate(lambda: 86400.0)
-    webhook.registry.register(GuardCollector(ConnectionGuard(ConnectionLimits())))
+    webhook.registry.register(ConnectionGuard(ConnectionLimits()))
     reconciler = ReconcilerMetrics()
     labels: dict[str, set[str]] = {}
     wrappers = [m for owner in (webhook, reconciler) for m in vars(owner).values() if hasattr(m, "_labelnames")]

@@ -96,10 +96,6 @@ def authority_data(authority: Authority) -> dict[str, bytes | str]:
     return {k: _b64(v) for k, v in data.items()}  # the API takes base64 text
 
 
-def serving_data(bundle: CertBundle) -> dict[str, bytes | str]:
-    return {TLS_CERT: _b64(bundle.cert), TLS_KEY: _b64(bundle.key), CA_CERT: _b64(bundle.ca_cert)}
-
-
 @dataclass(frozen=True)
 class WebhookConfig:
     kind: str
@@ -221,5 +217,6 @@ def sync(
     ca_written = _write(rest, ca_secret, namespace, ca_name, dict(CA_SECRET_LABELS), "Opaque", authority_data(outcome.authority))
     patched = patch_webhooks(rest, configs, outcome.serving.ca_cert) if configs else []
     # Without ca.key: a Secret of the old layout loses it here.
-    serving_written = _write(rest, secret, namespace, name, {MANAGED_BY_LABEL: MANAGED_BY}, TLS_SECRET_TYPE, serving_data(outcome.serving))
+    serving_written = _write(rest, secret, namespace, name, {MANAGED_BY_LABEL: MANAGED_BY}, TLS_SECRET_TYPE,
+                             {TLS_CERT: _b64(outcome.serving.cert), TLS_KEY: _b64(outcome.serving.key), CA_CERT: _b64(outcome.serving.ca_cert)})
     return SyncResult(outcome, ca_written, serving_written, patched)

@@ -88,13 +88,22 @@ class CertBundle:
         return f"CertBundle({describe(self.cert)}, ca_key_held={owned}, keys=<redacted>)"
 
 
-def describe(cert_pem: bytes) -> str:
-    """Serial and expiry of a PEM certificate: what a log line may say of it."""
+def describe(cert_pem: bytes, *, names: bool = False) -> str:
+    """Serial and expiry of a PEM certificate (``names``: whether it has expired, and its SANs): what a
+    log line may say of it."""
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
     except _BAD_PEM:
         return "<unreadable>"
-    return f"serial={cert.serial_number:x} not_after={cert.not_valid_after_utc.isoformat()}"
+    text = f"serial={cert.serial_number:x} not_after={cert.not_valid_after_utc.isoformat()}"
+    if not names:
+        return text
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        listed = ",".join(str(v) for v in (*sans.get_values_for_type(x509.DNSName), *sans.get_values_for_type(x509.IPAddress)))
+    except x509.ExtensionNotFound:
+        listed = ""
+    return f"{text}{' (EXPIRED)' if cert.not_valid_after_utc <= datetime.now(UTC) else ''} sans={listed}"
 
 
 def default_sans(service: str = "volcano-job-webhook", namespace: str = "volcano-job-webhook") -> tuple[list[str], list[str]]:
@@ -120,12 +129,28 @@ def _new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-
-
 def _cert_pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _signed(subject: str, issuer: x509.Name | None, key: ec.EllipticCurvePrivateKey, signer: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey,
+            start: datetime, end: datetime, extensions: Sequence[tuple[x509.ExtensionType, bool]]) -> tuple[bytes, bytes]:
+    """``(cert PEM, key PEM)``: ``key``'s certificate for ``subject`` (a common name), signed by ``signer``
+    as ``issuer`` (None: self-signed), with each ``(extension, critical)`` and its SubjectKeyIdentifier."""
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    builder = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer or name).public_key(key.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end))
+    for extension, critical in [*extensions, (x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)]:
+        builder = builder.add_extension(extension, critical=critical)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return _cert_pem(builder.sign(signer, hashes.SHA256())), pem
+
+
+def _key_usage(**allowed: bool) -> x509.KeyUsage:
+    """A KeyUsage of only the uses named."""
+    uses = ("digital_signature", "content_commitment", "key_encipherment", "data_encipherment", "key_agreement",
+            "key_cert_sign", "crl_sign", "encipher_only", "decipher_only")
+    return x509.KeyUsage(**{use: allowed.get(use, False) for use in uses})
 
 
 def generate_ca(common_name: str = "volcano-job-webhook-ca", days: int = CA_DAYS, *,
@@ -133,27 +158,11 @@ def generate_ca(common_name: str = "volcano-job-webhook-ca", days: int = CA_DAYS
     """A new self-signed CA, ``(cert PEM, key PEM)``, valid ``days`` from ``now``; pathLen 0: it
     signs leaf certificates only."""
     key = _new_key()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     start = _now(now) - BACKDATE
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(start + timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                          data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                          encipher_only=False, decipher_only=False),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return _cert_pem(cert), _key_pem(key)
+    return _signed(common_name, None, key, key, start, start + timedelta(days=days), [
+        (x509.BasicConstraints(ca=True, path_length=0), True),
+        (_key_usage(key_cert_sign=True, crl_sign=True), True),
+    ])
 
 
 def _common_name(dns_names: Sequence[str], ips: Sequence[str]) -> str:
@@ -193,35 +202,17 @@ def generate_serving_cert(
     signer = serialization.load_pem_private_key(ca_key, password=None)
     if not isinstance(signer, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
         raise ValueError("the CA key must be an EC or RSA private key")
-    key = _new_key()
-    public = key.public_key()
     start = _now(now) - BACKDATE
-    end = min(start + timedelta(days=days), ca.not_valid_after_utc)
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
-    is_rsa = isinstance(public, rsa.RSAPublicKey)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, _common_name(dns_names, ip_addresses))]))
-        .issuer_name(ca.subject)
-        .public_key(public)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=is_rsa,
-                          data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-                          encipher_only=False, decipher_only=False),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(_authority_key_id(ca, signer), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
-        .sign(signer, hashes.SHA256())
-    )
-    return _cert_pem(cert), _key_pem(key)
+    return _signed(_common_name(dns_names, ip_addresses), ca.subject, _new_key(), signer, start,
+                   min(start + timedelta(days=days), ca.not_valid_after_utc), [
+        (x509.SubjectAlternativeName(sans), False),
+        (x509.BasicConstraints(ca=False, path_length=None), True),
+        (_key_usage(digital_signature=True), True),  # an EC key: no key_encipherment
+        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+        (_authority_key_id(ca, signer), False),
+    ])
 
 
 def needs_renewal(cert_pem: bytes, renew_before: RenewBefore | timedelta = RENEW_BEFORE, now: datetime | None = None) -> bool:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from cryptography import x509
 
+from .issue import describe
+
 log = logging.getLogger(__name__)
 
 Pair = tuple[bytes, bytes]  # a certificate (chain) and its key, PEM
@@ -107,17 +109,6 @@ def _read_pair(cert_file: Path, key_file: Path) -> Pair | None:
         return None
 
 
-def _describe(cert: x509.Certificate) -> str:
-    """Serial, expiry and names of the certificate — what a reload log line may say."""
-    try:
-        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        sans = ",".join(str(v) for v in (*names.get_values_for_type(x509.DNSName), *names.get_values_for_type(x509.IPAddress)))
-    except x509.ExtensionNotFound:
-        sans = ""
-    expired = " (EXPIRED)" if cert.not_valid_after_utc <= datetime.now(UTC) else ""
-    return f"serial={cert.serial_number:x} not_after={cert.not_valid_after_utc.isoformat()}{expired} sans={sans}"
-
-
 class CertReloader:
     """Owns the ``ssl.SSLContext`` the HTTPS server serves with and keeps it serving the pair that
     ``read`` gives: when its bytes change, the pair is loaded into a scratch context and, only if that
@@ -173,7 +164,7 @@ class CertReloader:
         except ValueError:
             cert = None
         self.not_after = cert.not_valid_after_utc if cert is not None else None
-        log.info("%s TLS certificate from %s: %s", what, self.origin, _describe(cert) if cert is not None else "unparsable certificate")
+        log.info("%s TLS certificate from %s: %s", what, self.origin, describe(pair[0], names=True))
 
     def reload_now(self) -> bool:
         """Look at ``read()`` now; True when a different pair was loaded, False when the bytes are the

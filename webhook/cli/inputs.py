@@ -15,7 +15,7 @@ from volcano_job_webhook.config import WebhookSettings, load_settings
 from volcano_job_webhook.limits import check_replicas
 from volcano_job_webhook.plugins import Chain, Job, PreparedJob, read_workload
 from volcano_job_webhook.plugins.podgen import make_pod
-from volcano_job_webhook.server.admission import ReviewError, parse_review
+from volcano_job_webhook.server.admission import ReviewError, read_review
 from volcano_job_webhook.server.shape import pod_shape_problem
 
 EXIT_BAD_INPUT = 2
@@ -64,9 +64,10 @@ def load_pod(source: str) -> dict[str, Any]:
     pod = obj
     if obj.get("kind") == "AdmissionReview":
         try:
-            request = parse_review(obj)
+            request = read_review(obj).request
         except ReviewError as exc:
             raise CommandError(f"{source}: {exc}") from None
+        assert request is not None  # read_review refuses a review without one
         if request.kind.kind != "Pod" or request.kind.group:
             raise CommandError(f"{source}: the AdmissionReview is for a {request.kind.kind}, not a Pod")
         pod = request.object
@@ -88,7 +89,8 @@ def process_settings(args: argparse.Namespace) -> WebhookSettings:
 
 
 def add_view_arguments(parser: argparse.ArgumentParser, cluster: str, offline: str, output: str) -> None:
-    """What every offline command takes last: ``--cluster`` (its two views, described), ``-o`` and ``--config``."""
+    """What every offline command takes: ``--job``, and last ``--cluster`` (its two views, described), ``-o`` and ``--config``."""
+    parser.add_argument("--job", required=True, metavar="JOB", help="Volcano Job, Indexed Job or JobSet file (YAML or JSON, - for stdin)")
     parser.add_argument("--cluster", action="store_true",
                         help=f"the cluster view: {cluster} (the defaults of serve --job-source=kube and reconcile; Volcano's "
                              f"controller runs the plugins of spec.plugins it knows, or those of volcano_controller_plugins "

@@ -27,8 +27,6 @@ from .inputs import (
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser("mutate", help="print a Pod as the plugin chain wires it",
                             description="Print a Pod as the plugin chain wires it, or the JSON patch (--patch).")
-    parser.add_argument("--job", required=True, metavar="JOB",
-                        help="Volcano Job, Indexed Job or JobSet file (YAML or JSON, - for stdin)")
     parser.add_argument("pod", metavar="POD", nargs="?",
                         help="Pod file, or the AdmissionReview `review` prints (YAML or JSON, - for stdin)")
     parser.add_argument("--task", help="instead of a POD: the task whose Pod to build as its controller does "

@@ -12,7 +12,6 @@ from .inputs import add_view_arguments, emit, load_job, names, say, view_of, war
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser("resources", help="print the side objects a job needs",
                             description="Print the side objects (ConfigMaps, Services, NetworkPolicies, Secrets) a job's plugins make.")
-    parser.add_argument("--job", required=True, metavar="JOB", help="Volcano Job, Indexed Job or JobSet file (YAML or JSON, - for stdin)")
     add_view_arguments(parser, "only the objects the reconciler makes, those of the plugins Volcano's controller runs "
                        "being its own", "the objects of every plugin of the job, as if nothing else ran", output="yaml")
     parser.set_defaults(run=run)

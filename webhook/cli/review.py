@@ -27,8 +27,6 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser("review", help="print the AdmissionReview the API server sends for a job's Pod",
                             description="Print the AdmissionReview the API server sends to the webhook for a job's Pod "
                                         "(mutate takes it as its POD).")
-    parser.add_argument("--job", required=True, metavar="JOB",
-                        help="Volcano Job, Indexed Job or JobSet file (YAML or JSON, - for stdin)")
     parser.add_argument("--task", help="task of the Pod (not needed for a job of one task)")
     parser.add_argument("--index", type=int, default=0, help="replica index, 0 to replicas-1 (default 0)")
     parser.add_argument("--api-version", choices=API_VERSIONS, default=API_VERSIONS[0])

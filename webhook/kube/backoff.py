@@ -1,5 +1,6 @@
 """The one backoff: how long to wait after failures in a row, for the reconciler's work queue and the
-informers' reconnects; and what a ``429``'s ``Retry-After`` asks for."""
+informers' reconnects; what a ``429``'s ``Retry-After`` asks for; and how a failure is named in a
+message (:func:`describe`)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,13 @@ def retry_after(exc: BaseException) -> float | None:
         return min(float(value), 60.0) if value is not None else None
     except ValueError:
         return None
+
+
+def describe(exc: BaseException) -> str:
+    """A failure in a few words for a log line or a denial: an API answer by its HTTP status, anything
+    else by its type and the start of its message."""
+    status = getattr(exc, "status", None)
+    if status:
+        return f"HTTP {status}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__

@@ -138,6 +138,7 @@ class JobRecord:
     api_version = VOLCANO_JOB.api_version
     kind = VOLCANO_JOB.kind
     opted_in = True  # as every workload record says whether it asked for plugins: a Volcano Job always has
+    _packer = JOBS
 
     def __init__(self, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -155,21 +156,16 @@ class JobRecord:
     def finished(self) -> bool:
         return self.phase in FINISHED_PHASES
 
-    @property
-    def packed_size(self) -> int:
-        """Bytes the packed fields take (0 for a finished Job)."""
-        return 0 if self._blob is None else len(self._blob)
-
     def object(self) -> Obj:
         """The Job as plugins read it (identity and status only, for a finished Job)."""
         if self._blob is not None:
-            return JOBS.unpack(self._blob)
+            return self._packer.unpack(self._blob)
         meta: Obj = {"name": self.key[1], "namespace": self.key[0], "uid": self.uid, "resourceVersion": str(self.version)}
         return {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta,
                 "status": {"state": {"phase": self.phase}}}
 
     def __repr__(self) -> str:
-        return f"JobRecord({self.key}, uid={self.uid}, version={self.version}, phase={self.phase!r})"
+        return f"{type(self).__name__}({self.kind} {self.key}, uid={self.uid}, version={self.version}, phase={self.phase!r})"
 
 
 class ObjectRecord:

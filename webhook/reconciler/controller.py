@@ -12,9 +12,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
-from volcano_job_webhook.kube.backoff import retry_after
+from volcano_job_webhook.kube.backoff import describe, retry_after
 from volcano_job_webhook.kube.informer import LISTED, Informer
 
 from .metrics import ReconcilerMetrics
@@ -46,11 +44,6 @@ class Controller:
         controller-runtime's priority queue treats its initial list), any change ahead of it."""
         self.queue.add(key, low=event == LISTED)
 
-    @property
-    def ready(self) -> bool:
-        """Every cache it reads has listed."""
-        return all(cache.synced for cache in self.caches)
-
     def start(self) -> None:
         for target, name in [*((self._work, f"{self.name}-{i}") for i in range(self.workers)), (self._resync_loop, f"{self.name}-resync")]:
             thread = threading.Thread(target=target, name=name, daemon=True)
@@ -75,7 +68,8 @@ class Controller:
         return len(keys)
 
     def _wait_ready(self) -> bool:
-        while not self.ready:
+        """Wait until every cache it reads has listed; False when stopped first."""
+        while not all(cache.synced for cache in self.caches):
             if self._stop.wait(0.05):
                 return False
         return True
@@ -106,9 +100,3 @@ class Controller:
                 self.queue.done(key)
             if self.metrics is not None:
                 self.metrics.reconciles.labels(result).inc()
-
-
-def describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiException) and exc.status:
-        return f"HTTP {exc.status}"
-    return str(exc) or type(exc).__name__

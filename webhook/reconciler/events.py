@@ -7,11 +7,11 @@ import logging
 import threading
 from datetime import UTC, datetime
 
+from volcano_job_webhook.kube.backoff import describe
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins.kinds import ObjectKey
 
-from .controller import describe
 from .metrics import ReconcilerMetrics
 from .owned import EVENT
 

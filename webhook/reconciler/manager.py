@@ -122,9 +122,6 @@ class Manager:
         for running in everything:
             running.join(deadline)
 
-    def resync(self) -> int:
-        return sum(controller.resync() for controller in self.controllers)
-
 
 def build(manager: Manager, for_: Kind, owns: Iterable[Kind], reconcile: Reconcile, *, observe: OwnedObserver | None = None,
           **options: Any) -> Controller:
@@ -172,40 +169,20 @@ class Reconciler:
             reconciler = WorkloadReconciler(kind, manager.cache(kind), owned, chain, self.writer, self.events, metrics)
             build(manager, for_=kind, owns=OWNED.values(), reconcile=reconciler.reconcile, observe=reconciler.on_owned,
                   workers=settings.workers, resync_seconds=settings.resync_seconds, metrics=metrics)
-        metrics.cached_jobs.set_function(lambda: len(self.jobs))
+        metrics.cached_jobs.set_function(manager.cache(VOLCANO_JOB).__len__)
         # Ready keys only: a key held back on purpose (a backoff, a registration's next look) is no
         # stalled work, and VolcanoJobWebhookReconcilerStalled read it as such on a healthy install.
         metrics.queue_depth.set_function(lambda: sum(c.queue.depth for c in manager.controllers))
         for name, cache in owned.items():
             metrics.cached_objects.labels(name).set_function(cache.__len__)
 
-    @property
-    def jobs(self) -> Informer[Any]:
-        """The Volcano Jobs' cache."""
-        return self.manager.caches[VOLCANO_JOB]
-
-    @property
-    def queue(self) -> Any:
-        """The Volcano Jobs' work queue."""
-        return self.manager.controllers[0].queue
-
-    @property
-    def ready(self) -> bool:
-        return self.manager.ready
-
     def start(self, leading: bool = True) -> None:
-        """Start the caches, and the controllers too unless this replica waits for the lease (:meth:`lead`)."""
+        """Start the caches, and the controllers too unless this replica waits for the lease (``manager.lead``)."""
         self.manager.start()
         if leading:
-            self.lead()
-
-    def lead(self) -> None:
-        self.manager.lead()
+            self.manager.lead()
 
     def stop(self, timeout: float = 1.5) -> None:
         """Stop taking work and writing at once; give in-flight reconciles ``timeout`` to finish."""
         self.writer.close()
         self.manager.stop(timeout)
-
-    def resync(self) -> int:
-        return self.manager.resync()

@@ -16,6 +16,7 @@ from volcano_job_webhook import logs, memory
 from volcano_job_webhook.certs.cluster import sync as certs_sync
 from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.rest import Rest, api_client
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB
 
 from .health import HealthServer
 from .leader import LeaderElector
@@ -42,15 +43,15 @@ def run(settings: WebhookSettings, stop: threading.Event | None = None) -> int:
     def on_change(leading: bool) -> None:
         metrics.leader.set(int(leading))
         if leading:
-            reconciler.lead()
+            reconciler.manager.lead()
 
     elector = None
     if settings.leader_elect:
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         namespace = settings.lease_namespace or os.environ.get("POD_NAMESPACE") or settings.service_namespace
         elector = LeaderElector(api, settings.lease_name, namespace, identity, on_change=on_change)
-    health = HealthServer("0.0.0.0", settings.health_port, lambda: reconciler.ready, metrics.registry,
-                          details=lambda: {"leader": elector is None or elector.is_leader, "jobs": len(reconciler.jobs)},
+    health = HealthServer("0.0.0.0", settings.health_port, lambda: reconciler.manager.ready, metrics.registry,
+                          details=lambda: {"leader": elector is None or elector.is_leader, "jobs": len(reconciler.manager.caches[VOLCANO_JOB])},
                           timeout=settings.header_timeout_seconds)
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():

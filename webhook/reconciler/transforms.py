@@ -79,12 +79,13 @@ class OwnedRecord:
                 f"workload_uid={self.workload_uid})")
 
 
-class WorkloadRecord:
+class WorkloadRecord(JobRecord):
     """A cached Indexed Job or JobSet: identity, and the object (no status, no managedFields) packed
     only while it opted in and runs (docs/workloads.md#side-objects) — most of a cluster's batch Jobs
-    are not ours."""
+    are not ours. Its phase is "Completed" or "Failed" once it starts no Pod again, else ""."""
 
-    __slots__ = ("_blob", "api_version", "deleting", "key", "kind", "opted_in", "phase", "uid", "version")
+    __slots__ = ("api_version", "kind", "opted_in")
+    _packer = WORKLOAD_OBJECTS
 
     def __init__(self, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -99,20 +100,6 @@ class WorkloadRecord:
                 "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
         self.opted_in = opted_in(obj)
         self._blob = WORKLOAD_OBJECTS.pack(body) if self.opted_in and not self.phase else None
-
-    @property
-    def finished(self) -> bool:
-        return bool(self.phase)
-
-    def object(self) -> dict[str, Any]:
-        if self._blob is not None:
-            found: dict[str, Any] = WORKLOAD_OBJECTS.unpack(self._blob)
-            return found
-        meta = {"name": self.key[1], "namespace": self.key[0], "uid": self.uid, "resourceVersion": str(self.version)}
-        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta}
-
-    def __repr__(self) -> str:
-        return f"WorkloadRecord({self.kind} {self.key[0]}/{self.key[1]}, uid={self.uid}, version={self.version})"
 
 
 # The one place kinds meet records: what a cache of each kind keeps.

@@ -120,12 +120,6 @@ class WorkQueue(Generic[K]):
                 (self._low if self._dirty[key] else self._high)[key] = None
                 self._cond.notify()
 
-    @property
-    def busy(self) -> bool:
-        """Keys waiting, delayed or being handled."""
-        with self._cond:
-            return bool(self._high or self._low or self._waiting or self._processing)
-
     def __len__(self) -> int:
         with self._cond:
             return len(self._high) + len(self._low) + len(self._waiting)

@@ -107,13 +107,6 @@ def read_review(body: bytes | Any) -> AdmissionReview:
     return review
 
 
-def parse_review(body: Any) -> AdmissionRequest:
-    """The ``request`` of a decoded AdmissionReview; raises :class:`ReviewError` naming the field."""
-    request = read_review(body).request
-    assert request is not None
-    return request
-
-
 def review_response(review: AdmissionReview, response: AdmissionResponse) -> dict[str, Any]:
     """The AdmissionReview to send back, in the request's API version."""
     assert review.request is not None

@@ -41,17 +41,17 @@ class ConnectionLimits:
 
     # Each timeout: bench/timeouts.py's row of the same name, cut within 0.9-1.5 s of a 1 s limit
     # (uvicorn has no header or body timeout, asyncio's handshake timeout is 60 s).
-    header_timeout: float = 10.0
-    body_timeout: float = 10.0
-    idle_timeout: float = 30.0
-    handshake_timeout: float = 10.0
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 10.0
+    idle_timeout_seconds: float = 30.0
+    tls_handshake_timeout_seconds: float = 10.0
     shutdown_timeout: float = 2.0  # TLS close_notify; a closing connection counts until it is gone
     # bench/fuzz.py's slow attack (2,000 connections, more than this): RSS < 256 MB, and back within
     # 20 MB after (without a cap: a 384 MB peak, +20.1 MB after).
     max_connections: int = 1024
     # bench/fuzz.py's slow attack: /healthz p99 < 50 ms, /mutate < 20 ms while attackers reconnect, the
     # handshakes running on the loop (without a limit: 128 ms and 139 ms, and a probe failed).
-    max_handshakes: int = 16
+    max_tls_handshakes: int = 16
     # bench/fuzz.py's slow attack: RSS < 256 MB; accepted sockets inherit SO_RCVBUF, and TLS keeps what
     # it read into (with the kernel's default: a 388 MB peak).
     receive_buffer_bytes: int = 16 * 1024
@@ -109,6 +109,16 @@ class ConnectionGuard:
         self.withdraw(conn)
         self.gone += 1
 
+    def collect(self) -> Iterator[Any]:
+        """The guard as a Prometheus collector: open connections, handshakes under way, connections closed by reason."""
+        yield GaugeMetricFamily("volcano_webhook_connections_open", "Open client connections", value=len(self))
+        yield GaugeMetricFamily("volcano_webhook_tls_handshakes", "TLS handshakes under way", value=len(self.handshakes))
+        closed = CounterMetricFamily("volcano_webhook_connections_closed", "Connections closed by the webhook's limits",
+                                     labels=["reason"])
+        for reason in ("header-timeout", "body-timeout", "idle-timeout", "evicted", "refused", "handshake-dropped"):
+            closed.add_metric([reason], self.closed[reason])
+        yield closed
+
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol under the rules of its class's :class:`ConnectionGuard`
@@ -126,7 +136,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.guard.admit(self)
-        self._arm(self.guard.limits.header_timeout, "header-timeout", "request headers not received in time")
+        self._arm(self.guard.limits.header_timeout_seconds, "header-timeout", "request headers not received in time")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -137,7 +147,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # The first byte after an idle keep-alive stops uvicorn's keep-alive timer: the header deadline
         # starts here (test_headers_that_never_end_on_a_kept_alive_connection_get_408).
         if self.reading_headers and self.deadline_reason != "header-timeout":
-            self._arm(self.guard.limits.header_timeout, "header-timeout", "request headers not received in time")
+            self._arm(self.guard.limits.header_timeout_seconds, "header-timeout", "request headers not received in time")
         super().data_received(data)
 
     def abort(self, status: int, reason: str, message: str) -> None:
@@ -170,7 +180,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.reading_headers = False
-        self._arm(self.guard.limits.body_timeout, "body-timeout", "request body not received in time")
+        self._arm(self.guard.limits.body_timeout_seconds, "body-timeout", "request body not received in time")
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -182,7 +192,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             # Answered before its body ended (413): uvicorn's keep-alive timer was stopped by the
             # body's bytes and is not started again (bench/timeouts.py's 413 row).
             self.guard.wait(self)
-            self._arm(self.guard.limits.idle_timeout, "idle-timeout", "idle")
+            self._arm(self.guard.limits.idle_timeout_seconds, "idle-timeout", "idle")
         else:
             self.guard.withdraw(self)
         super().on_message_complete()
@@ -205,8 +215,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
 class GuardedListener:
     """Accepts on ``sock`` under ``guard``'s rules and runs the TLS handshakes (``context``) itself, so
-    that handshakes count under ``max_connections``, run ``max_handshakes`` at a time and end at
-    ``handshake_timeout``; what uvicorn asks of a listener: ``close()``, ``wait_closed()`` (and ``sockets``)."""
+    that handshakes count under ``max_connections``, run ``max_tls_handshakes`` at a time and end at
+    ``tls_handshake_timeout_seconds``; what uvicorn asks of a listener: ``close()``, ``wait_closed()`` (and ``sockets``)."""
 
     def __init__(self, guard: ConnectionGuard, factory: Callable[[], asyncio.Protocol], sock: socket.socket,
                  context: ssl.SSLContext) -> None:
@@ -220,10 +230,10 @@ class GuardedListener:
         self._accepting = self._loop.create_task(self._accept(sock), name="accept")
 
     async def _slot(self) -> None:
-        """Wait until fewer than ``max_handshakes`` handshakes are under way, dropping the oldest once
+        """Wait until fewer than ``max_tls_handshakes`` handshakes are under way, dropping the oldest once
         it is ``STALE_HANDSHAKE`` old, so that silent clients cannot hold every slot."""
         guard, loop = self.guard, self._loop
-        while len(guard.handshakes) >= guard.limits.max_handshakes:
+        while len(guard.handshakes) >= guard.limits.max_tls_handshakes:
             oldest, started = next(iter(guard.handshakes.items()))
             age = loop.time() - started
             if age >= STALE_HANDSHAKE and not oldest.done() and not oldest.cancelling():
@@ -260,7 +270,7 @@ class GuardedListener:
         limits = self.guard.limits
         try:
             await self._loop.connect_accepted_socket(self.factory, conn, ssl=self.context,
-                                                     ssl_handshake_timeout=limits.handshake_timeout,
+                                                     ssl_handshake_timeout=limits.tls_handshake_timeout_seconds,
                                                      ssl_shutdown_timeout=limits.shutdown_timeout)
         except (TimeoutError, OSError, ssl.SSLError, asyncio.CancelledError):
             conn.close()  # the transport, if any, was closed by the loop already
@@ -301,22 +311,6 @@ def accepting(guard: ConnectionGuard, sockets: Collection[socket.socket], contex
         yield
     finally:
         del loop.create_server  # the instance attribute: the loop's own method again
-
-
-class GuardCollector:
-    """Prometheus view of a guard: open connections, handshakes under way, connections closed by reason."""
-
-    def __init__(self, guard: ConnectionGuard) -> None:
-        self.guard = guard
-
-    def collect(self) -> Iterator[Any]:
-        yield GaugeMetricFamily("volcano_webhook_connections_open", "Open client connections", value=len(self.guard))
-        yield GaugeMetricFamily("volcano_webhook_tls_handshakes", "TLS handshakes under way", value=len(self.guard.handshakes))
-        closed = CounterMetricFamily("volcano_webhook_connections_closed", "Connections closed by the webhook's limits",
-                                     labels=["reason"])
-        for reason in ("header-timeout", "body-timeout", "idle-timeout", "evicted", "refused", "handshake-dropped"):
-            closed.add_metric([reason], self.guard.closed[reason])
-        yield closed
 
 
 class MemoryTrimmer:

@@ -9,10 +9,12 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from volcano_job_webhook.kube.backoff import describe
 from volcano_job_webhook.limits import MAX_DEPTH, nested_deeper_than
 from volcano_job_webhook.plugins import Chain, PluginError, PreparedJob, read_workload
 from volcano_job_webhook.plugins.keys import ENV_PLACEMENT_ANNOTATION, OPT_IN_LABEL, PLUGINS_ANNOTATION
 from volcano_job_webhook.plugins.kinds import BATCH_JOB, JOBSET, POD, VOLCANO_JOB, WORKLOADS, Kind, by_group_kind, controller_of, kind_of
+from volcano_job_webhook.plugins.pod import metadata
 from volcano_job_webhook.plugins.workloads import jobset_child, require_opt_in
 
 from .admission import AdmissionRequest, AdmissionResponse
@@ -50,7 +52,7 @@ class JobCache:
             self._entries.move_to_end(key)
             return prepared
         if nested_deeper_than(raw):
-            meta = _object_meta(raw)
+            meta = metadata(raw)
             raise PluginError(f"{meta.get('namespace') or 'default'}/{meta.get('name')}", "", "job",
                               f"nested more than {MAX_DEPTH} levels deep")
         prepared = self.chain.prepare(read_workload(raw))
@@ -61,7 +63,7 @@ class JobCache:
 
 
 def _snapshot_key(raw: Mapping[str, Any]) -> tuple[Any, ...]:
-    meta = _object_meta(raw)
+    meta = metadata(raw)
     uid, version = meta.get("uid"), meta.get("resourceVersion")
     if uid and version:
         return (uid, version)
@@ -70,15 +72,10 @@ def _snapshot_key(raw: Mapping[str, Any]) -> tuple[Any, ...]:
     return (meta.get("namespace"), meta.get("name"), id(raw))
 
 
-def _object_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def workload_of(pod: Mapping[str, Any]) -> tuple[Kind, Any, str | None] | None:
     """The workload ``pod`` belongs to (its kind, name and the uid the Pod names), by the labels of
     :data:`~kinds.WORKLOADS` in order (an Indexed Job's and a JobSet's Pods only when opted in); or None."""
-    labels = _object_meta(pod).get("labels")
+    labels = metadata(pod).get("labels")
     if not isinstance(labels, Mapping):
         return None
     opted_in = labels.get(OPT_IN_LABEL) == "true"
@@ -92,12 +89,6 @@ def workload_of(pod: Mapping[str, Any]) -> tuple[Kind, Any, str | None] | None:
         owner = controller_of(pod)
         return kind, name, owner.uid if owner is not None and owner.kind is kind else None
     return None
-
-
-def uid_of(obj: Mapping[str, Any]) -> str | None:
-    """The object's own uid (``metadata.uid``)."""
-    uid = _object_meta(obj).get("uid")
-    return uid if isinstance(uid, str) else None
 
 
 class PodMutator:
@@ -119,7 +110,7 @@ class PodMutator:
             return AdmissionResponse.deny("request.object: missing or not a Pod", code=400, result="bad-request")
         if nested_deeper_than(pod):
             return _too_deep()
-        meta = _object_meta(pod)
+        meta = metadata(pod)
         workload = workload_of(pod)
         if workload is None:
             if isinstance(meta.get("labels"), Mapping) and meta["labels"].get(OPT_IN_LABEL) == "true":
@@ -154,9 +145,10 @@ class PodMutator:
             lookups.labels("error").inc()
             log.warning("job lookup failed: %s", exc, extra=context)
             return AdmissionResponse.deny(
-                f"volcano-job-webhook: could not look up {noun} {namespace}/{job_name} ({_describe(exc)}); the Pod is not "
+                f"volcano-job-webhook: could not look up {noun} {namespace}/{job_name} ({describe(exc)}); the Pod is not "
                 "admitted unwired: create it again", code=500, result="error")
-        if raw_job is None or (owner is not None and uid_of(raw_job) not in (None, owner)):
+        uid = metadata(raw_job or {}).get("uid")
+        if raw_job is None or (owner is not None and isinstance(uid, str) and uid != owner):
             gone = raw_job is not None
             lookups.labels("owner_gone" if gone else "not_found").inc()
             why = (f"{noun} {namespace}/{job_name} is not the Pod's owner (uid {owner}): it was deleted" if gone
@@ -183,14 +175,6 @@ class PodMutator:
         return AdmissionResponse(allowed=True, patch=patch, warnings=result.warnings, result="patched")
 
 
-def _describe(exc: BaseException) -> str:
-    status = getattr(exc, "status", None)
-    if status:
-        return f"HTTP {status}"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
-
-
 def _too_deep() -> AdmissionResponse:
     return AdmissionResponse.deny(f"request.object: nested more than {MAX_DEPTH} levels deep", code=400, result="bad-request")
 
@@ -198,7 +182,7 @@ def _too_deep() -> AdmissionResponse:
 # What of a Job the plugins read: an UPDATE that changes none of it is not judged again. Of an
 # Indexed Job or a JobSet, the whole spec (the pod templates are most of it).
 def _plugin_inputs(obj: Mapping[str, Any]) -> tuple[Any, ...]:
-    meta = _object_meta(obj)
+    meta = metadata(obj)
     spec = obj.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     annotations = meta.get("annotations")
@@ -234,13 +218,13 @@ class JobValidator:
             return AdmissionResponse.deny("request.object: missing or not a Volcano Job", code=400, result="bad-request")
         obj = _typed(req.object, req)
         if kind is not VOLCANO_JOB:
-            annotations = _object_meta(obj).get("annotations")
+            annotations = metadata(obj).get("annotations")
             if (not isinstance(annotations, Mapping) or PLUGINS_ANNOTATION not in annotations
                     or jobset_child(obj)):  # a JobSet's Job: judged as the JobSet
                 return AdmissionResponse.allow("ignored")
         if nested_deeper_than(obj) or nested_deeper_than(req.old_object):
             return _too_deep()
-        if _object_meta(obj).get("deletionTimestamp"):
+        if metadata(obj).get("deletionTimestamp"):
             return AdmissionResponse.allow("ignored")
         old = _typed(req.old_object, req) if req.operation == "UPDATE" and isinstance(req.old_object, Mapping) else None
         if old is not None and _plugin_inputs(old) == _plugin_inputs(obj):
@@ -257,7 +241,7 @@ class JobValidator:
 
     def _check(self, job: Mapping[str, Any], namespace: str) -> list[str]:
         obj = dict(job)
-        meta = _object_meta(obj)
+        meta = metadata(obj)
         if namespace and not meta.get("namespace"):
             # A namespaced CREATE may leave the namespace to the request.
             obj["metadata"] = {**meta, "namespace": namespace}

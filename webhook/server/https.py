@@ -18,7 +18,7 @@ import uvicorn
 
 from volcano_job_webhook.certs.reload import CertReloader
 
-from .connections import ConnectionGuard, ConnectionLimits, accepting
+from .connections import ConnectionGuard, ConnectionLimits, MemoryTrimmer, accepting
 
 log = logging.getLogger(__name__)
 
@@ -144,20 +144,20 @@ def build_server(
     port: int,
     reloader: CertReloader,
     *,
-    guard: ConnectionGuard | None = None,
+    limits: ConnectionLimits | None = None,
     log_config: dict[str, Any] | str | None = None,
     background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
     drain_seconds: float = 0.0,
     **uvicorn_kwargs: Any,
 ) -> HTTPSServer:
     """A configured, not yet started, HTTPS-only uvicorn server for ``app`` over ``reloader``'s context,
-    clients bounded by ``guard``; TLS and the HTTP protocol are set here only (their uvicorn keywords
-    are refused)."""
+    clients bounded by a :class:`~.connections.ConnectionGuard` of ``limits`` (serve's defaults when None), the heap
+    trimmed after them (:class:`~.connections.MemoryTrimmer`); TLS and the HTTP protocol are set here only (their
+    uvicorn keywords are refused)."""
     ours = sorted(k for k in uvicorn_kwargs if k.startswith("ssl_") or k in ("http", "ws", "timeout_keep_alive"))
     if ours:
         raise TypeError(f"TLS and the HTTP protocol are configured by build_server itself; unexpected {', '.join(ours)}")
-    if guard is None:
-        guard = ConnectionGuard(ConnectionLimits())
+    guard = ConnectionGuard(limits or ConnectionLimits())
     uvicorn_kwargs.setdefault("timeout_graceful_shutdown", 10)
     config = uvicorn.Config(
         Draining(app) if drain_seconds > 0 else app,
@@ -165,10 +165,10 @@ def build_server(
         port=port,
         http=guard.protocol,
         ws="none",  # nothing here speaks WebSocket, and an upgraded connection would leave the guard
-        timeout_keep_alive=guard.limits.idle_timeout,  # type: ignore[arg-type]
+        timeout_keep_alive=guard.limits.idle_timeout_seconds,  # type: ignore[arg-type]
         ssl_context_factory=lambda config, default: reloader.context,
         log_config=log_config,
         **uvicorn_kwargs,
     )
-    return HTTPSServer(config, reloader, guard, background, drain_seconds)
+    return HTTPSServer(config, reloader, guard, [*background, MemoryTrimmer(guard).run], drain_seconds)
 

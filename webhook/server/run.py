@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
 
 from volcano_job_webhook import logs, memory
 from volcano_job_webhook.certs.files import ensure_certs
@@ -15,7 +15,7 @@ from volcano_job_webhook.certs.secret import ServingSecret
 from volcano_job_webhook.config import ConfigError, WebhookSettings
 
 from .app import create_app
-from .connections import ConnectionGuard, ConnectionLimits, GuardCollector, MemoryTrimmer
+from .connections import ConnectionLimits
 from .https import ListenError, build_server
 from .jobs import DirectoryJobSource, JobSource
 
@@ -46,23 +46,9 @@ def make_source(settings: WebhookSettings) -> JobSource:
 
 
 def connection_limits(settings: WebhookSettings) -> ConnectionLimits:
-    return ConnectionLimits(
-        header_timeout=settings.header_timeout_seconds,
-        body_timeout=settings.body_timeout_seconds,
-        idle_timeout=settings.idle_timeout_seconds,
-        handshake_timeout=settings.tls_handshake_timeout_seconds,
-        max_connections=settings.max_connections,
-        max_handshakes=settings.max_tls_handshakes,
-        receive_buffer_bytes=settings.receive_buffer_bytes,
-    )
-
-
-def server_options(limits: ConnectionLimits) -> tuple[ConnectionGuard, dict[str, Any]]:
-    """The guard over one server's connections and the :func:`build_server` keywords that apply
-    ``limits``, with the memory trimmer."""
-    guard = ConnectionGuard(limits)
-    trimmer = MemoryTrimmer(guard)
-    return guard, {"guard": guard, "background": [trimmer.run]}
+    """The limits of the settings of the same names."""
+    named = [f.name for f in dataclasses.fields(ConnectionLimits) if f.name in WebhookSettings.model_fields]
+    return ConnectionLimits(**{name: getattr(settings, name) for name in named})
 
 
 def certificates(settings: WebhookSettings) -> CertReloader:
@@ -88,10 +74,9 @@ def run(settings: WebhookSettings) -> None:
     reloader = certificates(settings)
     app = create_app(source, settings.chain(), max_body_bytes=settings.max_body_bytes,
                      audit=settings.enforcement == "audit")
-    guard, options = server_options(connection_limits(settings))
+    server = build_server(app, settings.host, settings.port, reloader, limits=connection_limits(settings), drain_seconds=settings.drain_seconds)
     metrics = app.state.metrics
-    metrics.registry.register(GuardCollector(guard))
-    server = build_server(app, settings.host, settings.port, reloader, drain_seconds=settings.drain_seconds, **options)
+    metrics.registry.register(server.guard)
     metrics.watch_certificate(server.reloader.expiry_seconds)
     try:
         server.run()

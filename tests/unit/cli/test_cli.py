@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.jobs import loaded
 from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.cli import main
 
@@ -249,7 +250,7 @@ def test_the_cluster_view_is_what_serve_and_reconcile_do_beside_volcano(capsys, 
         source = DirectoryJobSource(jobs, interval=0)
         app = create_app(source, load_settings(str(config)).chain())
         async with app.router.lifespan_context(app):
-            await source.loaded()
+            await loaded(source)
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://t") as c:
                 return (await c.post("/mutate", json=review)).json()["response"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.envtest import wait_until
-from tests.helpers.jobs import jobs_yaml, minimal_job
+from tests.helpers.jobs import jobs_yaml, loaded, minimal_job
 from tests.helpers.paths import EXAMPLES
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 
@@ -60,7 +60,7 @@ async def test_skipped_files_are_named_with_why_and_the_load_is_summed_up(tmp_pa
     (tmp_path / "g.yaml").write_text("kind: Job\nmetadata: {name: [unclosed")
     source = DirectoryJobSource(tmp_path, interval=0)
     source.start()
-    await source.loaded()
+    await loaded(source)
     assert sorted(name for *_, name in source._jobs) == ["a", "c"]
     assert (await source.get("default", "a"))["spec"]["tasks"][0]["replicas"] == 1, "the first file in name order keeps it"
 
@@ -78,7 +78,7 @@ async def test_skipped_files_are_named_with_why_and_the_load_is_summed_up(tmp_pa
 
     caplog.clear()
     (tmp_path / "a.yaml").unlink()  # b.yaml's job is now the first of its name: loaded, said without a warning
-    await source.loaded()
+    await loaded(source)
     assert (await source.get("default", "a"))["spec"]["tasks"][0]["replicas"] == 2
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
         f"jobs file {tmp_path / 'c.yaml'}: Volcano Job default/a skipped: already in {tmp_path / 'b.yaml'} (a duplicate)"]

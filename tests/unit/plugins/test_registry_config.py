@@ -38,12 +38,12 @@ def test_third_party_plugins_load_from_entry_points_and_run_after_the_builtins(m
     monkeypatch.setattr(registry, "entry_points", lambda group: fake_entry_points(group))
     reg = registry.Registry(registry.BUILTINS.values())
     registry.load_entry_points(reg)
-    assert "greet" in reg and "broken" not in reg
+    assert "greet" in reg.names() and "broken" not in reg.names()
     assert "plugin entry point broken = no_such_module:Nothing not loaded" in caplog.text
     assert "plugin entry point env = volcano_job_webhook.plugins.builtin.env:EnvPlugin not loaded: env is a built-in" in caplog.text
     job = Job.from_object(volcano_job("j", namespace=None, plugins={"greet": ["--greeting=hi"]}, tasks=[task("w", container="c", image="x")]))
     chain = Chain(reg)
-    assert [p.name for p in chain.plugins(job)] == ["env", "greet"]  # requires added; built-ins first
+    assert [p.name for p in chain.prepare(job, strict=True).plugins] == ["env", "greet"]  # requires added; built-ins first
     pod = {"metadata": {"name": "j-w-0", "annotations": {"volcano.sh/task-spec": "w"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
     env = chain.mutate(job, pod).pod["spec"]["containers"][0]["env"]
     assert env[-1] == {"name": "GREETING", "value": "hi"}
@@ -70,7 +70,7 @@ def test_a_plugin_knows_its_peers_from_its_constructor() -> None:
     assert alone.peers == {"pytorch": ["--port=1111"]} and alone.port == 1111
     assert TorchrunPlugin(job, [], peers={"torchrun": []}).port == 29500
     chain = Chain(config=ChainConfig(defaults={"torchrun": [], "pytorch": ["--port=2222"]}))
-    built = {p.name: p for p in chain.plugins(job)}
+    built = {p.name: p for p in chain.prepare(job, strict=True).plugins}
     assert built["torchrun"].peers == {"torchrun": [], "pytorch": ["--port=1111"], "svc": []}
     assert built["torchrun"].port == 1111
     assert all(p.peers is built["pytorch"].peers for p in built.values())

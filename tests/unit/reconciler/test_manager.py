@@ -64,7 +64,7 @@ def test_a_resync_queues_each_controllers_own_jobs_and_owners():
                    OwnedRecord(owned_by(BATCH_JOB, "idx", "idx-svc"))):
         manager.cache(CONFIG_MAP)._put(record)
     assert manager.owners(VOLCANO_JOB) == {ObjectKey("ml", "train"), ObjectKey("ml", "gone")}
-    assert manager.resync() == 3
+    assert sum(c.resync() for c in manager.controllers) == 3
     assert sorted(drained(volcano.queue)) == [("ml", "gone"), ("ml", "train")], "a job deleted unseen leaves its objects"
     assert drained(batch.queue) == [ObjectKey("ml", "idx")]
 

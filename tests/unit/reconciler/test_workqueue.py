@@ -117,4 +117,4 @@ def test_a_key_asked_for_later_is_held_once_at_the_earliest_time_and_forget_spen
     assert q.get(0.1) is None and len(q) == 0, "once"
     q.add_after("k", 0.05)
     q.forget("k")
-    assert not q.busy and q.get(0.2) is None
+    assert len(q) == 0 and not q._processing and q.get(0.2) is None

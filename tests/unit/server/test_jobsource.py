@@ -9,7 +9,7 @@ import os
 import httpx
 import pytest
 
-from tests.helpers.jobs import alias_bomb_yaml, jobs_yaml, many_jobs_yaml, minimal_job
+from tests.helpers.jobs import alias_bomb_yaml, jobs_yaml, loaded, many_jobs_yaml, minimal_job
 from volcano_job_webhook.server.jobs import DirectoryJobSource
 
 pytestmark = pytest.mark.anyio
@@ -29,7 +29,7 @@ async def test_reads_reloads_and_keeps_last_good(tmp_path):
     source = DirectoryJobSource(tmp_path, interval=0)
     assert not source.ready
     source.start()
-    await source.loaded()
+    await loaded(source)
     assert source.ready and len(source) == 2
     assert (await source.get("default", "a"))["metadata"]["name"] == "a"
     assert (await source.get("team", "b")) is not None
@@ -40,11 +40,11 @@ async def test_reads_reloads_and_keeps_last_good(tmp_path):
     assert await source.get("default", "c") is not None
 
     write(tmp_path / "a.yaml", "kind: Job\nmetadata: {name: [unclosed")
-    await source.loaded()
+    await loaded(source)
     assert await source.get("default", "a") is not None, "a half-saved file keeps its last good jobs"
 
     (tmp_path / "a.yaml").unlink()
-    await source.loaded()
+    await loaded(source)
     assert await source.get("default", "a") is None
     assert len(source) == 1
 
@@ -57,7 +57,7 @@ async def test_bad_files_are_skipped_with_one_warning_each(tmp_path, caplog):
     os.mkfifo(tmp_path / "fifo.yaml")  # would block a plain open() for ever
     source = DirectoryJobSource(tmp_path, interval=0, max_file_bytes=4096)
     source.start()
-    await asyncio.wait_for(source.loaded(), 60)  # a fifo opened for reading would block it for ever
+    await asyncio.wait_for(loaded(source), 60)  # a fifo opened for reading would block it for ever
     assert sorted(name for *_, name in source._jobs) == ["good"]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert sorted(warnings) == sorted([
@@ -68,7 +68,7 @@ async def test_bad_files_are_skipped_with_one_warning_each(tmp_path, caplog):
     ])
     caplog.clear()
     write(tmp_path / "other.yaml", jobs_yaml(minimal_job("other")))
-    await source.loaded()
+    await loaded(source)
     assert await source.get("default", "other") is not None
     assert not [r for r in caplog.records if r.levelname == "WARNING"], "said once per version of a file"
 
@@ -85,7 +85,7 @@ async def test_start_returns_at_once_and_the_server_answers_while_files_load(tmp
         health = await c.get("/healthz")
         assert health.status_code == 200 and not source.ready, "answered while the first load runs"
         assert (await c.get("/readyz")).status_code == 503
-        await source.loaded()
+        await loaded(source)
         assert (await c.get("/readyz")).json()["jobs"] == 2000
 
 
@@ -93,13 +93,13 @@ async def test_lookups_answer_from_the_old_table_while_a_file_is_re_read(tmp_pat
     write(tmp_path / "a.yaml", jobs_yaml(minimal_job("a")))
     source = DirectoryJobSource(tmp_path, interval=0)
     source.start()
-    await source.loaded()
+    await loaded(source)
     write(tmp_path / "bulk.yaml", many_jobs_yaml(2000))
     assert await source.get("default", "a") is not None  # starts the re-read
     look = source._look
     # Answered while the re-read still runs, so without waiting for it (how fast: bench/jobsource.py).
     assert look is not None and not look.done(), "the re-read runs in the worker meanwhile"
-    await source.loaded()
+    await loaded(source)
     assert await source.get("default", "bulk-1999") is not None and await source.get("default", "a") is not None
 
 
@@ -107,12 +107,12 @@ async def test_a_file_grown_over_the_limit_or_broken_keeps_its_last_good_jobs_an
     write(tmp_path / "a.yaml", jobs_yaml(minimal_job("a")))
     source = DirectoryJobSource(tmp_path, interval=0, max_file_bytes=4096)
     source.start()
-    await source.loaded()
+    await loaded(source)
     write(tmp_path / "a.yaml", jobs_yaml(minimal_job("a")) + "#" * 5000)
-    await source.loaded()
+    await loaded(source)
     assert await source.get("default", "a") is not None
     write(tmp_path / "a.yaml", "kind: Job\nmetadata: {name: [unclosed")
-    await source.loaded()
+    await loaded(source)
     assert await source.get("default", "a") is not None
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warnings[0] == f"jobs file keeping its last good jobs: {tmp_path / 'a.yaml'}: larger than the limit of 4096 bytes"
@@ -127,6 +127,6 @@ async def test_a_small_job_file_changed_is_seen_by_the_next_lookup(tmp_path):
     write(tmp_path / "a.yaml", jobs_yaml(minimal_job("a")))
     source = DirectoryJobSource(tmp_path, interval=0)
     source.start()
-    await source.loaded()
+    await loaded(source)
     write(tmp_path / "a.yaml", jobs_yaml(minimal_job("a", replicas=3)))
     assert (await source.get("default", "a"))["spec"]["tasks"][0]["replicas"] == 3

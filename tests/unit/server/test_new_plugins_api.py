@@ -12,7 +12,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.helpers.jobs import annotate
+from tests.helpers.jobs import annotate, loaded
 from tests.helpers.paths import EXAMPLES
 from tests.helpers.schema import validate_object, validate_pod
 from volcano_job_webhook.cli import main
@@ -106,7 +106,7 @@ async def test_bad_arguments_are_denied_at_apply_and_at_admission(client, jobs_d
     assert verdict["status"]["message"].startswith(message)
 
     (jobs_dir / f"{job['metadata']['name']}-job.yaml").write_text(yaml.safe_dump(job))
-    await client.source.loaded()  # a changed file is read in the background; an unchanged name is served until then
+    await loaded(client.source)  # a changed file is read in the background; an unchanged name is served until then
     task = job["spec"]["tasks"][-1]["name"]
     denied = await answer(client, pod_review(job, task, 0), "/mutate")
     assert denied["allowed"] is False and denied["status"]["message"] == verdict["status"]["message"]

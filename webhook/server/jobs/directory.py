@@ -84,12 +84,6 @@ class DirectoryJobSource:
             job = self._jobs.get((kind, namespace, name))
         return job
 
-    async def loaded(self) -> None:
-        """Wait for the look under way (or a new one) to finish."""
-        look, _ = self._schedule(force=True)
-        if look is not None:
-            await asyncio.wrap_future(look)
-
     def _schedule(self, force: bool = False) -> tuple[concurrent.futures.Future[bool] | None, bool]:
         """The look under way, or a new one when ``interval`` has passed and the listing (names,
         sizes, modification times) changed; and whether it re-reads only small files."""

@@ -38,7 +38,6 @@ class KubeJobSource:
         self._inflight: dict[WorkloadKey, asyncio.Future[dict[str, Any] | None]] = {}
         self.max_decoded = max_decoded
         self._decoded_jobs: OrderedDict[ObjectKey, tuple[JobRecord, dict[str, Any]]] = OrderedDict()
-        self.live_gets = 0
 
     def start(self) -> None:
         self.informer.start()
@@ -105,7 +104,6 @@ class KubeJobSource:
             task.exception()  # retrieved here too: every requester may have gone
 
     async def _fetch(self, key: WorkloadKey) -> dict[str, Any] | None:
-        self.live_gets += 1
         job = await asyncio.to_thread(self.rest.get, *key)  # None: 404
         self._remember(key, job)
         return job
