@@ -120,7 +120,7 @@ def storm(name: str, cluster: Cluster, hollow: HollowNodes, volcano: dict[str, A
     run = Storm(node.envtest, namespace, args.jobs, args.rate, product=product,
                 cgroup_root=node.footprint.cgroup if node.footprint else "", timeout=args.timeout,
                 faults=faults() if faults else (), host_pids=host_pids(node, volcano, hollow), workdir=workdir,
-                plugin_sets=args.sets.split(","))
+                plugin_sets=args.sets.split(","), held=args.held and not product)
     result = run.run()
     result.figures["hollow_rss_mib_mean"] = sum(rss := hollow.rss_mib()) / max(len(rss), 1)
     log(f"storm {name}: {json.dumps(result.figures, default=str)}")
@@ -425,6 +425,8 @@ def main() -> int:
                         help="run vc-webhook-manager in cgroups like our webhook's Pod's (its request and limit)")
     parser.add_argument("--placebo-rate", type=float, default=0.0,
                         help="CPU seconds a second the placebo storm burns (default: the product's in the 'with' storm)")
+    parser.add_argument("--held", action="store_true",
+                        help="without the product, give each waitfor job's master a never-ending init container (waitfor's hold on a hollow node)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a chart value for the product's install (helm's --set), e.g. webhook.resources.requests.cpu=250m")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds a storm may take to have every Pod Running")

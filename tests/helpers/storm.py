@@ -211,11 +211,13 @@ def named(names: Sequence[str]) -> Callable[[dict[str, str]], bool]:
 # The jobs -----------------------------------------------------------------------------------------
 
 
-def storm_job(name: str, plugin_set: str, namespace: str, pods: int = PODS_PER_JOB) -> Obj:
+def storm_job(name: str, plugin_set: str, namespace: str, pods: int = PODS_PER_JOB, *, held: bool = False) -> Obj:
     """A Volcano Job of ``pods`` Pods (a master and workers) with the plugins of ``plugin_set``, every
     Pod on a hollow node (their label and taint), gang-scheduled by vc-scheduler. The container asks
     for a sliver of CPU and memory, so that vc-scheduler's allocate (not its best-effort backfill)
-    places it, as it places real jobs."""
+    places it, as it places real jobs. ``held``: a ``waitfor`` job's master gets an init container of
+    its own, which a hollow node never ends, as it never ends the one ``waitfor`` adds (the product's
+    hold, without the product)."""
     plugins, annotation = PLUGIN_SETS[plugin_set]
     job = volcano_job(name, namespace=namespace, tasks=[("master", 1), ("worker", pods - 1)], plugins=plugins,
                       annotation=annotation, image="busybox:1.36.1", schedulerName="volcano", minAvailable=pods, queue="default")
@@ -225,6 +227,9 @@ def storm_job(name: str, plugin_set: str, namespace: str, pods: int = PODS_PER_J
                     terminationGracePeriodSeconds=0)
         spec["containers"][0].update(command=["sleep", "infinity"],
                                      resources={"requests": {"cpu": "1m", "memory": "1Mi"}})
+    if held and plugin_set == "waitfor":
+        master = job["spec"]["tasks"][0]["template"]["spec"]
+        master["initContainers"] = [{"name": "held", "image": "busybox:1.36.1", "command": ["sleep", "infinity"]}]
     job["metadata"].setdefault("labels", {})["vjw-storm/plugin-set"] = plugin_set
     return job
 
@@ -860,6 +865,7 @@ class Storm:
     seed: int = 40
     probe: bool = True  # each Pod webhook asked directly too (AdmissionProbe)
     plugin_sets: Sequence[str] = tuple(PLUGIN_SETS)  # taken in turn, job by job
+    held: bool = False  # storm_job's: waitfor's hold, without the product
 
     def run(self) -> StormResult:
         result = StormResult()
@@ -886,7 +892,7 @@ class Storm:
                 due = started + i / self.rate
                 time.sleep(max(0.0, due - time.monotonic()))
                 name = f"storm-{i:05d}"
-                body = storm_job(name, plugin_set_of(i, self.plugin_sets), self.namespace, self.pods_per_job)
+                body = storm_job(name, plugin_set_of(i, self.plugin_sets), self.namespace, self.pods_per_job, held=self.held)
                 if i == 2 and self.probe:
                     probe = self._probe(rest, admin)
                 for attempt in range(60):  # the API server restarting: the client tries again, as kubectl would be rerun

@@ -127,6 +127,14 @@ def test_storm_jobs_land_on_hollow_nodes_with_their_plugin_set() -> None:
     assert [plugin_set_of(i) for i in range(5)] == ["svc-env", "torchrun", "jax", "waitfor", "svc-env"]
 
 
+def test_a_held_storm_job_holds_only_a_waitfor_masters_pod_in_init() -> None:
+    held = storm_job("storm-00003", "waitfor", "ns", held=True)
+    assert [c["name"] for c in held["spec"]["tasks"][0]["template"]["spec"]["initContainers"]] == ["held"]
+    assert "initContainers" not in held["spec"]["tasks"][1]["template"]["spec"]
+    assert "initContainers" not in storm_job("storm-00003", "waitfor", "ns")["spec"]["tasks"][0]["template"]["spec"]
+    assert "initContainers" not in storm_job("storm-00001", "torchrun", "ns", held=True)["spec"]["tasks"][0]["template"]["spec"]
+
+
 def test_task_and_index_of_a_volcano_pod_name() -> None:
     assert task_and_index("storm-00001-worker-6", "storm-00001") == ("worker", 6)
     assert task_and_index("a-b-master-0", "a-b") == ("master", 0)
