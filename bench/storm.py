@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ from tests.helpers.storm import (  # noqa: E402
     Fault,
     Storm,
     StormResult,
-    container_cgroup,
+    container_pids,
     controller_root,
     empty_namespace,
     evict_webhook_pod,
@@ -118,7 +119,7 @@ def storm(name: str, cluster: Cluster, hollow: HollowNodes, volcano: dict[str, A
     namespace = cluster.namespace(f"storm-{name}-")
     log(f"storm {name}: {args.jobs} jobs at {args.rate}/s into {namespace}, {args.hollow} hollow nodes")
     run = Storm(node.envtest, namespace, args.jobs, args.rate, product=product,
-                cgroup_root=node.footprint.cgroup if node.footprint else "", timeout=args.timeout,
+                cgroup_root=node_cgroup(cluster), timeout=args.timeout,
                 faults=faults() if faults else (), host_pids=host_pids(node, volcano, hollow), workdir=workdir,
                 plugin_sets=args.sets.split(","), held=args.held and not product)
     result = run.run()
@@ -277,17 +278,9 @@ def save(args: argparse.Namespace, timings: dict[str, float], results: dict[str,
     (RESULTS / "storm.json").write_text(json.dumps(out, indent=1, default=str))
 
 
-def container_pids(cluster: Cluster, container: str = "webhook") -> dict[str, list[int]]:
-    """The host pids of each of the product's ``container``s, by Pod."""
-    out: dict[str, list[int]] = {}
-    cgroup_root = cluster.node.footprint.cgroup if cluster.node.footprint else ""
-    for pod in webhook_pods(cluster.admin):
-        for status in pod["status"].get("containerStatuses") or []:
-            if status["name"] == container and status.get("containerID"):
-                path = container_cgroup("cpu", cgroup_root, pod["metadata"]["uid"], status["containerID"].rpartition("://")[2])
-                if path is not None:
-                    out[pod["metadata"]["name"]] = [int(p) for p in (path / "cgroup.procs").read_text().split()]
-    return out
+def node_cgroup(cluster: Cluster) -> str:
+    """kubelet's cgroupRoot on the node, under which its Pods' cgroups are ("" when it made none)."""
+    return cluster.node.footprint.cgroup if cluster.node.footprint else ""
 
 
 def profile_plan(cluster: Cluster, seconds: float, out: Path) -> list[Fault]:
@@ -297,12 +290,12 @@ def profile_plan(cluster: Cluster, seconds: float, out: Path) -> list[Fault]:
 
     def start() -> str:
         started = []
-        for pod, pids in container_pids(cluster).items():
-            for pid in pids[:1]:
-                target = out / f"profile-{pod}.txt"
+        for pod in webhook_pods(cluster.admin):
+            for pid in container_pids(pod, "webhook", node_cgroup(cluster))[:1]:
+                target = out / f"profile-{pod['metadata']['name']}.txt"
                 subprocess.Popen([spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "100", "--nonblocking", "--gil",
                                   "--format", "raw", "--output", str(target)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                started.append(f"{pod} ({pid})")
+                started.append(f"{pod['metadata']['name']} ({pid})")
         return f"py-spy on {', '.join(started)} for {seconds:.0f} s"
 
     return [Fault("profile", 10.0, start)]
@@ -386,22 +379,31 @@ while True:
 """
 
 
-def placebo_plan(cluster: Cluster, rate: float, made: list[Any]) -> Callable[[], list[Fault]]:
-    """A fault at 0 s starting :data:`BURNER` at ``rate`` CPU seconds a second in the node's
-    ``kubepods/burstable`` (the product's weight: its webhook container's shares); ``made`` gets
-    the process and its cgroups, to stop and remove after the storm."""
-    def start() -> str:
-        process = subprocess.Popen([sys.executable, "-c", BURNER, str(rate)])
-        made.append(process)
-        made.extend(place_like_a_pod(process.pid, cluster.node.footprint.cgroup if cluster.node.footprint else "", "placebo"))
-        return f"burning {rate:.3f} CPU s a second"
+@dataclass
+class Placebo:
+    """:data:`BURNER` at ``rate`` CPU seconds a second in the node's ``kubepods/burstable`` (the
+    product's weight: its webhook container's shares), from :meth:`start` until :meth:`stop`."""
 
-    return lambda: [Fault("placebo", 0.0, start)]
+    rate: float
+    node_cgroup: str
+    process: subprocess.Popen[bytes] | None = None
+    placed: list[tuple[Path, list[Path]]] = field(default_factory=list)
+
+    def start(self) -> str:
+        self.process = subprocess.Popen([sys.executable, "-c", BURNER, str(self.rate)])
+        self.placed = place_like_a_pod(self.process.pid, self.node_cgroup, "placebo")
+        return f"burning {self.rate:.3f} CPU s a second"
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+        unplace(self.placed)
 
 
 def fault_plan(cluster: Cluster, args: argparse.Namespace) -> Callable[[], list[Fault]]:
     submit = args.jobs / args.rate
-    cgroup_root = cluster.node.footprint.cgroup if cluster.node.footprint else ""
+    cgroup_root = node_cgroup(cluster)
 
     def plan() -> list[Fault]:
         return [
@@ -462,7 +464,7 @@ def main() -> int:
         admin = node.api_client()
         with whole_volcano(admin, node.kubeconfig(), workdir / "volcano") as volcano:
             cluster = Cluster(node, admin, volcano, timings)
-            placed = (place_like_a_pod(volcano["vc-webhook-manager"].popen.pid, node.footprint.cgroup)
+            placed = (place_like_a_pod(volcano["vc-webhook-manager"].popen.pid, node_cgroup(cluster))
                       if args.volcano_admission_as_a_pod and node.footprint else [])
             hollow = HollowNodes(binary, node.kubeconfig(), workdir / "hollow", args.hollow, priority=args.priority)
             started = time.monotonic()
@@ -484,16 +486,14 @@ def main() -> int:
                     plan = fault_plan(cluster, args) if run == "faults" else None
                     if run == "with" and args.profile:
                         plan = lambda: profile_plan(cluster, args.profile, RESULTS)  # noqa: E731
-                    burner: list[Any] = []
-                    if run == "placebo":
-                        plan = placebo_plan(cluster, args.placebo_rate or product_cpu_rate(results), burner)
+                    placebo = Placebo(args.placebo_rate or product_cpu_rate(results), node_cgroup(cluster)) if run == "placebo" else None
+                    if placebo is not None:
+                        plan = lambda started=placebo.start: [Fault("placebo", 0.0, started)]  # noqa: E731
                     try:
                         results[run] = storm(run, cluster, hollow, volcano, args, workdir, product=product, faults=plan)
                     finally:
-                        for process in burner[:1]:
-                            process.kill()
-                            process.wait()
-                        unplace(burner[1:])
+                        if placebo is not None:
+                            placebo.stop()
                     save(args, timings, results)
                 if installed:
                     uninstall(cluster)

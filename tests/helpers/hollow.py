@@ -254,18 +254,18 @@ def process_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def process_schedstat(pid: int) -> tuple[float, float, int] | None:
-    """``(on a CPU, runnable but waiting for one, times scheduled)`` of a process so far, its threads
-    summed (``/proc/PID/task/*/schedstat``, seconds; a thread that has ended no longer counts)."""
-    run = wait = slices = 0
+def process_schedstat(pid: int) -> tuple[float, float] | None:
+    """``(on a CPU, runnable but waiting for one)`` seconds of a process so far, its threads summed
+    (``/proc/PID/task/*/schedstat``; a thread that has ended no longer counts)."""
+    run = wait = 0
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return None
     for task in tasks:
         try:
-            run_ns, wait_ns, count = (task / "schedstat").read_text().split()
+            run_ns, wait_ns, _ = (task / "schedstat").read_text().split()
         except (OSError, ValueError):
             continue
-        run, wait, slices = run + int(run_ns), wait + int(wait_ns), slices + int(count)
-    return run / 1e9, wait / 1e9, slices
+        run, wait = run + int(run_ns), wait + int(wait_ns)
+    return run / 1e9, wait / 1e9

@@ -26,16 +26,19 @@ plugin set, and must agree). The arithmetic is pure and tested alone (tests/unit
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
 import random
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +59,7 @@ from volcano_job_webhook.kube.rest import Rest, widen_pool
 from volcano_job_webhook.plugins import Job
 from volcano_job_webhook.plugins.kinds import POD, VOLCANO_JOB
 from volcano_job_webhook.plugins.podgen import make_pod
+from volcano_job_webhook.server.admission import admission_review
 
 Obj = dict[str, Any]
 
@@ -455,16 +459,6 @@ class Scraper:
 # Each webhook asked directly, beside the API server -------------------------------------------------------
 
 
-def admission_review_body(pod: Obj, namespace: str) -> bytes:
-    """An AdmissionReview v1 of ``pod``'s CREATE in ``namespace``, as the API server sends it."""
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "00000000-0000-4000-8000-000000000040", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"}, "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-        "requestResource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": namespace, "operation": "CREATE",
-        "userInfo": {"username": "system:serviceaccount:volcano-system:volcano-controllers"}, "object": pod,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}, "dryRun": False}}).encode()
-
-
 class AdmissionProbe:
     """POSTs the same AdmissionReview to each target (``name`` → ``https://host:port/path``) every
     ``interval`` seconds, each over a kept-alive connection of its own, from this process, and records
@@ -479,10 +473,6 @@ class AdmissionProbe:
         self._thread = threading.Thread(target=self._run, name="storm-probe", daemon=True)
 
     def _run(self) -> None:
-        import http.client
-        import ssl
-        import urllib.parse
-
         context = ssl.create_default_context()
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         connections: dict[str, http.client.HTTPSConnection] = {}
@@ -608,24 +598,6 @@ class ContainerSample:
     cpu_shares: int | None
     cpu_quota_us: int | None
     accepted: int = 0  # TCP connections accepted in the Pod's network namespace (Tcp PassiveOpens)
-    slices: int = 0  # times the processes' threads were put on a CPU (schedstat)
-    thread_waits: dict[str, float] = field(default_factory=dict)  # seconds waiting for a CPU by thread name
-
-
-def thread_waits(pid: int) -> dict[str, float]:
-    """Seconds each thread of ``pid`` has waited for a CPU, summed by thread name (``comm``)."""
-    out: dict[str, float] = defaultdict(float)
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return {}
-    for task in tasks:
-        try:
-            name = (task / "comm").read_text().strip()
-            out[name] += int((task / "schedstat").read_text().split()[1]) / 1e9
-        except (OSError, ValueError, IndexError):
-            continue
-    return dict(out)
 
 
 def passive_opens(pid: int) -> int:
@@ -637,6 +609,22 @@ def passive_opens(pid: int) -> int:
         return 0
 
 
+def cgroup_pids(path: Path | None) -> list[int]:
+    """The processes in the cgroup at ``path`` (none when it is gone or None)."""
+    try:
+        return [int(p) for p in (path / "cgroup.procs").read_text().split()] if path is not None else []
+    except (OSError, ValueError):
+        return []
+
+
+def container_pids(pod: Obj, container: str, cgroup_root: str) -> list[int]:
+    """The host pids of ``pod``'s ``container`` (none while it has no container ID or cgroup)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status["name"] == container and status.get("containerID"):
+            return cgroup_pids(container_cgroup("cpu", cgroup_root, pod["metadata"]["uid"], status["containerID"].rpartition("://")[2]))
+    return []
+
+
 def sample_container(cgroup_root: str, pod: str, pod_uid: str, container: str, container_id: str) -> ContainerSample | None:
     cpu = container_cgroup("cpu", cgroup_root, pod_uid, container_id)
     acct = container_cgroup("cpuacct", cgroup_root, pod_uid, container_id)
@@ -645,19 +633,12 @@ def sample_container(cgroup_root: str, pod: str, pod_uid: str, container: str, c
     if usage is None:
         return None
     stat = _cpu_stat(cpu)
-    pids: list[int] = []
-    procs = cpu or acct
-    try:
-        pids = [int(p) for p in (procs / "cgroup.procs").read_text().split()] if procs is not None else []
-    except (OSError, ValueError):
-        pass
+    pids = cgroup_pids(cpu or acct)
     waits = [w for pid in pids if (w := process_schedstat(pid)) is not None]
-    slices = sum(w[2] for w in waits)
     return ContainerSample(pod, container, usage / 1e9, stat.get("nr_throttled", 0), stat.get("throttled_time", 0) / 1e9,
                            stat.get("nr_periods", 0), _read_int(memory, "memory.max_usage_in_bytes") or 0,
                            sum(process_peak_rss(pid) or 0 for pid in pids), sum(w[1] for w in waits),
-                           _read_int(cpu, "cpu.shares"), _read_int(cpu, "cpu.cfs_quota_us"), accepted=passive_opens(pids[0]) if pids else 0,
-                           slices=slices, thread_waits={k: v for pid in pids for k, v in thread_waits(pid).items()})
+                           _read_int(cpu, "cpu.shares"), _read_int(cpu, "cpu.cfs_quota_us"), accepted=passive_opens(pids[0]) if pids else 0)
 
 
 class ProductUsage:
@@ -711,14 +692,10 @@ class ProductUsage:
                 row["periods"] += last.periods - (first.periods if first else 0)
                 row["throttled_seconds"] += last.throttled_seconds - (first.throttled_seconds if first else 0.0)
                 row["waiting_seconds"] += max(0.0, last.waiting_seconds - (first.waiting_seconds if first else 0.0))
-                row["wait_per_schedule_ms"] = row["waiting_seconds"] / row["times_scheduled"] * 1000 if row["times_scheduled"] > 0 else 0.0
                 row["rss_peak_mib"] = max(row["rss_peak_mib"], last.rss_peak / 2**20)
                 row["memory_peak_mib"] = max(row["memory_peak_mib"], last.memory_peak / 2**20)
                 row["containers"] += 1
                 row["connections_accepted"] += last.accepted - (first.accepted if first else 0)
-                row["times_scheduled"] += last.slices - (first.slices if first else 0)
-                for thread, waited in last.thread_waits.items():
-                    row[f"waiting_in_thread {thread}"] += waited - (first.thread_waits.get(thread, 0.0) if first else 0.0)
                 row["cpu_shares"] = last.cpu_shares or 0
                 row["cpu_quota_ms"] = (last.cpu_quota_us or 0) / 1000
         return {name: dict(row) for name, row in out.items()}
@@ -749,20 +726,18 @@ class HostUsage:
         self.start = {name: self._cpu(p) for name, p in self.pids.items()}
 
     @staticmethod
-    def _cpu(pids: Iterable[int]) -> tuple[float, float, int]:
+    def _cpu(pids: Iterable[int]) -> tuple[float, float]:
         cpu = sum(process_cpu_seconds(pid) or 0.0 for pid in pids)
-        stats = [s for pid in pids if (s := process_schedstat(pid)) is not None]
-        return cpu, sum(s[1] for s in stats), sum(s[2] for s in stats)
+        wait = sum((process_schedstat(pid) or (0.0, 0.0))[1] for pid in pids)
+        return cpu, wait
 
     def totals(self) -> dict[str, dict[str, float]]:
         out = {}
         for name, pids in self.pids.items():
             if not all(Path(f"/proc/{pid}").exists() for pid in pids):
                 continue  # one ended (the API server restarted): its figures would count from another process
-            cpu, wait, slices = self._cpu(pids)
-            scheduled = slices - self.start[name][2]
+            cpu, wait = self._cpu(pids)
             out[name] = {"cpu_seconds": cpu - self.start[name][0], "waiting_seconds": wait - self.start[name][1],
-                         "wait_per_schedule_ms": (wait - self.start[name][1]) / scheduled * 1000 if scheduled > 0 else 0.0,
                          "rss_peak_mib": max((process_peak_rss(pid) or 0 for pid in pids), default=0) / 2**20, "processes": len(pids)}
         return out
 
@@ -808,10 +783,8 @@ def kill_reconciler_leader(api: client.ApiClient, cgroup_root: str, namespace: s
     held = request(api, "GET", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease}")
     holder = (held.get("spec") or {}).get("holderIdentity") or ""
     pod = request(api, "GET", f"/api/v1/namespaces/{namespace}/pods/{holder}")
-    status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "reconciler")
-    path = container_cgroup("cpu", cgroup_root, pod["metadata"]["uid"], status["containerID"].rpartition("://")[2])
-    assert path is not None, f"no cgroup for {holder}'s reconciler"
-    pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
+    pids = container_pids(pod, "reconciler", cgroup_root)
+    assert pids, f"no processes found for {holder}'s reconciler"
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -949,7 +922,8 @@ class Storm:
         assert job_obj is not None
         pod = make_pod(Job.from_object(job_obj), "worker", 1)
         pod["metadata"].update(name=f"{name}-worker-1", namespace=self.namespace, ownerReferences=[job_owner(job_obj)])
-        return AdmissionProbe(probe_targets(admin, self.product), admission_review_body(pod, self.namespace)).start()
+        review = admission_review(pod, uid="00000000-0000-4000-8000-000000000040")
+        return AdmissionProbe(probe_targets(admin, self.product), json.dumps(review).encode()).start()
 
     def _faults(self, started: float, result: StormResult, stop: threading.Event) -> None:
         """Each fault at its time, a repeated one again and again, until the storm ends."""
