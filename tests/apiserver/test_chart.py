@@ -402,7 +402,8 @@ def test_network_policy_admits_the_api_server_and_the_scrapers_only_when_asked()
     """Off by default. On: the webhook's Pods (its Deployment's selector) take connections from
     ``ingressFrom`` on the port the Service sends the API server's calls to, and from ``metricsFrom``
     on the ports the monitors scrape (the webhook's, and the reconciler's where it runs in the same
-    Pods); on without ``ingressFrom``, helm refuses rather than shut the API server out."""
+    Pods), and the reconciler's Pods on the webhook's port (it asks the Service before registering);
+    on without ``ingressFrom``, helm refuses rather than shut the API server out."""
     api_server, scrapers = EVERY_VALUE["networkPolicy"]["ingressFrom"], EVERY_VALUE["networkPolicy"]["metricsFrom"]
     assert not find(template(), "NetworkPolicy") and not find(template({"layout": "split"}), "NetworkPolicy")
     for layout in ("sidecar", "split"):
@@ -417,11 +418,15 @@ def test_network_policy_admits_the_api_server_and_the_scrapers_only_when_asked()
         scraped = [find_one(objects, "ServiceMonitor", RELEASE)["spec"]["endpoints"][0]["port"]]
         if layout == "sidecar":  # the PodMonitor scrapes the reconciler in the webhook's Pods
             scraped.append(find_one(objects, "PodMonitor", f"{RELEASE}-reconciler")["spec"]["podMetricsEndpoints"][0]["port"])
+        *_, reconciler = policy["spec"]["ingress"][0]["from"]
         assert policy["spec"]["ingress"] == [
-            {"from": api_server, "ports": [{"port": ports["https"], "protocol": "TCP"}]},
+            {"from": [*api_server, reconciler], "ports": [{"port": ports["https"], "protocol": "TCP"}]},
             {"from": scrapers, "ports": [{"port": ports[name], "protocol": "TCP"} for name in scraped]}]
+        (running,) = [d for d in deployments(objects) if "reconcile" in {(c.get("args") or [""])[0] for c in d["spec"]["template"]["spec"]["containers"]}]
+        labels = running["spec"]["template"]["metadata"]["labels"]
+        assert set(reconciler) == {"podSelector"} and reconciler["podSelector"]["matchLabels"].items() <= labels.items()
     alone = find_one(template({"networkPolicy": {"enabled": True, "ingressFrom": api_server}}), "NetworkPolicy", RELEASE)
-    assert alone["spec"]["ingress"] == [{"from": api_server, "ports": [{"port": 8443, "protocol": "TCP"}]}], "no scrapers: no second rule"
+    assert alone["spec"]["ingress"] == [{"from": [*api_server, reconciler], "ports": [{"port": 8443, "protocol": "TCP"}]}], "no scrapers: no second rule"
     assert "networkPolicy.enabled needs networkPolicy.ingressFrom" in refused({"networkPolicy": {"enabled": True}})
 
 
@@ -661,7 +666,7 @@ def test_helm_install_and_uninstall_with_monitoring(cluster: EnvTest) -> None:
          "--set", "networkPolicy.enabled=true", "--set-json", f"networkPolicy.ingressFrom={json.dumps(EVERY_VALUE['networkPolicy']['ingressFrom'])}")
     api = cluster.api_client()
     policy = read(api, "networking.k8s.io/v1", "NetworkPolicy", fullname, namespace)
-    assert policy is not None and policy["spec"]["ingress"][0]["from"] == EVERY_VALUE["networkPolicy"]["ingressFrom"]
+    assert policy is not None and policy["spec"]["ingress"][0]["from"][:-1] == EVERY_VALUE["networkPolicy"]["ingressFrom"]
     monitor = read(api, "monitoring.coreos.com/v1", "ServiceMonitor", fullname, namespace)
     assert monitor is not None and monitor["metadata"]["labels"]["release"] == "kps"
     assert read(api, "monitoring.coreos.com/v1", "PodMonitor", f"{fullname}-reconciler", namespace) is not None

@@ -23,6 +23,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from kubernetes import client
@@ -59,7 +60,7 @@ from volcano_job_webhook.config import WebhookSettings
 from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins import Chain
 from volcano_job_webhook.plugins.kinds import BATCH_JOB, JOBSET
-from volcano_job_webhook.reconciler import Reconciler
+from volcano_job_webhook.reconciler import Reconciler, registration
 from volcano_job_webhook.reconciler.leader import LeaderElector
 from volcano_job_webhook.reconciler.manager import Manager
 from volcano_job_webhook.reconciler.registration import Registrar
@@ -87,10 +88,16 @@ def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, serv
               "metadata": {"name": f"{config['service_name']}-rbac", "namespace": ns,
                            "labels": {"kubernetes.io/service-name": config["service_name"]}},
               "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": True}}]}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": config["service_name"], "namespace": ns},
+               "spec": {"ports": [{"port": 443, "targetPort": 8443}]}}
     create(admin, slice_)
+    create(admin, service)
     certificates = functools.partial(certs_sync, api, ns, tls, ca, config["service_name"], ns)
     manager = Manager(api)
     registrar = Registrar(manager, Rest(api), templates, ns, tls, config["registration_owner"], certificates=certificates)
+    # No kube-proxy here: the Service read through the reconciler's identity is all the probe needs of RBAC.
+    probed = mock.patch.object(registration, "routed", lambda found, port: bool(found and found["spec"]["clusterIP"]))
+    probed.start()
     manager.start()
     manager.lead()
     serving = ServingSecret(serve_api, ns, tls)  # serve's watch of its certificate
@@ -114,7 +121,9 @@ def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, serv
         manager.stop()
         for template in templates:
             delete(admin, "admissionregistration.k8s.io/v1", template["kind"], template["metadata"]["name"])
+        probed.stop()
         delete(admin, "discovery.k8s.io/v1", "EndpointSlice", slice_["metadata"]["name"], ns)
+        delete(admin, "v1", "Service", service["metadata"]["name"], ns)
         for name in (tls, ca):
             delete(admin, "v1", "Secret", name, ns)
 

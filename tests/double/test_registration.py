@@ -1,5 +1,5 @@
 """The reconciler's registration of the webhook (webhook/reconciler/registration.py), woken by watches:
-nothing until the webhook serves, then registered with the serving Secret's CA and owned by the
+nothing until the webhook serves (a ready endpoint the Service's cluster IP routes to), then registered with the serving Secret's CA and owned by the
 install's ClusterRole, kept (drift repaired) and never withdrawn when the endpoints go; nothing
 registered by a standby or once the ClusterRole is gone. Why the API double: the install's objects staged in its store without
 a request, and its request log showing nothing written (fault injection). The install window,
@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,11 +98,27 @@ def cluster(api_double: FakeApiServer) -> FakeApiServer:
     return api_double
 
 
+@pytest.fixture
+def webhook() -> Iterator[socket.socket]:
+    """Where the Service's cluster IP (127.0.0.1 here) leads: a bound socket, refusing connections until
+    it listens (kube-proxy's rule for a new endpoint still missing, a REJECT until then)."""
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        yield bound
+
+
 @contextlib.contextmanager
-def registering(server: FakeApiServer, leading: bool = True, **options: Any) -> Iterator[tuple[Manager, Registrar]]:
-    """A registrar on a manager of its own, its caches synced; leading (its controller running) unless told."""
+def registering(server: FakeApiServer, webhook: socket.socket, leading: bool = True,
+                **options: Any) -> Iterator[tuple[Manager, Registrar]]:
+    """A registrar on a manager of its own, its caches synced; leading (its controller running) unless
+    told. Its webhooks are called at the Service's port, ``webhook``'s."""
+    port = webhook.getsockname()[1]
+    templates = [{**t, "webhooks": [{**h, "clientConfig": {"service": {**h["clientConfig"]["service"], "port": port}}}
+                                    for h in t["webhooks"]]} for t in TEMPLATES]
+    server.put_object({"apiVersion": "v1", "kind": "Service", "metadata": {"name": SERVICE, "namespace": NS},
+                       "spec": {"clusterIP": "127.0.0.1", "ports": [{"port": port}]}})
     manager = Manager(server.api_client())
-    registrar = Registrar(manager, Rest(server.api_client()), TEMPLATES, NS, SECRET, OWNER, **options)
+    registrar = Registrar(manager, Rest(server.api_client()), templates, NS, SECRET, OWNER, **options)
     manager.start()
     try:
         wait_until(lambda: manager.ready, 10, "the registration's caches synced")
@@ -136,8 +153,9 @@ def writes(server: FakeApiServer) -> list[tuple[str, str]]:
     return [(r.verb, r.resource) for r in server.requests if r.verb not in ("get", "list", "watch")]
 
 
-def test_nothing_is_registered_until_the_webhook_serves(cluster: FakeApiServer) -> None:
-    with registering(cluster) as (_, registrar):
+def test_nothing_is_registered_until_the_webhook_serves(cluster: FakeApiServer, webhook: socket.socket) -> None:
+    webhook.listen()
+    with registering(cluster, webhook) as (_, registrar):
         time.sleep(0.3)
         assert registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS)  # no Secret yet
         secret(cluster)
@@ -156,10 +174,25 @@ def test_nothing_is_registered_until_the_webhook_serves(cluster: FakeApiServer) 
         assert writes(cluster) == [], "as it should be: nothing written"
 
 
-def test_once_registered_it_is_kept_and_never_withdrawn(cluster: FakeApiServer) -> None:
+def test_a_ready_endpoint_is_not_registered_until_the_services_cluster_ip_routes_to_it(
+        cluster: FakeApiServer, webhook: socket.socket) -> None:
+    """The install window on a busy node: the endpoint is ready a moment before kube-proxy has a rule
+    for it, and the API server's call through the cluster IP is refused until it has (the 'connection
+    refused' a Volcano Pod met at install)."""
     secret(cluster)
     serve(cluster)
-    with registering(cluster):
+    with registering(cluster, webhook):
+        time.sleep(1.5)  # more than one probe apart
+        assert registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS), "registered before the Service routes"
+        webhook.listen()  # kube-proxy has synced: asked again without a change to watch
+        wait_until(lambda: None not in registered(cluster).values(), 10, "both registered once the Service routes")
+
+
+def test_once_registered_it_is_kept_and_never_withdrawn(cluster: FakeApiServer, webhook: socket.socket) -> None:
+    secret(cluster)
+    serve(cluster)
+    webhook.listen()
+    with registering(cluster, webhook):
         wait_until(lambda: None not in registered(cluster).values(), 10, "registered")
         # Every replica gone: it stays, fail-closed.
         cluster.delete_object("endpointslices.discovery.k8s.io", f"{SERVICE}-abc", NS)
@@ -176,10 +209,11 @@ def test_once_registered_it_is_kept_and_never_withdrawn(cluster: FakeApiServer) 
         wait_until(lambda: bundles(cluster) == {base64.b64encode(CA + CA).decode()}, 10, "the renewed CA in every webhook")
 
 
-def test_nothing_is_registered_by_a_standby_or_while_the_install_is_deleted(cluster: FakeApiServer) -> None:
+def test_nothing_is_registered_by_a_standby_or_while_the_install_is_deleted(cluster: FakeApiServer, webhook: socket.socket) -> None:
     secret(cluster)
     serve(cluster)
-    with registering(cluster, leading=False) as (manager, _):
+    webhook.listen()
+    with registering(cluster, webhook, leading=False) as (manager, _):
         time.sleep(0.3)
         assert registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS), "a standby registers nothing"
         cluster.delete_object("clusterroles.rbac.authorization.k8s.io", OWNER)
@@ -189,11 +223,12 @@ def test_nothing_is_registered_by_a_standby_or_while_the_install_is_deleted(clus
         assert registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS), "nothing once the owner is gone"
 
 
-def test_self_managed_certificates_are_made_first_and_trusted_by_the_registration(cluster: FakeApiServer) -> None:
+def test_self_managed_certificates_are_made_first_and_trusted_by_the_registration(cluster: FakeApiServer, webhook: socket.socket) -> None:
     serve(cluster)
+    webhook.listen()
     api = cluster.api_client()
     certificates = functools.partial(sync, api, NS, SECRET, "volcano-job-webhook-ca", SERVICE, NS)
-    with registering(cluster, certificates=certificates):
+    with registering(cluster, webhook, certificates=certificates):
         wait_until(lambda: None not in registered(cluster).values(), 10, "registered with the certificates made")
         tls = cluster.get_object("secrets", SECRET, NS)
         assert cluster.get_object("secrets", "volcano-job-webhook-ca", NS) is not None

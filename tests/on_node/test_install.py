@@ -16,7 +16,11 @@ imported into the node's containerd. Then, in docs/install.md's order:
 4. ``helm uninstall`` and ``kubectl delete namespace``: nothing of the install is left (objects, the
    webhook registrations), and Pods are admitted (unwired) afterwards.
 5. The same install, window, wiring and uninstall with ``kubectl apply -k`` / ``delete -k`` of an
-   overlay naming the local image.
+   overlay naming the local image, kube-proxy paused from the install until 5 s after Available (a
+   node whose kube-proxy lags behind the endpoints): nothing is registered until it resumes, so no
+   Pod meets a Service that routes nowhere.
+
+A failed step removes its install, so that the next test's install does not wait for it.
 
 The figures (bring-up, time to Ready and Available, refusals in each phase, admission latencies,
 teardown) are printed at the end (visible with ``-s``) and written to ``node-install.json``;
@@ -25,8 +29,12 @@ docs/benchmarks.md ("Installed on a real node") records a run. Skips as the conf
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import signal
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,11 +83,28 @@ def webhook_pods_ready(cluster: Cluster) -> int:
     return sum(map(ready, webhook_pods(cluster)))
 
 
-def install_window(cluster: Cluster, figures: Figures, prefix: str, install: list[list[str]], job: dict[str, Any]) -> None:
+@contextlib.contextmanager
+def kube_proxy_paused(cluster: Cluster) -> Iterator[Callable[[], None]]:
+    """kube-proxy stopped (SIGSTOP) until the call this yields, or the end: the rules it made stay,
+    a new Service gets none (a node whose kube-proxy lags behind the endpoints, as a busy one does)."""
+    pid = cluster.node.processes["kube-proxy"].popen.pid
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "kube-proxy"
+    os.kill(pid, signal.SIGSTOP)
+    resume = functools.partial(os.kill, pid, signal.SIGCONT)
+    try:
+        yield resume
+    finally:
+        resume()
+
+
+def install_window(cluster: Cluster, figures: Figures, prefix: str, install: list[list[str]], job: dict[str, Any],
+                   lagging_proxy: bool = False) -> None:
     """Pods every 0.2 s from the moment ``install`` (kubectl/helm command lines) starts until 5 s after
-    the Deployment is Available: none refused; the figures of the window."""
+    the Deployment is Available: none refused; the figures of the window. With ``lagging_proxy``
+    kube-proxy is paused until then: nothing is registered while the Service routes nowhere, and 5 s
+    after it resumes, the Pods are wired."""
     marks = {}
-    with PodStream(cluster, job, prefix) as stream:
+    with PodStream(cluster, job, prefix) as stream, kube_proxy_paused(cluster) if lagging_proxy else contextlib.nullcontext() as resume:
         for command in install:
             tool = cluster.helm if command[0] == "helm" else cluster.kubectl
             tool(*command[1:])
@@ -100,6 +125,14 @@ def install_window(cluster: Cluster, figures: Figures, prefix: str, install: lis
         while time.monotonic() < end:
             watch()
             time.sleep(0.1)
+        if resume is not None:
+            assert "registered" not in marks, "registered while the Service routed nowhere: every Volcano Pod refused"
+            resume()
+            marks["proxy_resumed"] = time.monotonic()
+            wait_until(lambda: watch() and "registered" in marks, 30, "the registration once kube-proxy runs", interval=0.1)
+            end = marks["registered"] + AFTER_AVAILABLE
+            while time.monotonic() < end:
+                time.sleep(0.1)
         stream.stop()
     for name, at in marks.items():
         figures[f"{prefix}_{name}_s"] = at - stream.started
@@ -190,6 +223,19 @@ def uninstall_under_pods(cluster: Cluster, figures: Figures, prefix: str, comman
     assert after and set(after) == {"unwired"}, after
 
 
+@contextlib.contextmanager
+def removed_on_failure(cluster: Cluster, commands: list[list[str]]) -> Iterator[None]:
+    """On a failure inside, the install removed by ``commands`` before it propagates: the next test
+    installs into the same namespace, and would otherwise fail waiting for it."""
+    try:
+        yield
+    except BaseException:
+        for command in commands:
+            (cluster.helm if command[0] == "helm" else cluster.kubectl)(*command[1:])
+        wait_until(lambda: not leftovers(cluster), 120, "nothing of the failed install left")
+        raise
+
+
 def overlay(directory: Path) -> Path:
     """What docs/install.md tells an operator to write: an overlay naming their image."""
     directory.mkdir()
@@ -228,23 +274,24 @@ def test_pods_reach_the_api_server_through_its_service_and_nothing_off_the_machi
 def test_helm_install_window_wiring_rollout_and_uninstall(cluster: Cluster, figures: Figures) -> None:
     namespace = cluster.namespace("helm-")
     job = window_job(cluster, namespace, "window")
-    install_window(cluster, figures, "helm", [
-        ["helm", "install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
-         f"--set=image.repository={REPOSITORY}", f"--set=image.tag={IMAGE_TAG}", "--set=image.pullPolicy=Never"],
-        ["kubectl", "label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted"],
-    ], job)
-    check_wiring(cluster, figures, "helm", namespace, "wired")
-    rolling_restart(cluster, figures, "helm_rollout", job)
-    uninstall_under_pods(cluster, figures, "helm_uninstall", [
-        ["helm", "uninstall", RELEASE, "-n", NAMESPACE],
-        ["kubectl", "delete", "namespace", NAMESPACE, "--wait=false"],
-    ], job)
+    uninstall = [["helm", "uninstall", RELEASE, "-n", NAMESPACE], ["kubectl", "delete", "namespace", NAMESPACE, "--wait=false"]]
+    with removed_on_failure(cluster, uninstall):
+        install_window(cluster, figures, "helm", [
+            ["helm", "install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
+             f"--set=image.repository={REPOSITORY}", f"--set=image.tag={IMAGE_TAG}", "--set=image.pullPolicy=Never"],
+            ["kubectl", "label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted"],
+        ], job)
+        check_wiring(cluster, figures, "helm", namespace, "wired")
+        rolling_restart(cluster, figures, "helm_rollout", job)
+    uninstall_under_pods(cluster, figures, "helm_uninstall", uninstall, job)
 
 
 def test_kustomize_install_window_wiring_and_delete(cluster: Cluster, figures: Figures, tmp_path: Path) -> None:
     install = overlay(tmp_path / "my-install")
     namespace = cluster.namespace("kustomize-")
     job = window_job(cluster, namespace, "window")
-    install_window(cluster, figures, "kustomize", [["kubectl", "apply", "-k", str(install)]], job)
-    check_wiring(cluster, figures, "kustomize", namespace, "wired")
-    uninstall_under_pods(cluster, figures, "kustomize_delete", [["kubectl", "delete", "-k", str(install), "--wait=false"]], job)
+    delete = [["kubectl", "delete", "-k", str(install), "--wait=false"]]
+    with removed_on_failure(cluster, delete):
+        install_window(cluster, figures, "kustomize", [["kubectl", "apply", "-k", str(install)]], job, lagging_proxy=True)
+        check_wiring(cluster, figures, "kustomize", namespace, "wired")
+    uninstall_under_pods(cluster, figures, "kustomize_delete", delete, job)

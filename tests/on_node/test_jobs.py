@@ -223,7 +223,7 @@ def test_cost(cluster: Cluster, figures: Figures, request: pytest.FixtureRequest
     """The MPI example (plugins Volcano runs itself) from creation to all Pods Running and to
     Completed, without the webhook and then with it installed, on the same node in one run; the API
     server's view of our webhook's admission time. Figures only: the target is docs/benchmarks.md's."""
-    assert set(registrations(cluster).values()) == {None}, "runs first in this module, before the product is installed"
+    assert all(found is None for found in registrations(cluster).values()), "runs first in this module, before the product is installed"
     without = [run_job(cluster, runnable("mpi", MPI_PROGRAMS))[1] for _ in range(COST_RUNS)]
     request.getfixturevalue("installed")
     before = admission_seconds(cluster)

@@ -107,7 +107,8 @@ JOB_PERMISSIONS = {
 # The webhook registration (the reconciler, leader only; webhook/reconciler/registration.py), woken
 # by watches (list, watch) of what it reads, each by name: the two configurations, server-side
 # applied (a patch; the first one creates), their owner ClusterRole (for its uid), the serving
-# Secret (its ca.crt is the caBundle), and the Service's EndpointSlices (a Ready webhook Pod?). With
+# Secret (its ca.crt is the caBundle), the Service's EndpointSlices (a Ready webhook Pod?) and the
+# Service (its cluster IP, asked before registering). With
 # self-managed certificates it also makes the serving and CA Secrets and renews them in place
 # (certs.cluster.sync: get, create, update).
 REGISTRATION_PERMISSIONS = {
@@ -115,7 +116,7 @@ REGISTRATION_PERMISSIONS = {
       for v in ("create", "list", "watch", "patch")),
     *(("rbac.authorization.k8s.io", "clusterroles", v) for v in ("list", "watch")),
     *(("discovery.k8s.io", "endpointslices", v) for v in ("list", "watch")),
-    *(("", "secrets", v) for v in ("list", "watch")),
+    *(("", r, v) for r in ("secrets", "services") for v in ("list", "watch")),
 }
 CERTIFICATE_PERMISSIONS = {("", "secrets", v) for v in ("get", "create", "update")}
 # ... each narrowed to what it needs: by name, or to the install's namespace.
@@ -127,6 +128,7 @@ REGISTRATION_GRANTS = {
     *(Grant(None, "rbac.authorization.k8s.io", "clusterroles", v, frozenset({"volcano-job-webhook"})) for v in ("list", "watch")),
     *(Grant(NAMESPACE, "discovery.k8s.io", "endpointslices", v, frozenset()) for v in ("list", "watch")),
     *(Grant(NAMESPACE, "", "secrets", v, frozenset({CERTS_SECRET})) for v in ("list", "watch")),
+    *(Grant(NAMESPACE, "", "services", v, frozenset({"volcano-job-webhook"})) for v in ("list", "watch")),
 }
 SERVING_SECRET_GRANTS = {Grant(NAMESPACE, "", "secrets", v, frozenset({CERTS_SECRET})) for v in ("list", "watch")}
 CERTIFICATE_GRANTS = {

@@ -1,13 +1,15 @@
 """The webhook's registration: the leader applies ``webhook_configurations`` once what they name serves
-(a ready endpoint of the Service, or the URL's ``/readyz``) — registered earlier, a fail-closed webhook
-would refuse every Volcano Pod — and keeps them even when the endpoints go: ``caBundle`` from the
-serving Secret, drift repaired, owned by the install's ClusterRole so that deleting it deletes them.
+(a ready endpoint of the Service that its cluster IP routes to, or the URL's ``/readyz``) — registered
+earlier, a fail-closed webhook would refuse every Volcano Pod — and keeps them even when the endpoints
+go: ``caBundle`` from the serving Secret, drift repaired, owned by the install's ClusterRole so that
+deleting it deletes them.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+import socket
 import ssl
 import time
 import urllib.error
@@ -24,7 +26,7 @@ from volcano_job_webhook.config import ConfigError
 from volcano_job_webhook.kube.informer import Informer
 from volcano_job_webhook.kube.records import ObjectRecord
 from volcano_job_webhook.kube.rest import Rest
-from volcano_job_webhook.plugins.kinds import SECRET, Kind, ObjectKey
+from volcano_job_webhook.plugins.kinds import SECRET, SERVICE, Kind, ObjectKey
 
 from .compare import covered
 from .expectations import Ident
@@ -36,9 +38,10 @@ log = logging.getLogger(__name__)
 
 REGISTRATION_FIELD_MANAGER = "volcano-job-webhook-registration"
 KEY = "registration"
-# The certificates' step is due this often; a URL that does not answer yet is asked again this often.
+# The certificates' step is due this often; a webhook that does not answer yet is asked again this
+# often (kube-proxy programs a new endpoint about a second after it is ready, slower on a busy node).
 CERTIFICATES_EVERY = 60.0
-URL_EVERY = 2.0
+PROBE_EVERY = 1.0
 # Every change it reads comes by watch: the resync is only a safety net.
 RESYNC = 600.0
 
@@ -76,15 +79,16 @@ def desired(template: dict[str, Any], ca_bundle: bytes, owner: dict[str, Any] | 
             "webhooks": webhooks}
 
 
-def targets(templates: Iterable[dict[str, Any]]) -> tuple[set[ObjectKey], set[str]]:
-    """The Services and URLs the webhooks of ``templates`` are called at."""
-    services: set[ObjectKey] = set()
+def targets(templates: Iterable[dict[str, Any]]) -> tuple[set[tuple[ObjectKey, int]], set[str]]:
+    """The Services (with the port) and URLs the webhooks of ``templates`` are called at."""
+    services: set[tuple[ObjectKey, int]] = set()
     urls: set[str] = set()
     for template in templates:
         for hook in template.get("webhooks") or []:
             client_config = hook["clientConfig"]
             if "service" in client_config:
-                services.add(ObjectKey(client_config["service"]["namespace"], client_config["service"]["name"]))
+                service = client_config["service"]
+                services.add((ObjectKey(service["namespace"], service["name"]), int(service.get("port") or 443)))
             else:
                 urls.add(client_config["url"])
     return services, urls
@@ -94,6 +98,19 @@ def has_ready_endpoint(slices: Iterable[dict[str, Any]]) -> bool:
     """Whether any endpoint of ``slices`` takes traffic (an unset ``ready`` counts as ready, as the API documents)."""
     return any((endpoint.get("conditions") or {}).get("ready") is not False and endpoint.get("addresses")
                for piece in slices for endpoint in piece.get("endpoints") or [])
+
+
+def routed(service: dict[str, Any] | None, port: int, timeout: float = 1.0) -> bool:
+    """Whether a connection to ``service``'s cluster IP on ``port`` is taken, as the API server makes it: a
+    ready endpoint that kube-proxy has not programmed yet is refused there, and so would every Pod be."""
+    address = ((service or {}).get("spec") or {}).get("clusterIP")
+    if not address or address == "None":
+        return False
+    try:
+        socket.create_connection((address, port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 def url_serves(url: str, ca_bundle: bytes, timeout: float = 2.0) -> bool:
@@ -129,10 +146,11 @@ class Registrar:
         self.owner = named(CLUSTER_ROLE, owner) if owner is not None else None
         self.live = {(t["kind"], t["metadata"]["name"]): named(WEBHOOK_CONFIGURATIONS[t["kind"]], t["metadata"]["name"])
                      for t in templates}
-        services, self.urls = targets(templates)
-        self.slices = {(ns, name): manager.informer(ENDPOINT_SLICE, [ns], transform=ObjectRecord,
-                                                    label_selector=f"kubernetes.io/service-name={name}") for ns, name in services}
-        caches = [self.secret, *([self.owner] if self.owner else []), *self.live.values(), *self.slices.values()]
+        services, _ = targets(templates)
+        self.slices = {key: manager.informer(ENDPOINT_SLICE, [key.namespace], transform=ObjectRecord,
+                                             label_selector=f"kubernetes.io/service-name={key.name}") for key, _ in services}
+        self.services = {key: named(SERVICE, key.name, key.namespace) for key, _ in services}
+        caches = [self.secret, *([self.owner] if self.owner else []), *self.live.values(), *self.slices.values(), *self.services.values()]
         self.controller = manager.controller("registration", caches, self.reconcile, keys=lambda: [KEY], workers=1,
                                              resync_seconds=RESYNC)
         for cache in caches:
@@ -140,19 +158,19 @@ class Registrar:
 
     def reconcile(self, key: object = KEY) -> float | None:
         """Certificates when due, then :meth:`sync`; when to look again without a change (for the
-        certificates, or a URL that does not answer yet)."""
+        certificates, or a webhook that does not answer yet)."""
         if self.certificates is not None and time.monotonic() >= self._certificates_due:
             self.certificates()
             self._certificates_due = time.monotonic() + CERTIFICATES_EVERY
         self.sync()
-        waits = [*([CERTIFICATES_EVERY] if self.certificates else []), *([URL_EVERY] if self.waiting and self.urls else [])]
+        waits = [*([CERTIFICATES_EVERY] if self.certificates else []), *([PROBE_EVERY] if self.waiting else [])]
         return min(waits, default=None)
 
     def sync(self) -> None:
         """Register what is due, repair what drifted, from the caches."""
         secret = _only(self.secret)
         ca_bundle = base64.b64decode(((secret or {}).get("data") or {}).get("ca.crt") or "")
-        self.waiting = False
+        was_waiting, self.waiting = self.waiting, False
         if not ca_bundle:
             log.info("registration: waiting for ca.crt in the serving Secret")
             return
@@ -181,12 +199,14 @@ class Registrar:
             self.registered.add(key)
         if missing and not serving:
             self.waiting = True
-            log.info("registration: waiting for the webhook to serve before registering %s",
-                     ", ".join(f"{t['kind']} {t['metadata']['name']}" for t in missing))
+            if not was_waiting:  # asked again every PROBE_EVERY: said once
+                log.info("registration: waiting for the webhook to serve before registering %s",
+                         ", ".join(f"{t['kind']} {t['metadata']['name']}" for t in missing))
 
     def _serving(self, templates: list[dict[str, Any]], ca_bundle: bytes) -> bool:
         services, urls = targets(templates)
-        return (all(has_ready_endpoint(r.object for r in self.slices[service].items()) for service in services)
+        return (all(has_ready_endpoint(r.object for r in self.slices[key].items()) and routed(_only(self.services[key]), port)
+                    for key, port in services)
                 and all(url_serves(url, ca_bundle) for url in urls))
 
 
