@@ -18,8 +18,7 @@ imported into the node's containerd. Then, in docs/install.md's order:
 5. The same install, window, wiring and uninstall with ``kubectl apply -k`` / ``delete -k`` of an
    overlay naming the local image, kube-proxy paused from the install until 5 s after Available (a
    node whose kube-proxy lags behind the endpoints): nothing is registered until it resumes, so no
-   Pod meets a Service that routes nowhere; then a webhook Pod deleted with kube-proxy paused 10 s
-   (its rules still send calls to the leaving replica): none refused.
+   Pod meets a Service that routes nowhere.
 
 A failed step removes its install, so that the next test's install does not wait for it.
 
@@ -225,24 +224,6 @@ def uninstall_under_pods(cluster: Cluster, figures: Figures, prefix: str, comman
 
 
 @contextlib.contextmanager
-def pod_deleted_while_kube_proxy_lags(cluster: Cluster, figures: Figures, prefix: str, job: dict[str, Any]) -> None:
-    """A webhook Pod deleted with kube-proxy paused 10 s, so that its rules send calls to the leaving
-    replica past its 5 s preStop and 3 s drain: under 5 Pod creations a second, none refused (the
-    drain lasts while calls come)."""
-    with PodStream(cluster, job, prefix) as stream:
-        time.sleep(1.0)
-        with kube_proxy_paused(cluster):
-            victim = webhook_pods(cluster)[0]["metadata"]["name"]
-            cluster.kubectl("-n", NAMESPACE, "delete", "pod", victim, "--wait=false")
-            begun = time.monotonic()
-            time.sleep(10.0)
-        wait_until(lambda: victim not in {p["metadata"]["name"] for p in webhook_pods(cluster)}, 60, f"{victim} gone")
-        figures[f"{prefix}_gone_s"] = time.monotonic() - begun
-        time.sleep(2.0)
-    stream.record(figures, prefix)
-    assert not stream.failures(), stream.failures()[:5]
-
-
 def removed_on_failure(cluster: Cluster, commands: list[list[str]]) -> Iterator[None]:
     """On a failure inside, the install removed by ``commands`` before it propagates: the next test
     installs into the same namespace, and would otherwise fail waiting for it."""
@@ -313,5 +294,4 @@ def test_kustomize_install_window_wiring_and_delete(cluster: Cluster, figures: F
     with removed_on_failure(cluster, delete):
         install_window(cluster, figures, "kustomize", [["kubectl", "apply", "-k", str(install)]], job, lagging_proxy=True)
         check_wiring(cluster, figures, "kustomize", namespace, "wired")
-        pod_deleted_while_kube_proxy_lags(cluster, figures, "kustomize_lagging_delete", job)
     uninstall_under_pods(cluster, figures, "kustomize_delete", delete, job)
