@@ -37,6 +37,7 @@ from tests.helpers.servers import in_thread
 from volcano_job_webhook.certs.cluster import CertsError, patch_webhooks, read_webhooks, sync
 from volcano_job_webhook.certs.issue import (
     CertBundle,
+    Policy,
     RenewBefore,
     default_sans,
     generate_ca,
@@ -46,7 +47,7 @@ from volcano_job_webhook.certs.issue import (
     split_pems,
 )
 from volcano_job_webhook.certs.reload import CertReloader
-from volcano_job_webhook.certs.rotation import Authority, KeyPair, Policy, authority_from_serving, certificates_of, plan
+from volcano_job_webhook.certs.rotation import Authority, KeyPair, authority_from_serving, certificates_of, plan
 from volcano_job_webhook.certs.secret import ServingSecret
 from volcano_job_webhook.cli import main
 from volcano_job_webhook.kube.rest import Rest

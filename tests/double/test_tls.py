@@ -34,6 +34,7 @@ from tests.helpers.envtest import wait_until
 from tests.helpers.paths import EXAMPLES, ROOT
 from tests.helpers.servers import files, in_thread
 from volcano_job_webhook.certs import ensure_certs, generate_ca, generate_serving_cert
+from volcano_job_webhook.certs.issue import Policy
 from volcano_job_webhook.certs.reload import CertReloader, make_server_context
 from volcano_job_webhook.server.https import HTTPSServer, ListenError, build_server
 from volcano_job_webhook.server.metrics import WebhookMetrics
@@ -259,7 +260,7 @@ def test_the_poll_picks_up_a_renewal_by_ensure_certs_under_load(certs):
         with Load(server.port, certs / "ca.crt") as load:
             # ensure_certs writes the key, then the certificate: the poll may see the new key with
             # the old certificate in between, which must be skipped without a failed handshake.
-            assert ensure_certs(certs, renew_before=timedelta(days=400)).created
+            assert ensure_certs(certs, policy=Policy(renew_before=timedelta(days=400))).created
             new = serial_of(certs / "tls.crt")
             assert new != old
             wait_until(lambda: served_serial(server.port, certs / "ca.crt") == new, 5, "the new certificate served", interval=0.02)

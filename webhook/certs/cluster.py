@@ -21,8 +21,8 @@ from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
 from volcano_job_webhook.plugins.kinds import SECRET, Kind
 
-from .issue import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertBundle, default_sans, is_valid, split_pems
-from .rotation import DEFAULT_POLICY, Authority, KeyPair, Outcome, Policy, authority_from_serving, certificates_of, plan
+from .issue import CA_CERT, CA_KEY, DEFAULT_POLICY, TLS_CERT, TLS_KEY, CertBundle, Policy, default_sans, is_valid, split_pems
+from .rotation import Authority, KeyPair, Outcome, authority_from_serving, certificates_of, plan
 
 log = logging.getLogger(__name__)
 
