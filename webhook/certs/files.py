@@ -51,6 +51,13 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
+def write_fd(fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd``: one ``os.write`` may take only part."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_atomic(path: Path, data: bytes, mode: int) -> None:
     """Replace ``path`` with ``data`` atomically (readers see the old file or the new one): a
     temporary file beside it, created with ``mode`` so a key is never readable by others, even for
@@ -62,9 +69,7 @@ def write_atomic(path: Path, data: bytes, mode: int) -> None:
         try:
             if stat.S_IMODE(os.fstat(fd).st_mode) != mode:  # a umask narrowed it: the exact mode, before any byte
                 os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_fd(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -14,12 +14,13 @@ import os
 import ssl
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from cryptography import x509
 
+from .files import write_fd
 from .issue import describe
 
 log = logging.getLogger(__name__)
@@ -59,22 +60,14 @@ def make_server_context(
     return context
 
 
-def _memory_files(blobs: Sequence[bytes]) -> list[int] | None:
-    """Anonymous in-memory files holding ``blobs`` (Linux ``memfd``), or None where unavailable."""
-    if not hasattr(os, "memfd_create") or not os.path.isdir("/proc/self/fd"):
-        return None
-    fds: list[int] = []
-    try:
-        for blob in blobs:
-            fds.append(os.memfd_create("volcano-webhook-tls", getattr(os, "MFD_CLOEXEC", 0)))
-            view = memoryview(blob)
-            while view:
-                view = view[os.write(fds[-1], view):]
-    except OSError:  # e.g. a seccomp profile without memfd_create: use the fallback
-        for fd in fds:
-            os.close(fd)
-        return None
-    return fds
+def _memory_file(opened: contextlib.ExitStack, blob: bytes) -> str:
+    """A path reading back ``blob`` from an anonymous in-memory file (Linux ``memfd``), closed with ``opened``."""
+    if not os.path.isdir("/proc/self/fd"):
+        raise OSError("no /proc/self/fd")
+    fd = os.memfd_create("volcano-webhook-tls", getattr(os, "MFD_CLOEXEC", 0))
+    opened.callback(os.close, fd)
+    write_fd(fd, blob)
+    return f"/proc/self/fd/{fd}"
 
 
 @contextlib.contextmanager
@@ -83,21 +76,15 @@ def _pinned_files(*blobs: bytes) -> Iterator[list[str]]:
     that the pair checked and the pair loaded are one snapshot even while a writer replaces the
     files. Anonymous memory files where Linux has them (keys never touch a disk), else a private
     temporary directory."""
-    fds = _memory_files(blobs)
-    if fds is not None:
+    with contextlib.ExitStack() as opened:
         try:
-            yield [f"/proc/self/fd/{fd}" for fd in fds]
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return
-    with tempfile.TemporaryDirectory(prefix="volcano-webhook-tls-") as tmp:
-        paths = []
-        for i, blob in enumerate(blobs):
-            path = os.path.join(tmp, str(i))
-            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
-                handle.write(blob)
-            paths.append(path)
+            paths = [_memory_file(opened, blob) for blob in blobs]
+        except (OSError, AttributeError):  # not Linux, or a seccomp profile without memfd_create
+            tmp = opened.enter_context(tempfile.TemporaryDirectory(prefix="volcano-webhook-tls-"))
+            paths = [os.path.join(tmp, str(i)) for i in range(len(blobs))]
+            for path, blob in zip(paths, blobs, strict=True):
+                with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
+                    handle.write(blob)
         yield paths
 
 
