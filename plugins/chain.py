@@ -341,14 +341,10 @@ class Chain:
             refused = job.refuses(name)
             if refused:
                 raise PluginError(job.key, name, "plugin", refused)
+            # Without an error, what Go's flag keeps is every argument.
             kept, error = go_prefix(volcano_flags(cls.flags), list(args)) if name in volcano else (list(args), None)
-            if not lenient:
-                if error is not None:
-                    raise _volcano_flag_error(job, cls, error)
-                plugin = cls(job, list(args), settings, peers=merged)
-                warnings.extend(plugin.check())
-                built.append(plugin)
-                continue
+            if error is not None and not lenient:
+                raise _volcano_flag_error(job, cls, error)
             if error is not None:
                 warnings.append(
                     f"{_volcano_flag_error(job, cls, error)}; Volcano's controller "
@@ -359,6 +355,8 @@ class Chain:
                 built.append(plugin)
                 warnings.extend(plugin.check())
             except PluginError as exc:
+                if not lenient:
+                    raise
                 warnings.append(f"{exc} (run by Volcano's controller, which does not check this)")
                 failed.add(name)
         warnings.extend(_check_mounts(job, built, volcano if not strict else frozenset()))
