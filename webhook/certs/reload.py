@@ -104,7 +104,7 @@ class CertReloader:
     :meth:`reload_now` — what the Secret's watch calls on each change — and, with an ``interval``,
     that often (files, whose changes nothing announces).
 
-    The poll runs on the server's loop (:meth:`start`, :meth:`stop`), and :meth:`reload_now` from
+    The poll runs on the server's loop (:meth:`poll`, :meth:`on_loop`), and :meth:`reload_now` from
     another thread is handed to it, because ``load_cert_chain`` replaces the certificate and then
     the key: on the loop, where handshakes start, none can start between the two. The client CA is
     loaded once (OpenSSL cannot remove a trust anchor from a context): rotating it needs a restart.
@@ -133,8 +133,6 @@ class CertReloader:
         self._failed: object = None  # what the last warning was about, so it is not repeated every tick
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self.reloads = 0
 
     @classmethod
     def from_files(cls, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str],
@@ -188,7 +186,6 @@ class CertReloader:
                 return False
             self._serve(pair, "reloaded")
             self._failed = None
-            self.reloads += 1
         return True
 
     def expiry_seconds(self) -> float:
@@ -205,26 +202,22 @@ class CertReloader:
                         self.origin, why)
         self._failed = about
 
-    async def run(self, interval: float) -> None:
-        """Look at ``read()`` every ``interval`` seconds until cancelled; an error is logged and the poll goes on."""
-        while True:
-            await asyncio.sleep(interval)
+    async def poll(self) -> None:
+        """Look at ``read()`` every ``interval`` seconds until cancelled (at once done without an
+        ``interval``); an error is logged and the poll goes on."""
+        while self.interval is not None:
+            await asyncio.sleep(self.interval)
             try:
                 self._reload()
             except Exception:
-                log.exception("TLS certificate poll failed; retrying in %ss", interval)
+                log.exception("TLS certificate poll failed; retrying in %ss", self.interval)
 
-    def start(self) -> None:
-        """Reload on the running loop from now on (call from inside it), polling with an ``interval``; idempotent."""
+    @contextlib.contextmanager
+    def on_loop(self) -> Iterator[None]:
+        """While the block runs, reloads are done on the running loop (enter from inside it); after,
+        the context keeps serving the last loaded certificate."""
         self._loop = asyncio.get_running_loop()
-        if self.interval is not None and (self._task is None or self._task.done()):
-            self._task = self._loop.create_task(self.run(self.interval), name="tls-cert-reloader")
-
-    async def stop(self) -> None:
-        """Stop polling; the context keeps serving the last loaded certificate."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._loop = None
+        try:
+            yield
+        finally:
+            self._loop = None

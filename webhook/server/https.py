@@ -116,11 +116,10 @@ class HTTPSServer(uvicorn.Server):
         config = self.config
         self.sockets = listen(config.host, config.port, config.backlog, self.guard.limits.receive_buffer_bytes)
         log.info("serving HTTPS on %s", ", ".join(f"https://{_address(host, port)}" for host, port, *_ in self.addresses))
-        self.reloader.start()
         loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(factory()) for factory in self.background]
+        tasks = [loop.create_task(factory()) for factory in (self.reloader.poll, *self.background)]
         try:
-            with accepting(self.guard, self.sockets, self.reloader.context):
+            with self.reloader.on_loop(), accepting(self.guard, self.sockets, self.reloader.context):
                 await super().serve(sockets=self.sockets)
         finally:
             for task in tasks:
@@ -128,7 +127,6 @@ class HTTPSServer(uvicorn.Server):
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await self.reloader.stop()
             for sock in self.sockets:
                 sock.close()
 
