@@ -20,7 +20,7 @@ from .keys import (
     MANAGED_BY_LABEL,
     TASK_SPEC_KEY,
 )
-from .kinds import VOLCANO_JOB
+from .kinds import VOLCANO_JOB, Kind
 from .names import dns1123_label
 from .pod import Obj, task_index, task_name
 
@@ -283,6 +283,10 @@ class Job:
             "controller": True,
             "blockOwnerDeletion": True,
         }
+
+    def side_object(self, kind: Kind, name: str, **content: Any) -> dict[str, Any]:
+        """A side object of the job: ``kind``'s ``apiVersion`` and ``kind``, :meth:`object_meta`, then ``content``."""
+        return {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": self.object_meta(name), **content}
 
     def object_meta(self, name: str) -> dict[str, Any]:
         """Metadata for a side resource: Volcano's name, namespace and owner, plus our managed-by label."""
