@@ -128,8 +128,12 @@ class Rest:
         return orjson.loads(response.data)
 
     def get(self, resource: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._unless_gone("GET", _path(resource, namespace, name))
+
+    def _unless_gone(self, method: str, path: str, body: Any = None) -> Any:
+        """The answer, or None for a 404 (an object not there, or already gone)."""
         try:
-            return self.call("GET", _path(resource, namespace, name))
+            return self.call(method, path, body=body)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -148,13 +152,7 @@ class Rest:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         if uid:
             body["preconditions"] = {"uid": uid}
-        try:
-            answer: dict[str, Any] = self.call("DELETE", _path(resource, namespace, name), body=body)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return answer
+        return self._unless_gone("DELETE", _path(resource, namespace, name), body)
 
     def create(self, resource: Kind, namespace: str, obj: dict[str, Any], field_manager: str | None = None) -> dict[str, Any]:
         """POST: 409 AlreadyExists when an object of that name is there, whoever made it."""
