@@ -21,7 +21,7 @@ from .keys import (
 )
 from .kinds import BATCH_JOB, JOBSET, kind_of
 from .names import dns1123_label
-from .pod import Obj, metadata
+from .pod import Obj, annotation_or_label
 
 __all__ = ["IndexedJob", "JobSet", "finished_phase", "jobset_child", "opted_in", "read_workload", "require_opt_in"]
 
@@ -105,14 +105,6 @@ def require_opt_in(job: Job) -> None:
             )
 
 
-def _label_or_annotation(pod: Obj, key: str) -> str | None:
-    meta = metadata(pod)
-    for source in (meta.get("annotations"), meta.get("labels")):
-        if isinstance(source, dict) and source.get(key) not in (None, ""):
-            return str(source[key])
-    return None
-
-
 def _indexed_spec(key: str, spec: Any, where: str) -> tuple[int, Mapping[str, Any]]:
     """A batch Job spec's member count and Pod template, checked to be Indexed."""
     if not isinstance(spec, Mapping):
@@ -164,7 +156,7 @@ class IndexedJob(Job):
         return self.tasks[0].name
 
     def index_of(self, pod: Obj) -> str | None:
-        return _label_or_annotation(pod, COMPLETION_INDEX_KEY)
+        return annotation_or_label(pod, COMPLETION_INDEX_KEY)
 
     def index_sources(self) -> str:
         return f"no {COMPLETION_INDEX_KEY} annotation or label (the Job controller sets both)"
@@ -236,11 +228,11 @@ class JobSet(Job):
         return cls(**fields, tasks=tuple(tasks), plugins={}, completions=completions, dns_hostnames=dns, phase=finished_phase(obj))
 
     def task_of(self, pod: Obj) -> str:
-        return _label_or_annotation(pod, REPLICATED_JOB_KEY) or ""
+        return annotation_or_label(pod, REPLICATED_JOB_KEY) or ""
 
     def index_of(self, pod: Obj) -> str | None:
-        job_index = _label_or_annotation(pod, JOB_INDEX_KEY)
-        completion = _label_or_annotation(pod, COMPLETION_INDEX_KEY)
+        job_index = annotation_or_label(pod, JOB_INDEX_KEY)
+        completion = annotation_or_label(pod, COMPLETION_INDEX_KEY)
         if job_index is None or completion is None:
             return None
         if not (job_index.isascii() and job_index.isdigit() and completion.isascii() and completion.isdigit()):
