@@ -33,17 +33,9 @@ class Task:
     replicas: int
     position: int
     template: Mapping[str, Any]
-    # Field paths in the workload, for errors; "" for a Volcano task (spec.tasks[position]).
-    template_at: str = ""
-    replicas_at: str = ""
-
-    @property
-    def template_path(self) -> str:
-        return self.template_at or f"spec.tasks[{self.position}].template"
-
-    @property
-    def replicas_path(self) -> str:
-        return self.replicas_at or f"spec.tasks[{self.position}].replicas"
+    # Field paths in the workload, for errors (a Volcano task's spec.tasks[position].template, ...).
+    template_path: str
+    replicas_path: str
 
     @property
     def hostname(self) -> str:
@@ -132,7 +124,8 @@ class Job:
             # pattern ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ (docs/volcano-behaviour.md#job-admission).
             name = task_name_checked(key, f"{where}.name", raw.get("name") or f"default{position}", tasks)
             replicas = read_count(key, raw.get("replicas", 0), f"{where}.replicas", 0)
-            tasks.append(Task(name, replicas, position, pod_template(key, f"{where}.template", raw.get("template") or {})))
+            template = pod_template(key, f"{where}.template", raw.get("template") or {})
+            tasks.append(Task(name, replicas, position, template, f"{where}.template", f"{where}.replicas"))
         plugins = spec.get("plugins") or {}
         if not isinstance(plugins, Mapping):
             raise PluginError(key, "", "spec.plugins", "must be a map of plugin name to argument list")
