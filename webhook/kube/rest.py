@@ -187,18 +187,10 @@ class Stream:
         self.cancelled = False
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        pending = b""
         try:
-            for chunk in self.response.stream(64 * 1024, decode_content=True):
-                pending += chunk
-                if b"\n" not in chunk:
-                    continue
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield orjson.loads(line)
-            if pending.strip():
-                yield orjson.loads(pending)
+            for line in self.response:  # urllib3's own line split of what it streams, as it comes
+                if line.strip():
+                    yield orjson.loads(line)
         except Exception:
             if not self.cancelled:
                 raise
