@@ -51,7 +51,7 @@ class DirectoryJobSource:
         self._empty: dict[Path, str] = {}
         self._said: dict[Path, str] = {}
         self._jobs: dict[WorkloadKey, dict[str, Any]] = {}
-        self._ready = False
+        self.ready = False  # JobSource.ready: the first load is done
         self._stopped = False
 
     def start(self) -> None:
@@ -61,10 +61,6 @@ class DirectoryJobSource:
     def stop(self) -> None:
         self._stopped = True
         self._worker.shutdown(wait=False, cancel_futures=True)
-
-    @property
-    def ready(self) -> bool:
-        return self._ready
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -99,7 +95,7 @@ class DirectoryJobSource:
         except OSError as exc:
             log.error("cannot list jobs directory %s: %s", self.directory, exc)
             return None, False
-        if signature == self._signature and self._ready and not force:
+        if signature == self._signature and self.ready and not force:
             return None, False
         small = all(sig[1] <= SMALL_BYTES for path, sig in signature.items() if self._signature.get(path) != sig)
         try:
@@ -110,7 +106,7 @@ class DirectoryJobSource:
 
     def refresh(self, signature: Signature) -> bool:
         """Re-read the files whose ``signature`` changed, in the worker; True when the Jobs may have changed."""
-        if signature == self._signature and self._ready:
+        if signature == self._signature and self.ready:
             return False
         by_file = {path: jobs for path, jobs in self._by_file.items() if path in signature}
         for path, sig in signature.items():
@@ -142,7 +138,7 @@ class DirectoryJobSource:
         self._empty = {path: why for path, why in self._empty.items() if path in signature}
         self._signature, self._by_file = signature, by_file
         self._jobs = jobs  # one assignment: readers see the old table or the new one
-        self._ready = True
+        self.ready = True
         skipped = len(signature.keys() - set(origin.values()))
         log.info("loaded %d job%s from %s (%d file%s skipped)", len(jobs), "" if len(jobs) == 1 else "s",
                  self.directory, skipped, "" if skipped == 1 else "s")
