@@ -333,7 +333,7 @@ class Chain:
                 raise PluginError(job.key, name, "", f"unknown plugin{did_you_mean(name, known)} (known: {', '.join(known)})")
             if self.config.allowed is not None and name not in self.config.allowed and name not in volcano:
                 raise PluginError(job.key, name, "", "not allowed by this server")
-            refused = job.refuses(name)
+            refused = job.refused.get(name)
             if refused:
                 raise PluginError(job.key, name, "plugin", refused)
             # Without an error, what Go's flag keeps is every argument.

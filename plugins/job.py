@@ -91,6 +91,10 @@ class Job:
     task_field: ClassVar[str] = TASK_SPEC_KEY
     # Where the job lists its tasks, for errors.
     tasks_field: ClassVar[str] = "spec.tasks"
+    # Where index_of looks, for the error when it finds nothing.
+    index_sources: ClassVar[str] = "no volcano.sh/task-index label or annotation, and the name does not end in -<index>"
+    # The plugins that cannot wire this kind of workload, each with why.
+    refused: ClassVar[Mapping[str, str]] = {}
 
     name: str
     namespace: str
@@ -191,14 +195,6 @@ class Job:
     def index_of(self, pod: Obj) -> str | None:
         """``pod``'s index within its task as written on it, or None when nothing says."""
         return task_index(pod)
-
-    def index_sources(self) -> str:
-        """Where :meth:`index_of` looks, for the error when it finds nothing."""
-        return "no volcano.sh/task-index label or annotation, and the name does not end in -<index>"
-
-    def refuses(self, plugin: str) -> str | None:
-        """Why ``plugin`` cannot wire this kind of workload, or None."""
-        return None
 
     def pod_selector(self) -> dict[str, str]:
         """Labels every Pod of the job carries and no other Pod does (Services, NetworkPolicies)."""

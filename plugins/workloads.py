@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from .budget import digits_below
 from .errors import PluginError
@@ -138,6 +138,8 @@ class IndexedJob(Job):
     kind = BATCH_JOB.kind
     task_field = COMPLETION_INDEX_KEY
     tasks_field = "spec"
+    index_sources = f"no {COMPLETION_INDEX_KEY} annotation or label (the Job controller sets both)"
+    refused: ClassVar[Mapping[str, str]] = {"ray": _RAY.format(kind=BATCH_JOB.noun)}
 
     @classmethod
     def from_object(cls, obj: Any) -> IndexedJob:
@@ -157,12 +159,6 @@ class IndexedJob(Job):
 
     def index_of(self, pod: Obj) -> str | None:
         return annotation_or_label(pod, COMPLETION_INDEX_KEY)
-
-    def index_sources(self) -> str:
-        return f"no {COMPLETION_INDEX_KEY} annotation or label (the Job controller sets both)"
-
-    def refuses(self, plugin: str) -> str | None:
-        return _RAY.format(kind=BATCH_JOB.noun) if plugin == "ray" else None
 
     def pod_selector(self) -> dict[str, str]:
         return {BATCH_JOB.pod_label: self.name}
@@ -189,6 +185,9 @@ class JobSet(Job):
     kind = JOBSET.kind
     task_field = REPLICATED_JOB_KEY
     tasks_field = "spec.replicatedJobs"
+    index_sources = (f"no {JOB_INDEX_KEY} and {COMPLETION_INDEX_KEY} labels or annotations "
+                     "(JobSet and the Job controller set them)")
+    refused: ClassVar[Mapping[str, str]] = {"ray": _RAY.format(kind=JOBSET.noun)}
     # Completions of each replicated Job's Jobs, by task name.
     completions: Mapping[str, int] = field(default_factory=dict)
     # JobSet makes a headless Service named after the subdomain (enableDNSHostnames, on by default).
@@ -239,12 +238,6 @@ class JobSet(Job):
             return f"{job_index}-{completion}"  # not a number: index_number says so
         count = self.completions.get(self.task_of(pod), 1)
         return str(int(job_index) * count + int(completion))
-
-    def index_sources(self) -> str:
-        return f"no {JOB_INDEX_KEY} and {COMPLETION_INDEX_KEY} labels or annotations (JobSet and the Job controller set them)"
-
-    def refuses(self, plugin: str) -> str | None:
-        return _RAY.format(kind=JOBSET.noun) if plugin == "ray" else None
 
     def pod_selector(self) -> dict[str, str]:
         return {JOBSET.pod_label: self.name}
