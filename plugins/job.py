@@ -111,6 +111,9 @@ class Job:
     # The plugins Volcano's controller has run on the job, from status.controlledResources
     # ("plugin-<name>": "<name>"): proof that their objects are Volcano's.
     controlled: frozenset[str] = frozenset()
+    # The workload's own controller makes the headless Service its Pods' subdomain names (a JobSet's
+    # enableDNSHostnames, on by default): svc makes none.
+    own_service: bool = False
 
     @classmethod
     def from_object(cls, obj: Any) -> Job:
@@ -181,12 +184,6 @@ class Job:
     def finished(self) -> bool:
         """In a phase Volcano never leaves: no Pod of the job will be created again."""
         return self.phase in FINISHED_PHASES
-
-    @property
-    def own_service(self) -> bool:
-        """The workload's own controller makes the headless Service its Pods' subdomain names: svc
-        makes none."""
-        return False
 
     def task_of(self, pod: Obj) -> str:
         """The name of the task ``pod`` belongs to (docs/volcano-behaviour.md#task-and-index)."""

@@ -190,18 +190,11 @@ class JobSet(Job):
     refused: ClassVar[Mapping[str, str]] = {"ray": _RAY.format(kind=JOBSET.noun)}
     # Completions of each replicated Job's Jobs, by task name.
     completions: Mapping[str, int] = field(default_factory=dict)
-    # JobSet makes a headless Service named after the subdomain (enableDNSHostnames, on by default).
-    dns_hostnames: bool = True
-
-    @property
-    def own_service(self) -> bool:
-        return self.dns_hostnames
-
     @classmethod
     def from_object(cls, obj: Any) -> JobSet:
         key, spec, fields = cls._read(obj)
         network: Mapping[str, Any] = spec["network"] if isinstance(spec.get("network"), Mapping) else {}
-        dns = network.get("enableDNSHostnames") is not False
+        dns = network.get("enableDNSHostnames") is not False  # a headless Service named after the subdomain
         subdomain = (network.get("subdomain") or fields["name"]) if dns else None
         raw_jobs = spec.get("replicatedJobs")
         if not isinstance(raw_jobs, list) or not raw_jobs:
@@ -224,7 +217,7 @@ class JobSet(Job):
             completions[task_name] = count
             tasks.append(Task(task_name, replicas * count, position, _pod_template(template, subdomain),
                               f"{where}.template.spec.template", f"{where}.replicas"))
-        return cls(**fields, tasks=tuple(tasks), plugins={}, completions=completions, dns_hostnames=dns, phase=finished_phase(obj))
+        return cls(**fields, tasks=tuple(tasks), plugins={}, completions=completions, own_service=dns, phase=finished_phase(obj))
 
     def task_of(self, pod: Obj) -> str:
         return annotation_or_label(pod, REPLICATED_JOB_KEY) or ""
