@@ -5,6 +5,7 @@ checks what this relies on."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -205,16 +206,11 @@ class Stream:
             connection = getattr(self.response, "connection", None)
             sock = getattr(connection, "sock", None)
             if sock is not None:
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
-        with self._lock:
-            try:
-                self.response.close()
-                # Give the pool its slot back (the closed connection is replaced on next use).
-                self.response.release_conn()
-            except Exception:
-                pass
+        with self._lock, contextlib.suppress(Exception):
+            self.response.close()
+            # Give the pool its slot back (the closed connection is replaced on next use).
+            self.response.release_conn()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -74,10 +75,8 @@ class DirectoryJobSource:
         look, small = self._schedule()
         job = self._jobs.get((kind, namespace, name))
         if look is not None and not look.done() and (job is None or small):
-            try:
+            with contextlib.suppress(TimeoutError, concurrent.futures.CancelledError):
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(look)), self.miss_wait)
-            except (TimeoutError, concurrent.futures.CancelledError):
-                pass
             job = self._jobs.get((kind, namespace, name))
         return job
 
