@@ -94,7 +94,7 @@ class PodContext:
                 self.job.key,
                 plugin,
                 "pod index",
-                f"cannot find the index of Pod {self.pod_name!r}: {self.job.index_sources()}",
+                f"cannot find the index of Pod {self.pod_name!r}: {self.job.index_sources}",
             )
         return found
 

@@ -139,22 +139,7 @@ class PreparedJob:
             tasks = [t.name for t in job.tasks]
             raise PluginError(job.key, "", job.task_field,
                               f"the Pod's task {name!r} is not in {job.tasks_field} ({', '.join(tasks)}){did_you_mean(name, tasks, repr)}")
-        copied, size = _sized_copy(pod)
-        injected = self.injected_init
-        if injected:
-            # An init container the task's template defines itself is the user's, not injected:
-            # every plugin wires it, as in Volcano, where it exists before any plugin runs.
-            own = (task.template.get("spec") or {}).get("initContainers") or []
-            injected = injected - {c.get("name") for c in own if isinstance(c, dict)}
-        ctx = PodContext(
-            job=job,
-            pod=copied,
-            task=task,
-            settings=self.settings,
-            warnings=list(self.warnings),
-            injected_init=injected,
-            input_bytes=size,
-        )
+        ctx = self._context(pod, task)
         # Placed first: the variables of the plugins we run, never those of Volcano's controller, which
         # writes its own after the container's (volcano_part, and a combined run, leave them there).
         kept = env_names(ctx.pod) if self.env_first and any(p.name not in self.volcano for p in plugins) else None
@@ -172,17 +157,27 @@ class PreparedJob:
         if self.settings.cluster_domain and ctx.hosts_named_by - self.volcano:
             _resolve_cluster_names(ctx)
         wired = json_size(ctx.pod)
-        if wired > STORE_LIMIT and wired > size:
+        if wired > STORE_LIMIT and wired > ctx.input_bytes:
             raise self._too_large(pod, task, wired, plugins)
         return Mutation(ctx.pod, [p.name for p in plugins], list(dict.fromkeys(ctx.warnings)))
+
+    def _context(self, pod: Obj, task: Task) -> PodContext:
+        """``pod``'s context, on a copy of it, with the job's warnings."""
+        copied, size = _sized_copy(pod)
+        injected = self.injected_init
+        if injected:
+            # An init container the task's template defines itself is the user's, not injected:
+            # every plugin wires it, as in Volcano, where it exists before any plugin runs.
+            own = (task.template.get("spec") or {}).get("initContainers") or []
+            injected = injected - {c.get("name") for c in own if isinstance(c, dict)}
+        return PodContext(self.job, copied, task, self.settings, list(self.warnings), injected, size)
 
     def _too_large(self, pod: Obj, task: Task, wired: int, plugins: Sequence[Plugin]) -> PluginError:
         """The error for a Pod the chain made too large to store, naming the plugin that crossed the
         limit. Every value a plugin adds is bounded already (budget), so replaying the chain to
         find it costs no more than the first run."""
-        copied, size = _sized_copy(pod)
-        ctx = PodContext(self.job, copied, task, self.settings, [], self.injected_init, size)
-        culprit, added, before = "", 0, size
+        ctx = self._context(pod, task)
+        culprit, added, before = "", 0, ctx.input_bytes
         for plugin in plugins:
             plugin.mutate(ctx)
             after = json_size(ctx.pod)
@@ -194,7 +189,7 @@ class PreparedJob:
             self.job.key,
             culprit,
             "Pod",
-            f"Pod {name!r} of task {task.name!r} would be {wired} bytes once wired ({size} as it came, "
+            f"Pod {name!r} of task {task.name!r} would be {wired} bytes once wired ({ctx.input_bytes} as it came, "
             f"{added} added by this plugin), over {STORE_LIMIT_TEXT}",
         )
 
@@ -338,17 +333,13 @@ class Chain:
                 raise PluginError(job.key, name, "", f"unknown plugin{did_you_mean(name, known)} (known: {', '.join(known)})")
             if self.config.allowed is not None and name not in self.config.allowed and name not in volcano:
                 raise PluginError(job.key, name, "", "not allowed by this server")
-            refused = job.refuses(name)
+            refused = job.refused.get(name)
             if refused:
                 raise PluginError(job.key, name, "plugin", refused)
+            # Without an error, what Go's flag keeps is every argument.
             kept, error = go_prefix(volcano_flags(cls.flags), list(args)) if name in volcano else (list(args), None)
-            if not lenient:
-                if error is not None:
-                    raise _volcano_flag_error(job, cls, error)
-                plugin = cls(job, list(args), settings, peers=merged)
-                warnings.extend(plugin.check())
-                built.append(plugin)
-                continue
+            if error is not None and not lenient:
+                raise _volcano_flag_error(job, cls, error)
             if error is not None:
                 warnings.append(
                     f"{_volcano_flag_error(job, cls, error)}; Volcano's controller "
@@ -359,6 +350,8 @@ class Chain:
                 built.append(plugin)
                 warnings.extend(plugin.check())
             except PluginError as exc:
+                if not lenient:
+                    raise
                 warnings.append(f"{exc} (run by Volcano's controller, which does not check this)")
                 failed.add(name)
         warnings.extend(_check_mounts(job, built, volcano if not strict else frozenset()))

@@ -20,7 +20,7 @@ from .keys import (
     MANAGED_BY_LABEL,
     TASK_SPEC_KEY,
 )
-from .kinds import VOLCANO_JOB
+from .kinds import VOLCANO_JOB, Kind
 from .names import dns1123_label
 from .pod import Obj, task_index, task_name
 
@@ -33,17 +33,9 @@ class Task:
     replicas: int
     position: int
     template: Mapping[str, Any]
-    # Field paths in the workload, for errors; "" for a Volcano task (spec.tasks[position]).
-    template_at: str = ""
-    replicas_at: str = ""
-
-    @property
-    def template_path(self) -> str:
-        return self.template_at or f"spec.tasks[{self.position}].template"
-
-    @property
-    def replicas_path(self) -> str:
-        return self.replicas_at or f"spec.tasks[{self.position}].replicas"
+    # Field paths in the workload, for errors (a Volcano task's spec.tasks[position].template, ...).
+    template_path: str
+    replicas_path: str
 
     @property
     def hostname(self) -> str:
@@ -99,6 +91,10 @@ class Job:
     task_field: ClassVar[str] = TASK_SPEC_KEY
     # Where the job lists its tasks, for errors.
     tasks_field: ClassVar[str] = "spec.tasks"
+    # Where index_of looks, for the error when it finds nothing.
+    index_sources: ClassVar[str] = "no volcano.sh/task-index label or annotation, and the name does not end in -<index>"
+    # The plugins that cannot wire this kind of workload, each with why.
+    refused: ClassVar[Mapping[str, str]] = {}
 
     name: str
     namespace: str
@@ -115,6 +111,9 @@ class Job:
     # The plugins Volcano's controller has run on the job, from status.controlledResources
     # ("plugin-<name>": "<name>"): proof that their objects are Volcano's.
     controlled: frozenset[str] = frozenset()
+    # The workload's own controller makes the headless Service its Pods' subdomain names (a JobSet's
+    # enableDNSHostnames, on by default): svc makes none.
+    own_service: bool = False
 
     @classmethod
     def from_object(cls, obj: Any) -> Job:
@@ -132,7 +131,8 @@ class Job:
             # pattern ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ (docs/volcano-behaviour.md#job-admission).
             name = task_name_checked(key, f"{where}.name", raw.get("name") or f"default{position}", tasks)
             replicas = read_count(key, raw.get("replicas", 0), f"{where}.replicas", 0)
-            tasks.append(Task(name, replicas, position, pod_template(key, f"{where}.template", raw.get("template") or {})))
+            template = pod_template(key, f"{where}.template", raw.get("template") or {})
+            tasks.append(Task(name, replicas, position, template, f"{where}.template", f"{where}.replicas"))
         plugins = spec.get("plugins") or {}
         if not isinstance(plugins, Mapping):
             raise PluginError(key, "", "spec.plugins", "must be a map of plugin name to argument list")
@@ -185,12 +185,6 @@ class Job:
         """In a phase Volcano never leaves: no Pod of the job will be created again."""
         return self.phase in FINISHED_PHASES
 
-    @property
-    def own_service(self) -> bool:
-        """The workload's own controller makes the headless Service its Pods' subdomain names: svc
-        makes none."""
-        return False
-
     def task_of(self, pod: Obj) -> str:
         """The name of the task ``pod`` belongs to (docs/volcano-behaviour.md#task-and-index)."""
         return task_name(pod)
@@ -198,14 +192,6 @@ class Job:
     def index_of(self, pod: Obj) -> str | None:
         """``pod``'s index within its task as written on it, or None when nothing says."""
         return task_index(pod)
-
-    def index_sources(self) -> str:
-        """Where :meth:`index_of` looks, for the error when it finds nothing."""
-        return "no volcano.sh/task-index label or annotation, and the name does not end in -<index>"
-
-    def refuses(self, plugin: str) -> str | None:
-        """Why ``plugin`` cannot wire this kind of workload, or None."""
-        return None
 
     def pod_selector(self) -> dict[str, str]:
         """Labels every Pod of the job carries and no other Pod does (Services, NetworkPolicies)."""
@@ -283,6 +269,10 @@ class Job:
             "controller": True,
             "blockOwnerDeletion": True,
         }
+
+    def side_object(self, kind: Kind, name: str, **content: Any) -> dict[str, Any]:
+        """A side object of the job: ``kind``'s ``apiVersion`` and ``kind``, :meth:`object_meta`, then ``content``."""
+        return {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": self.object_meta(name), **content}
 
     def object_meta(self, name: str) -> dict[str, Any]:
         """Metadata for a side resource: Volcano's name, namespace and owner, plus our managed-by label."""

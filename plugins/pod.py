@@ -24,25 +24,28 @@ def spec(pod: Obj) -> Obj:
     return found
 
 
+def annotation_or_label(pod: Obj, key: str, *, label_first: bool = False) -> str | None:
+    """``key``'s value on the Pod: its annotation, else its label (the label first with ``label_first``);
+    None when neither is set or both are empty."""
+    meta = metadata(pod)
+    for source in ("labels", "annotations") if label_first else ("annotations", "labels"):
+        values = meta.get(source)
+        if isinstance(values, dict) and values.get(key) not in (None, ""):
+            return str(values[key])
+    return None
+
+
 def task_name(pod: Obj) -> str:
     """docs/volcano-behaviour.md#task-and-index: annotation ``volcano.sh/task-spec``, then the label, then ``default``."""
-    meta = metadata(pod)
-    for source in (meta.get("annotations"), meta.get("labels")):
-        if isinstance(source, dict) and source.get(TASK_SPEC_KEY):
-            return str(source[TASK_SPEC_KEY])
-    return DEFAULT_TASK
+    return annotation_or_label(pod, TASK_SPEC_KEY) or DEFAULT_TASK
 
 
 def task_index(pod: Obj) -> str | None:
     """docs/volcano-behaviour.md#task-and-index: label ``volcano.sh/task-index``, then the annotation, then the last
     ``-``-separated part of a name with at least three parts (Volcano's ``GetPodIndexUnderTask``).
     None when no source has it."""
-    meta = metadata(pod)
-    for source in (meta.get("labels"), meta.get("annotations")):
-        if isinstance(source, dict) and source.get(TASK_INDEX_KEY) not in (None, ""):
-            return str(source[TASK_INDEX_KEY])
-    parts = str(meta.get("name") or "").split("-")
-    return parts[-1] if len(parts) >= 3 and parts[-1] else None
+    parts = str(metadata(pod).get("name") or "").split("-")
+    return annotation_or_label(pod, TASK_INDEX_KEY, label_first=True) or (parts[-1] if len(parts) >= 3 and parts[-1] else None)
 
 
 def containers(pod: Obj, *, init: bool = False) -> list[Obj]:

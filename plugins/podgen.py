@@ -9,7 +9,7 @@ import copy
 from typing import Any
 
 from .errors import PluginError, did_you_mean
-from .job import Job
+from .job import Job, Task
 from .keys import (
     BATCH_JOB_NAME_KEY,
     COMPLETION_INDEX_KEY,
@@ -44,18 +44,14 @@ def make_pod(job: Job, task_name: str, index: int) -> dict[str, Any]:
     spec = job.raw.get("spec") or {}
     status = job.raw.get("status") or {}
     queue = spec.get("queue") or "default"
-    template = copy.deepcopy(dict(task.template))
-    meta = template.get("metadata") or {}
-    labels = dict(meta.get("labels") or {})
-    labels.update({
+    labels = {
         TASK_INDEX_KEY: str(index),
         JOB_NAME_KEY: job.name,
         TASK_SPEC_KEY: task.name,
         JOB_NAMESPACE_KEY: job.namespace,
         QUEUE_NAME_KEY: queue,
-    })
-    annotations = dict(meta.get("annotations") or {})
-    annotations.update({
+    }
+    annotations = {
         TASK_INDEX_KEY: str(index),
         TASK_SPEC_KEY: task.name,
         GROUP_NAME_KEY: f"{job.name}-{job.uid}",
@@ -64,25 +60,26 @@ def make_pod(job: Job, task_name: str, index: int) -> dict[str, Any]:
         "volcano.sh/job-version": str(status.get("version", 0)),
         "volcano.sh/template-uid": f"{job.name}-{task.name}",
         "volcano.sh/job-retry-count": str(status.get("retryCount", 0)),
-    })
-    pod_spec = template.get("spec") or {}
+    }
+    pod = _pod(job, task, {"name": job.pod_name(task.name, index)}, labels, annotations, {"ownerReferences": [job.owner_reference()]})
+    pod_spec = pod["spec"]
     if not pod_spec.get("schedulerName"):
         # Volcano's job admission names its scheduler in a job that names none.
         pod_spec["schedulerName"] = spec.get("schedulerName") or DEFAULT_SCHEDULER
     if not pod_spec.get("priorityClassName") and spec.get("priorityClassName"):
         pod_spec["priorityClassName"] = spec["priorityClassName"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": job.pod_name(task.name, index),
-            "namespace": job.namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [job.owner_reference()],
-        },
-        "spec": pod_spec,
-    }
+    return pod
+
+
+def _pod(job: Job, task: Task, identity: dict[str, str], labels: dict[str, str], annotations: dict[str, str],
+         owned: dict[str, Any]) -> dict[str, Any]:
+    """A Pod of a copy of ``task``'s template: ``identity`` (its name) in the job's namespace, the
+    template's labels and annotations with ``labels`` and ``annotations`` over them, then ``owned``."""
+    template = copy.deepcopy(dict(task.template))
+    meta = template.get("metadata") or {}
+    metadata = {**identity, "namespace": job.namespace, "labels": {**(meta.get("labels") or {}), **labels},
+                "annotations": {**(meta.get("annotations") or {}), **annotations}, **owned}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template.get("spec") or {}}
 
 
 def _member_pod(job: IndexedJob | JobSet, task_name: str, index: int) -> dict[str, Any]:
@@ -99,24 +96,11 @@ def _member_pod(job: IndexedJob | JobSet, task_name: str, index: int) -> dict[st
         extra = {JOBSET_NAME_KEY: job.name, JOBSET_UID_KEY: job.uid, REPLICATED_JOB_KEY: task_name, JOB_INDEX_KEY: str(job_index)}
     else:
         completion, child, child_uid, extra = index, job.name, job.uid, {}
-    template = copy.deepcopy(dict(task.template))
-    meta = template.get("metadata") or {}
-    labels = {**(meta.get("labels") or {}), **extra, "batch.kubernetes.io/controller-uid": child_uid,
-              COMPLETION_INDEX_KEY: str(completion), BATCH_JOB_NAME_KEY: child, "controller-uid": child_uid, "job-name": child}
-    annotations = {**(meta.get("annotations") or {}), **extra, COMPLETION_INDEX_KEY: str(completion)}
-    pod_spec = template.get("spec") or {}
-    pod_spec["hostname"] = f"{child}-{completion}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": f"{child}-{completion}-",
-            "namespace": job.namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "finalizers": ["batch.kubernetes.io/job-tracking"],
-            "ownerReferences": [{"apiVersion": BATCH_JOB.api_version, "kind": BATCH_JOB.kind, "name": child, "uid": child_uid,
-                                 "controller": True, "blockOwnerDeletion": True}],
-        },
-        "spec": pod_spec,
-    }
+    labels = {**extra, "batch.kubernetes.io/controller-uid": child_uid, COMPLETION_INDEX_KEY: str(completion),
+              BATCH_JOB_NAME_KEY: child, "controller-uid": child_uid, "job-name": child}
+    owner = {"apiVersion": BATCH_JOB.api_version, "kind": BATCH_JOB.kind, "name": child, "uid": child_uid, "controller": True,
+             "blockOwnerDeletion": True}
+    pod = _pod(job, task, {"generateName": f"{child}-{completion}-"}, labels, {**extra, COMPLETION_INDEX_KEY: str(completion)},
+               {"finalizers": ["batch.kubernetes.io/job-tracking"], "ownerReferences": [owner]})
+    pod["spec"]["hostname"] = f"{child}-{completion}"
+    return pod

@@ -14,17 +14,6 @@ _TOKEN = re.compile(r"\s*(!=|==|=|!|\(|\)|,|<|>|[^\s!=,()<>]+)")
 _SET_OPERATORS = {"in": "In", "notin": "NotIn"}
 
 
-def _tokens(text: str) -> list[str]:
-    tokens, position = [], 0
-    while position < len(text):
-        found = _TOKEN.match(text, position)
-        if found is None:  # only trailing blanks are left
-            break
-        tokens.append(found.group(1))
-        position = found.end()
-    return tokens
-
-
 def _word(tokens: list[str], i: int, what: str) -> str:
     token = tokens[i] if i < len(tokens) else None
     if token is None or token in ("!=", "==", "=", "!", "(", ")", ",", "<", ">"):
@@ -35,7 +24,7 @@ def _word(tokens: list[str], i: int, what: str) -> str:
 def parse_selector(text: str) -> dict[str, Any]:
     """``text`` as a ``LabelSelector`` (``matchLabels`` and/or ``matchExpressions``); an empty
     ``text`` is the empty selector, every label set. Raises ``ValueError`` saying what is wrong."""
-    tokens = _tokens(text)
+    tokens = _TOKEN.findall(text)  # every character but trailing blanks is in a token
     labels: dict[str, str] = {}
     expressions: list[dict[str, Any]] = []
     i = 0

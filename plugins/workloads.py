@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from .budget import digits_below
 from .errors import PluginError
@@ -21,7 +21,7 @@ from .keys import (
 )
 from .kinds import BATCH_JOB, JOBSET, kind_of
 from .names import dns1123_label
-from .pod import Obj, metadata
+from .pod import Obj, annotation_or_label
 
 __all__ = ["IndexedJob", "JobSet", "finished_phase", "jobset_child", "opted_in", "read_workload", "require_opt_in"]
 
@@ -105,14 +105,6 @@ def require_opt_in(job: Job) -> None:
             )
 
 
-def _label_or_annotation(pod: Obj, key: str) -> str | None:
-    meta = metadata(pod)
-    for source in (meta.get("annotations"), meta.get("labels")):
-        if isinstance(source, dict) and source.get(key) not in (None, ""):
-            return str(source[key])
-    return None
-
-
 def _indexed_spec(key: str, spec: Any, where: str) -> tuple[int, Mapping[str, Any]]:
     """A batch Job spec's member count and Pod template, checked to be Indexed."""
     if not isinstance(spec, Mapping):
@@ -146,6 +138,8 @@ class IndexedJob(Job):
     kind = BATCH_JOB.kind
     task_field = COMPLETION_INDEX_KEY
     tasks_field = "spec"
+    index_sources = f"no {COMPLETION_INDEX_KEY} annotation or label (the Job controller sets both)"
+    refused: ClassVar[Mapping[str, str]] = {"ray": _RAY.format(kind=BATCH_JOB.noun)}
 
     @classmethod
     def from_object(cls, obj: Any) -> IndexedJob:
@@ -164,13 +158,7 @@ class IndexedJob(Job):
         return self.tasks[0].name
 
     def index_of(self, pod: Obj) -> str | None:
-        return _label_or_annotation(pod, COMPLETION_INDEX_KEY)
-
-    def index_sources(self) -> str:
-        return f"no {COMPLETION_INDEX_KEY} annotation or label (the Job controller sets both)"
-
-    def refuses(self, plugin: str) -> str | None:
-        return _RAY.format(kind=BATCH_JOB.noun) if plugin == "ray" else None
+        return annotation_or_label(pod, COMPLETION_INDEX_KEY)
 
     def pod_selector(self) -> dict[str, str]:
         return {BATCH_JOB.pod_label: self.name}
@@ -197,20 +185,16 @@ class JobSet(Job):
     kind = JOBSET.kind
     task_field = REPLICATED_JOB_KEY
     tasks_field = "spec.replicatedJobs"
+    index_sources = (f"no {JOB_INDEX_KEY} and {COMPLETION_INDEX_KEY} labels or annotations "
+                     "(JobSet and the Job controller set them)")
+    refused: ClassVar[Mapping[str, str]] = {"ray": _RAY.format(kind=JOBSET.noun)}
     # Completions of each replicated Job's Jobs, by task name.
     completions: Mapping[str, int] = field(default_factory=dict)
-    # JobSet makes a headless Service named after the subdomain (enableDNSHostnames, on by default).
-    dns_hostnames: bool = True
-
-    @property
-    def own_service(self) -> bool:
-        return self.dns_hostnames
-
     @classmethod
     def from_object(cls, obj: Any) -> JobSet:
         key, spec, fields = cls._read(obj)
         network: Mapping[str, Any] = spec["network"] if isinstance(spec.get("network"), Mapping) else {}
-        dns = network.get("enableDNSHostnames") is not False
+        dns = network.get("enableDNSHostnames") is not False  # a headless Service named after the subdomain
         subdomain = (network.get("subdomain") or fields["name"]) if dns else None
         raw_jobs = spec.get("replicatedJobs")
         if not isinstance(raw_jobs, list) or not raw_jobs:
@@ -233,26 +217,20 @@ class JobSet(Job):
             completions[task_name] = count
             tasks.append(Task(task_name, replicas * count, position, _pod_template(template, subdomain),
                               f"{where}.template.spec.template", f"{where}.replicas"))
-        return cls(**fields, tasks=tuple(tasks), plugins={}, completions=completions, dns_hostnames=dns, phase=finished_phase(obj))
+        return cls(**fields, tasks=tuple(tasks), plugins={}, completions=completions, own_service=dns, phase=finished_phase(obj))
 
     def task_of(self, pod: Obj) -> str:
-        return _label_or_annotation(pod, REPLICATED_JOB_KEY) or ""
+        return annotation_or_label(pod, REPLICATED_JOB_KEY) or ""
 
     def index_of(self, pod: Obj) -> str | None:
-        job_index = _label_or_annotation(pod, JOB_INDEX_KEY)
-        completion = _label_or_annotation(pod, COMPLETION_INDEX_KEY)
+        job_index = annotation_or_label(pod, JOB_INDEX_KEY)
+        completion = annotation_or_label(pod, COMPLETION_INDEX_KEY)
         if job_index is None or completion is None:
             return None
         if not (job_index.isascii() and job_index.isdigit() and completion.isascii() and completion.isdigit()):
             return f"{job_index}-{completion}"  # not a number: index_number says so
         count = self.completions.get(self.task_of(pod), 1)
         return str(int(job_index) * count + int(completion))
-
-    def index_sources(self) -> str:
-        return f"no {JOB_INDEX_KEY} and {COMPLETION_INDEX_KEY} labels or annotations (JobSet and the Job controller set them)"
-
-    def refuses(self, plugin: str) -> str | None:
-        return _RAY.format(kind=JOBSET.noun) if plugin == "ray" else None
 
     def pod_selector(self) -> dict[str, str]:
         return {JOBSET.pod_label: self.name}

@@ -11,6 +11,7 @@ from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits
 from ..flags import Flag
 from ..helpers import host_names, hosts_size, plugin_error, reject, require_mount_free, require_name, sole_task, task_hint
 from ..job import Task
+from ..kinds import CONFIG_MAP
 from ..pod import Obj, ensure_envs, ensure_mount, ensure_volume
 from .quantity import gpu_limit
 
@@ -148,11 +149,4 @@ class HostfilePlugin(Plugin):
     def resources(self, existing: Existing | None = None) -> list[Obj]:
         if self.hostfile_size() > DATA_LIMIT:
             self.check()  # raises with the size, before the file is built
-        return [
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": self.job.object_meta(config_map_name(self.job.name)),
-                "data": {KEY: self.hostfile},
-            }
-        ]
+        return [self.job.side_object(CONFIG_MAP, config_map_name(self.job.name), data={KEY: self.hostfile})]

@@ -12,6 +12,7 @@ from ..base import Plugin
 from ..flags import Flag
 from ..helpers import plugin_error, require_task
 from ..job import Task
+from ..kinds import NETWORK_POLICY
 from ..names import dns1123_label, dns1123_subdomain, port_name
 from ..pod import Obj
 from ..selectors import parse_selector
@@ -138,12 +139,8 @@ def read_ingress(plugin: Plugin) -> Ingress:
 
 def network_policy(plugin: Plugin, name: str, selector: dict[str, str], rule: Obj) -> Obj:
     """A NetworkPolicy of the job: ingress to the Pods ``selector`` picks by ``rule`` only."""
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": plugin.job.object_meta(name),
-        "spec": {"podSelector": {"matchLabels": selector}, "ingress": [rule], "policyTypes": ["Ingress"]},
-    }
+    spec = {"podSelector": {"matchLabels": selector}, "ingress": [rule], "policyTypes": ["Ingress"]}
+    return plugin.job.side_object(NETWORK_POLICY, name, spec=spec)
 
 
 def opened_policies(plugin: Plugin, ingress: Ingress) -> list[Obj]:

@@ -6,7 +6,7 @@ from ..base import Existing, Plugin, PodContext
 from ..flags import Flag, port_flag
 from ..helpers import domain_name, plugin_error, plugin_warning, reject, require_name, task_hint, template_containers
 from ..job import Task
-from ..keys import JOB_NAME_KEY, JOB_NAMESPACE_KEY, TASK_SPEC_KEY
+from ..kinds import SERVICE
 from ..pod import Obj, containers, ensure_port
 
 
@@ -111,14 +111,7 @@ class RayPlugin(Plugin):
 
     def resources(self, existing: Existing | None = None) -> list[Obj]:
         job = self.job
-        return [
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": job.object_meta(head_service_name(job.name)),
-                "spec": {
-                    "selector": {JOB_NAME_KEY: job.name, JOB_NAMESPACE_KEY: job.namespace, TASK_SPEC_KEY: self.options["head"]},
-                    "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in self.ports()],
-                },
-            }
-        ]
+        return [job.side_object(SERVICE, head_service_name(job.name), spec={
+            "selector": job.task_selector(self._head()),
+            "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in self.ports()],
+        })]

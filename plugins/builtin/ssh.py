@@ -16,6 +16,7 @@ from ..base import Digest, Existing, Mount, Plugin, PodContext
 from ..budget import DATA_LIMIT, DATA_LIMIT_TEXT, digits
 from ..flags import Flag, port_flag
 from ..helpers import host_suffix, hosts_size, plugin_error, plugin_warning, reject, require_mount_free, require_name
+from ..kinds import SECRET
 from ..pod import Obj, ensure_mount, ensure_volume
 
 DEFAULT_PATH = "/root/.ssh"
@@ -159,14 +160,8 @@ class SSHPlugin(Plugin):
         return _b64({"id_rsa": pair.private_pem, "id_rsa.pub": pair.public_openssh, "authorized_keys": pair.public_openssh})
 
     def resources(self, existing: Existing | None = None) -> list[Obj]:
-        return [
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": self.job.object_meta(secret_name(self.job.name)),
-                "data": {**self.key_data(existing), "config": base64.b64encode(self.ssh_config().encode()).decode()},
-            }
-        ]
+        config = base64.b64encode(self.ssh_config().encode()).decode()
+        return [self.job.side_object(SECRET, secret_name(self.job.name), data={**self.key_data(existing), "config": config})]
 
 
 def _b64(data: dict[str, bytes]) -> dict[str, str]:

@@ -47,6 +47,7 @@ from ..helpers import (
     require_name,
     template_containers,
 )
+from ..kinds import CONFIG_MAP, SERVICE
 from ..pod import Obj, ensure_envs, ensure_mount, ensure_volume, spec
 from . import netpolicy
 from .pytorch import wait_image
@@ -423,25 +424,13 @@ class SvcPlugin(Plugin):
 
     def resources(self, existing: Existing | None = None) -> list[Obj]:
         job = self.job
-        out: list[dict[str, Any]] = [
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": job.object_meta(config_map_name(job.name)),
-                "data": self.hosts_data(),
-            },
-        ]
+        out: list[dict[str, Any]] = [job.side_object(CONFIG_MAP, config_map_name(job.name), data=self.hosts_data())]
         if not job.own_service:  # a JobSet makes its own, named after its subdomain
-            out.append({
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": job.object_meta(job.name),
-                "spec": {
-                    "clusterIP": "None",
-                    "selector": job.pod_selector(),
-                    "publishNotReadyAddresses": self.options["publish-not-ready-addresses"],
-                },
-            })
+            out.append(job.side_object(SERVICE, job.name, spec={
+                "clusterIP": "None",
+                "selector": job.pod_selector(),
+                "publishNotReadyAddresses": self.options["publish-not-ready-addresses"],
+            }))
         if not self.options["disable-network-policy"]:
             selector = job.pod_selector()
             own: Obj = {"podSelector": {"matchLabels": dict(selector)}}

@@ -23,13 +23,13 @@ from volcano_job_webhook.certs.cluster import sync
 from volcano_job_webhook.certs.files import ensure_certs, load_bundle
 from volcano_job_webhook.certs.issue import (
     CertBundle,
+    Policy,
     RenewBefore,
     bundle_is_good,
     cert_covers,
     default_sans,
     generate_ca,
     generate_serving_cert,
-    issue_bundle,
     needs_renewal,
 )
 from volcano_job_webhook.cli import main
@@ -265,7 +265,7 @@ def test_a_ca_expiring_or_with_the_wrong_key_is_replaced(tmp_path):
     assert second_ca != first_ca
     verify_signed_by(load((tmp_path / "tls.crt").read_bytes()), load(second_ca))
     # A CA due for renewal is replaced along with the serving certificate.
-    assert ensure_certs(tmp_path, ca_renew_before=timedelta(days=3650)).created
+    assert ensure_certs(tmp_path, policy=Policy(ca_renew_before=timedelta(days=3650))).created
     assert (tmp_path / "ca.crt").read_bytes() != second_ca
 
 
@@ -315,23 +315,9 @@ def test_a_mounted_bundle_due_for_renewal_or_mid_rotation_is_served_not_rewritte
     assert ensure_certs(tmp_path, now=expiry + timedelta(days=1)).created
 
 
-def test_issue_bundle_is_pure_and_keeps_a_good_bundle():
-    dns, ips = default_sans()
-    bundle, changed = issue_bundle(None, dns, ips)
-    assert changed and bundle.ca_key is not None
-    again, changed = issue_bundle(bundle, dns, ips)
-    assert again is bundle and not changed
-    renewed, changed = issue_bundle(bundle, dns, ips, renew_before=timedelta(days=400))
-    assert changed and renewed.ca_cert == bundle.ca_cert and renewed.cert != bundle.cert
-    widened, changed = issue_bundle(bundle, [*dns, "extra.example"], ips)
-    assert changed and cert_covers(widened.cert, ["extra.example"], []) and widened.ca_cert == bundle.ca_cert
-    # A CA handed in separately (serving files lost) is used when the bundle has none.
-    ca_only, changed = issue_bundle(None, dns, ips, ca=(bundle.ca_cert, bundle.ca_key))
-    assert changed and ca_only.ca_cert == bundle.ca_cert
-
-
-def test_bundle_repr_hides_keys():
-    bundle, _ = issue_bundle(None, SANS, [])
+def test_bundle_repr_hides_keys(tmp_path):
+    ensure_certs(tmp_path)
+    bundle = load_bundle(tmp_path)
     assert isinstance(bundle, CertBundle)
     for text in (repr(bundle), str(bundle), f"{bundle}", repr([bundle])):
         assert "PRIVATE" not in text and "redacted" in text
@@ -397,14 +383,13 @@ def test_certs_renews_a_secret_close_to_expiry_and_keeps_its_ca(certs_cluster):
     ca = first.outcome.authority.current
     secret = certs_cluster.get_object("secrets", "tls", "volcano-job-webhook")
     # Put an old certificate in the Secret (issued 360 days ago: 5 days left).
-    old, _ = issue_bundle(CertBundle(ca.cert, bundle.cert, bundle.key, ca.key), ["x"], [],
-                          now=datetime.now(UTC) - timedelta(days=360))
-    secret["data"]["tls.crt"] = base64.b64encode(old.cert).decode()
-    secret["data"]["tls.key"] = base64.b64encode(old.key).decode()
+    old_cert, old_key = generate_serving_cert(ca.cert, ca.key, ["x"], [], now=datetime.now(UTC) - timedelta(days=360))
+    secret["data"]["tls.crt"] = base64.b64encode(old_cert).decode()
+    secret["data"]["tls.key"] = base64.b64encode(old_key).decode()
     certs_cluster.put_object(secret)
     renewed = sync(*args, webhook="volcano-job-webhook")
     assert renewed.serving_written and not renewed.ca_written and renewed.patched == []
-    assert renewed.outcome.serving.ca_cert == bundle.ca_cert and renewed.outcome.serving.cert != old.cert
+    assert renewed.outcome.serving.ca_cert == bundle.ca_cert and renewed.outcome.serving.cert != old_cert
     again = sync(*args, webhook="volcano-job-webhook")
     assert not (again.serving_written or again.ca_written or again.patched)
 

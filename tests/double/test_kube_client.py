@@ -4,7 +4,8 @@ than in a cluster.
 
 ``Rest`` calls ``ApiClient.call_api`` with its own URL and headers, and needs from the client: the
 request sent as given (headers untouched, a dict or list body encoded as JSON for the JSON and
-apply content types), the answer handed back unread (a watch streams it) and not raised on,
+apply content types), the answer handed back unread (a watch streams it, line by line as urllib3's
+``HTTPResponse`` iterates it) and not raised on,
 ``_request_timeout`` as a total or a (connect, read) pair, transport failures left as urllib3's
 errors, ``Configuration.auth_settings()`` giving ``Bearer <token>`` after running the refresh hook,
 ``default_headers`` and ``cookie``, and ``connection_pool_maxsize`` read when a REST client is made

@@ -16,7 +16,7 @@ import ssl
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,6 +34,7 @@ from tests.helpers.envtest import wait_until
 from tests.helpers.paths import EXAMPLES, ROOT
 from tests.helpers.servers import files, in_thread
 from volcano_job_webhook.certs import ensure_certs, generate_ca, generate_serving_cert
+from volcano_job_webhook.certs.issue import Policy
 from volcano_job_webhook.certs.reload import CertReloader, make_server_context
 from volcano_job_webhook.server.https import HTTPSServer, ListenError, build_server
 from volcano_job_webhook.server.metrics import WebhookMetrics
@@ -237,7 +238,14 @@ def swap_in_new_cert(certs: Path, dns: list[str] | None = None) -> int:
     return x509.load_pem_x509_certificate(cert).serial_number
 
 
-def test_reload_now_serves_the_new_cert_without_a_failed_request(certs):
+@pytest.fixture
+def reloads(caplog: pytest.LogCaptureFixture) -> Callable[[], int]:
+    """How many new pairs the reloaders loaded since the test began: the line each reload logs."""
+    caplog.set_level(logging.INFO, logger="volcano_job_webhook.certs.reload")
+    return lambda: sum(r.getMessage().startswith("reloaded TLS certificate") for r in caplog.records)
+
+
+def test_reload_now_serves_the_new_cert_without_a_failed_request(certs, reloads):
     with running(certs) as server:
         old = served_serial(server.port, certs / "ca.crt")
         assert old == serial_of(certs / "tls.crt")
@@ -250,26 +258,26 @@ def test_reload_now_serves_the_new_cert_without_a_failed_request(certs):
             wait_until(lambda: load.ok >= before + 5, 10, "five more requests answered", interval=0.01)
         assert load.failures == [] and load.ok > 10
         assert server.reloader.reload_now() is False, "nothing new on disk"
-        assert server.reloader.reloads == 1
+        assert reloads() == 1
 
 
-def test_the_poll_picks_up_a_renewal_by_ensure_certs_under_load(certs):
+def test_the_poll_picks_up_a_renewal_by_ensure_certs_under_load(certs, reloads):
     with running(certs, interval=0.05) as server:
         old = served_serial(server.port, certs / "ca.crt")
         with Load(server.port, certs / "ca.crt") as load:
             # ensure_certs writes the key, then the certificate: the poll may see the new key with
             # the old certificate in between, which must be skipped without a failed handshake.
-            assert ensure_certs(certs, renew_before=timedelta(days=400)).created
+            assert ensure_certs(certs, policy=Policy(renew_before=timedelta(days=400))).created
             new = serial_of(certs / "tls.crt")
             assert new != old
             wait_until(lambda: served_serial(server.port, certs / "ca.crt") == new, 5, "the new certificate served", interval=0.02)
             before = load.ok
             wait_until(lambda: load.ok >= before + 5, 10, "five more requests answered", interval=0.01)
         assert load.failures == [] and load.ok > 10
-        assert server.reloader.reloads >= 1
+        assert reloads() >= 1
 
 
-def test_half_written_mismatched_or_missing_pairs_are_ignored_then_retried(certs, caplog):
+def test_half_written_mismatched_or_missing_pairs_are_ignored_then_retried(certs, caplog, reloads):
     caplog.set_level(logging.INFO, logger="volcano_job_webhook.certs.reload")
     with running(certs, interval=0.05) as server:
         old = served_serial(server.port, certs / "ca.crt")
@@ -287,23 +295,23 @@ def test_half_written_mismatched_or_missing_pairs_are_ignored_then_retried(certs
         (certs / "tls.key").unlink()  # a missing file, as during some rotations
         assert server.reloader.reload_now() is False
         assert served_serial(server.port, certs / "ca.crt") == old
-        assert server.reloader.reloads == 0
+        assert reloads() == 0
 
         (certs / "tls.key").write_bytes(new_key)  # the write completes: picked up on a later look
         wait_until(lambda: served_serial(server.port, certs / "ca.crt") == serial_of(certs / "tls.crt"), 5,
                    "the completed pair picked up", interval=0.02)
-        assert server.reloader.reloads == 1
+        assert reloads() == 1
     assert "PRIVATE KEY" not in caplog.text
     assert any("not loaded" in r.getMessage() for r in caplog.records)
     assert any("reloaded TLS certificate" in r.getMessage() for r in caplog.records)
 
 
-def test_reloader_without_a_server(certs):
+def test_reloader_without_a_server(certs, reloads):
     """Off any loop, reload_now works directly; touching files without new content is no reload."""
     reloader = CertReloader.from_files(certs / "tls.crt", certs / "tls.key", interval=1)
     cert = (certs / "tls.crt").read_bytes()
     (certs / "tls.crt").write_bytes(cert)  # new mtime, same content
-    assert reloader.reload_now() is False and reloader.reloads == 0
+    assert reloader.reload_now() is False and reloads() == 0
     swap_in_new_cert(certs)
     assert reloader.reload_now() is True and reloader.reload_now() is False
     with pytest.raises(FileNotFoundError, match=r"absent\.crt"):
@@ -330,29 +338,30 @@ class Lifetime:
 
 
 def test_the_reloaders_watch_and_the_background_tasks_run_while_it_serves(certs):
-    background = Lifetime()
+    background, watch = Lifetime(), Lifetime()
     server = build_server(tiny_app, "127.0.0.1", 0, files(certs), log_level="warning", lifespan="off", background=[background])
+    server.reloader.poll = watch  # type: ignore[method-assign]  # what serve runs as the reloader's watch
     with in_thread(server):
-        task = server.reloader._task
-        assert task is not None and not task.done(), "the reloader's watch is not running"
+        wait_until(lambda: watch.seen == ["started"], 5, "the reloader's watch started", interval=0.01)
         wait_until(lambda: background.seen == ["started"], 5, "the background task started", interval=0.01)
-    assert server.reloader._task is None and task.done(), "the reloader's watch outlived the server"
+    assert watch.seen == ["started", "cancelled"], "the reloader's watch outlived the server"
     assert background.seen == ["started", "cancelled"]
     assert server.addresses == [], "the listening socket outlived the server"
 
 
 def test_a_port_already_taken_is_a_listen_error_before_anything_starts(certs):
-    background = Lifetime()
+    background, watch = Lifetime(), Lifetime()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         server = build_server(tiny_app, "127.0.0.1", port, files(certs), log_level="warning", background=[background])
+        server.reloader.poll = watch  # type: ignore[method-assign]
         with pytest.raises(ListenError) as raised:
             server.run()
     assert str(raised.value) == (f"cannot listen on 127.0.0.1:{port}: the address is already in use (another process "
                                  "listens there); choose another port with --port")
-    assert background.seen == [] and server.reloader._task is None and not server.started
+    assert background.seen == [] and watch.seen == [] and not server.started
 
 
 def test_client_certificates_are_required_when_configured(certs, tmp_path):
@@ -402,14 +411,15 @@ def test_recorded_reviews_through_the_real_https_server(certs):
                 assert body["response"]["allowed"] is (path.stem != "broken-job-validate")
 
 
-def test_reload_without_memfd_uses_a_private_temporary_directory(certs, monkeypatch):
-    import volcano_job_webhook.certs.reload as reload
+def test_reload_without_memfd_uses_a_private_temporary_directory(certs, monkeypatch, reloads):
+    def refused(*args):  # as under a seccomp profile without memfd_create
+        raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(reload, "_memory_files", lambda blobs: None)
+    monkeypatch.setattr(os, "memfd_create", refused)
     reloader = files(certs)
     new = swap_in_new_cert(certs)
     assert reloader.reload_now() is True
-    assert reloader.reloads == 1 and new == serial_of(certs / "tls.crt")
+    assert reloads() == 1 and new == serial_of(certs / "tls.crt")
 
 
 # A Secret volume as the kubelet writes it ---------------------------------------------------------
@@ -442,7 +452,7 @@ def secret_files(certs: Path, days: int = 365) -> dict[str, bytes]:
     return {"ca.crt": ca, "tls.crt": cert, "tls.key": key}
 
 
-def test_a_renewed_secret_swapped_in_by_the_kubelet_is_served_without_a_restart(certs, tmp_path):
+def test_a_renewed_secret_swapped_in_by_the_kubelet_is_served_without_a_restart(certs, tmp_path, reloads):
     volume = tmp_path / "volume"
     kubelet_write(volume, secret_files(certs), 1)
     with running(volume, interval=0.05) as server:
@@ -458,7 +468,7 @@ def test_a_renewed_secret_swapped_in_by_the_kubelet_is_served_without_a_restart(
                 wait_until(lambda before=before: load.ok >= before + 5, 10, "requests after the swap")
             assert load.failures == []
             first = new
-        assert server.reloader.reloads == 2
+        assert reloads() == 2
         assert sorted(p.name for p in volume.iterdir() if p.name.startswith("..2030")) == ["..2030_01_01_00_00_03.3"]
 
 

@@ -51,7 +51,7 @@ from kubernetes.client.rest import ApiException
 from tests.helpers.envtest import EnvTest, https_get, product_env, request, wait_until
 from tests.helpers.hollow import NODE_SELECTOR, TOLERATION, process_cpu_seconds, process_peak_rss, process_schedstat
 from tests.helpers.jobs import job_owner, volcano_job
-from volcano_job_webhook.cli.inputs import build_pod, pod_task
+from volcano_job_webhook.cli.inputs import build_pod
 from volcano_job_webhook.config import load_settings
 from volcano_job_webhook.kube.informer import Informer
 from volcano_job_webhook.kube.records import Version, resource_version
@@ -295,7 +295,7 @@ class Expected:
         if uid not in self._prepared:
             self._prepared[uid] = self.chain.prepare(job)
         prepared = self._prepared[uid]
-        sent = prepared.volcano_part(build_pod(job, pod_task(job, task), index))
+        sent = prepared.volcano_part(build_pod(job, task, index))
         result: Obj = prepared.mutate(sent.pod, volcano_wired=True).pod
         return result
 

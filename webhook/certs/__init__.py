@@ -2,6 +2,6 @@
 (:mod:`.rotation`, :mod:`.cluster`, :mod:`.secret`), and served (:mod:`.reload`)."""
 
 from .files import CertPaths, ensure_certs
-from .issue import CertBundle, default_sans, generate_ca, generate_serving_cert, issue_bundle
+from .issue import CertBundle, Policy, default_sans, generate_ca, generate_serving_cert
 
-__all__ = ["CertBundle", "CertPaths", "default_sans", "ensure_certs", "generate_ca", "generate_serving_cert", "issue_bundle"]
+__all__ = ["CertBundle", "CertPaths", "Policy", "default_sans", "ensure_certs", "generate_ca", "generate_serving_cert"]

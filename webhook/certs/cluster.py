@@ -21,13 +21,15 @@ from volcano_job_webhook.kube.rest import Rest
 from volcano_job_webhook.plugins.keys import MANAGED_BY, MANAGED_BY_LABEL
 from volcano_job_webhook.plugins.kinds import SECRET, Kind
 
-from .issue import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CertBundle, default_sans, is_valid, split_pems
-from .rotation import DEFAULT_POLICY, Authority, KeyPair, Outcome, Policy, authority_from_serving, certificates_of, plan
+from .issue import CA_CERT, CA_KEY, DEFAULT_POLICY, TLS_CERT, TLS_KEY, CertBundle, Policy, default_sans, is_valid, split_pems
+from .rotation import Authority, KeyPair, Outcome, authority_from_serving, certificates_of, plan
 
 log = logging.getLogger(__name__)
 
-# The CA Secret's keys: the signing CA, the next one during a rotation, retired CA certificates.
-NEXT_CA_CERT, NEXT_CA_KEY, RETIRED_CA_CERTS = "next-ca.crt", "next-ca.key", "retired-ca.crt"
+# The CA Secret's keys: each pair by its role in an Authority (the signing CA, the next one during a
+# rotation), and the retired CA certificates.
+PAIR_KEYS = {"current": (CA_CERT, CA_KEY), "next": ("next-ca.crt", "next-ca.key")}
+RETIRED_CA_CERTS = "retired-ca.crt"
 TLS_SECRET_TYPE = "kubernetes.io/tls"
 # Not the managed-by label of the reconciler's objects: the reconciler caches every Secret with that
 # label, and the CA key has no business in its memory.
@@ -73,24 +75,20 @@ def serving_bundle(secret: dict[str, Any]) -> CertBundle | None:
 def authority_of(secret: dict[str, Any]) -> Authority:
     """What a CA Secret holds; a pair with a part missing counts as absent (plan() then decides)."""
     data = _decoded(secret)
-
-    def pair(cert: str, key: str) -> KeyPair | None:
-        return KeyPair(data[cert], data[key]) if cert in data and key in data else None
-
+    pairs = {role: KeyPair(data[cert], data[key]) for role, (cert, key) in PAIR_KEYS.items() if cert in data and key in data}
     try:
         retired = tuple(split_pems(data[RETIRED_CA_CERTS])) if data.get(RETIRED_CA_CERTS) else ()
     except ValueError:
         retired = ()
-    return Authority(current=pair(CA_CERT, CA_KEY), next=pair(NEXT_CA_CERT, NEXT_CA_KEY), retired=retired)
+    return Authority(**pairs, retired=retired)
 
 
 def authority_data(authority: Authority) -> dict[str, bytes | str]:
     """The CA Secret's ``data`` for ``authority`` (base64, as the API wants it)."""
     data: dict[str, bytes] = {}
-    if authority.current is not None:
-        data[CA_CERT], data[CA_KEY] = authority.current.cert, authority.current.key
-    if authority.next is not None:
-        data[NEXT_CA_CERT], data[NEXT_CA_KEY] = authority.next.cert, authority.next.key
+    for role, (cert, key) in PAIR_KEYS.items():
+        if (pair := getattr(authority, role)) is not None:
+            data[cert], data[key] = pair.cert, pair.key
     if authority.retired:
         data[RETIRED_CA_CERTS] = b"".join(authority.retired)
     return {k: _b64(v) for k, v in data.items()}  # the API takes base64 text

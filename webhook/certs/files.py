@@ -9,21 +9,22 @@ import os
 import secrets
 import stat
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 from .issue import (
     CA_CERT,
     CA_KEY,
-    CA_RENEW_BEFORE,
-    RENEW_BEFORE,
+    DEFAULT_POLICY,
     TLS_CERT,
     TLS_KEY,
     CertBundle,
-    RenewBefore,
+    Policy,
     bundle_is_good,
+    ca_is_usable,
     default_sans,
-    issue_bundle,
+    generate_ca,
+    generate_serving_cert,
     serves_until,
 )
 
@@ -50,6 +51,13 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
+def write_fd(fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd``: one ``os.write`` may take only part."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_atomic(path: Path, data: bytes, mode: int) -> None:
     """Replace ``path`` with ``data`` atomically (readers see the old file or the new one): a
     temporary file beside it, created with ``mode`` so a key is never readable by others, even for
@@ -61,9 +69,7 @@ def write_atomic(path: Path, data: bytes, mode: int) -> None:
         try:
             if stat.S_IMODE(os.fstat(fd).st_mode) != mode:  # a umask narrowed it: the exact mode, before any byte
                 os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_fd(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -106,12 +112,13 @@ def ensure_certs(
     service: str = "volcano-job-webhook",
     namespace: str = "volcano-job-webhook",
     *,
-    renew_before: RenewBefore | timedelta = RENEW_BEFORE,
-    ca_renew_before: RenewBefore | timedelta = CA_RENEW_BEFORE,
+    policy: Policy = DEFAULT_POLICY,
     now: datetime | None = None,
 ) -> CertPaths:
-    """Make ``certs_dir`` hold a good bundle for the Service's names (:func:`issue_bundle`), writing
-    only what changed, each key before its certificate (a watcher of ``tls.crt`` finds its key there).
+    """Make ``certs_dir`` hold a good bundle for the Service's names (:func:`.issue.bundle_is_good`),
+    writing only what changed, each key before its certificate (a watcher of ``tls.crt`` finds its key
+    there): a due serving certificate is replaced under the directory's CA while that CA is usable, and
+    a new CA, so a new ``caBundle``, comes only when it is not.
 
     A bundle without ``ca.key`` was issued elsewhere (cert-manager, the certs Job) and may be mounted
     read-only: it is kept while it can be served at all, due or not, since renewing it (and its
@@ -123,16 +130,17 @@ def ensure_certs(
     if existing is not None and existing.ca_key is None:
         until = serves_until(existing, now)
         if until is not None:
-            if not bundle_is_good(existing, [], [], renew_before, now, ca_renew_before):
+            if not bundle_is_good(existing, [], [], policy, now):
                 log.warning("the certificate in %s is due for renewal (it expires %s); its issuer renews it",
                             certs_dir, until.isoformat())
             return paths
-    ca_cert, ca_key = _read(certs_dir / CA_CERT), _read(certs_dir / CA_KEY)
     dns, ips = default_sans(service, namespace)
-    bundle, changed = issue_bundle(existing, dns, ips, renew_before=renew_before, ca_renew_before=ca_renew_before, now=now,
-                                   ca=(ca_cert, ca_key) if ca_cert is not None and ca_key is not None else None)
-    if not changed:
+    if existing is not None and bundle_is_good(existing, dns, ips, policy, now):
         return paths
-    files = ((CA_KEY, bundle.ca_key), (CA_CERT, bundle.ca_cert), (TLS_KEY, bundle.key), (TLS_CERT, bundle.cert))
-    write_changed(certs_dir, {name: data for name, data in files if data is not None})
+    # The CA survives the serving files (ca.crt and ca.key without tls.*: the pair is still read).
+    ca_cert, ca_key = _read(certs_dir / CA_CERT), _read(certs_dir / CA_KEY)
+    if ca_cert is None or ca_key is None or not ca_is_usable(ca_cert, ca_key, policy.ca_renew_before, now):
+        ca_cert, ca_key = generate_ca(days=policy.ca_days, now=now)
+    cert, key = generate_serving_cert(ca_cert, ca_key, dns, ips, days=policy.serving_days, now=now)
+    write_changed(certs_dir, {CA_KEY: ca_key, CA_CERT: ca_cert, TLS_KEY: key, TLS_CERT: cert})
     return CertPaths(paths.ca_cert, paths.cert, paths.key, created=True)

@@ -1,6 +1,6 @@
 """Certificates for the webhook, made with ``cryptography``: a private CA, serving certificates,
 trust bundles of several CAs (during a CA rotation), and when a certificate is due
-(:class:`RenewBefore`). Pure: a certs directory (:mod:`.files`) and the cluster's Secrets
+(:class:`RenewBefore`, within one :class:`Policy`). Pure: a certs directory (:mod:`.files`) and the cluster's Secrets
 (:mod:`.rotation`, :mod:`.cluster`) share it. Key material never appears in a ``repr``, a log line
 or a message raised here.
 """
@@ -71,6 +71,26 @@ class RenewBefore:
 # default point too): with a daily renewal run that is months of retries before anything expires.
 RENEW_BEFORE = RenewBefore(fraction=1 / 3)
 CA_RENEW_BEFORE = RenewBefore(fraction=1 / 3)
+# How long a CA is trusted by every client before it signs, and a retired one after the last
+# certificate it signed was replaced: far beyond an API server's seconds and a kubelet's minutes.
+OVERLAP = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """When things are due, and how long they live: one object for a certs directory (:mod:`.files`)
+    and the cluster's Secrets (:mod:`.rotation`). Injected whole by tests."""
+
+    renew_before: RenewBefore | timedelta = RENEW_BEFORE
+    ca_renew_before: RenewBefore | timedelta = CA_RENEW_BEFORE
+    overlap: timedelta = OVERLAP
+    serving_days: int = SERVING_DAYS
+    ca_days: int = CA_DAYS
+
+
+DEFAULT_POLICY = Policy()
+# Nothing due before it expires: what can still be served at all.
+SERVABLE = Policy(renew_before=timedelta(0), ca_renew_before=timedelta(0))
 
 
 @dataclass(frozen=True)
@@ -292,9 +312,8 @@ def ca_is_usable(ca_cert: bytes, ca_key: bytes, renew_before: RenewBefore | time
         return False
 
 
-def bundle_is_good(bundle: CertBundle, dns_names: Sequence[str], ips: Sequence[str],
-                   renew_before: RenewBefore | timedelta = RENEW_BEFORE, now: datetime | None = None,
-                   ca_renew_before: RenewBefore | timedelta = CA_RENEW_BEFORE) -> bool:
+def bundle_is_good(bundle: CertBundle, dns_names: Sequence[str], ips: Sequence[str], policy: Policy = DEFAULT_POLICY,
+                   now: datetime | None = None) -> bool:
     """True when the bundle can keep being served: the key is the certificate's, a CA of ``ca_cert``
     signed it, it covers the names, and neither it nor that CA is due. Never raises for bad input."""
     try:
@@ -303,8 +322,8 @@ def bundle_is_good(bundle: CertBundle, dns_names: Sequence[str], ips: Sequence[s
             issuer is not None
             and key_matches(bundle.cert, bundle.key)
             and cert_covers(bundle.cert, dns_names, ips)
-            and not needs_renewal(bundle.cert, renew_before, now)
-            and not needs_renewal(issuer, ca_renew_before, now)
+            and not needs_renewal(bundle.cert, policy.renew_before, now)
+            and not needs_renewal(issuer, policy.ca_renew_before, now)
         )
     except _BAD_PEM:
         return False
@@ -313,35 +332,6 @@ def bundle_is_good(bundle: CertBundle, dns_names: Sequence[str], ips: Sequence[s
 def serves_until(bundle: CertBundle, now: datetime | None = None) -> datetime | None:
     """The serving certificate's ``notAfter`` while the bundle can be served at all (due or not: for
     a bundle someone else renews), else None. Never raises for bad input."""
-    if not bundle_is_good(bundle, [], [], timedelta(0), now, timedelta(0)):
+    if not bundle_is_good(bundle, [], [], SERVABLE, now):
         return None
     return x509.load_pem_x509_certificate(bundle.cert).not_valid_after_utc
-
-
-def issue_bundle(
-    existing: CertBundle | None,
-    dns_names: Sequence[str],
-    ips: Sequence[str],
-    *,
-    renew_before: RenewBefore | timedelta = RENEW_BEFORE,
-    ca_renew_before: RenewBefore | timedelta = CA_RENEW_BEFORE,
-    now: datetime | None = None,
-    ca: tuple[bytes, bytes] | None = None,
-) -> tuple[CertBundle, bool]:
-    """``(existing, False)`` when ``existing`` is still good (:func:`bundle_is_good`), else ``(new
-    bundle, True)``, signed by the first usable CA of ``existing``'s and ``ca`` (a pair found without
-    a serving certificate): a new CA, and so a new ``caBundle``, only when neither is usable."""
-    if existing is not None and bundle_is_good(existing, dns_names, ips, renew_before, now, ca_renew_before):
-        return existing, False
-    candidates = [ca] if ca is not None else []
-    if existing is not None and existing.ca_key is not None:
-        candidates.insert(0, (existing.ca_cert, existing.ca_key))
-    ca_cert, ca_key = next(
-        (pair for pair in candidates if ca_is_usable(*pair, renew_before=ca_renew_before, now=now)), (None, None)
-    )
-    if ca_cert is None or ca_key is None:
-        ca_cert, ca_key = generate_ca(now=now)
-    cert, key = generate_serving_cert(ca_cert, ca_key, dns_names, ips, now=now)
-    return CertBundle(ca_cert=ca_cert, cert=cert, key=key, ca_key=ca_key), True
-
-

@@ -14,12 +14,13 @@ import os
 import ssl
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from cryptography import x509
 
+from .files import write_fd
 from .issue import describe
 
 log = logging.getLogger(__name__)
@@ -59,22 +60,14 @@ def make_server_context(
     return context
 
 
-def _memory_files(blobs: Sequence[bytes]) -> list[int] | None:
-    """Anonymous in-memory files holding ``blobs`` (Linux ``memfd``), or None where unavailable."""
-    if not hasattr(os, "memfd_create") or not os.path.isdir("/proc/self/fd"):
-        return None
-    fds: list[int] = []
-    try:
-        for blob in blobs:
-            fds.append(os.memfd_create("volcano-webhook-tls", getattr(os, "MFD_CLOEXEC", 0)))
-            view = memoryview(blob)
-            while view:
-                view = view[os.write(fds[-1], view):]
-    except OSError:  # e.g. a seccomp profile without memfd_create: use the fallback
-        for fd in fds:
-            os.close(fd)
-        return None
-    return fds
+def _memory_file(opened: contextlib.ExitStack, blob: bytes) -> str:
+    """A path reading back ``blob`` from an anonymous in-memory file (Linux ``memfd``), closed with ``opened``."""
+    if not os.path.isdir("/proc/self/fd"):
+        raise OSError("no /proc/self/fd")
+    fd = os.memfd_create("volcano-webhook-tls", getattr(os, "MFD_CLOEXEC", 0))
+    opened.callback(os.close, fd)
+    write_fd(fd, blob)
+    return f"/proc/self/fd/{fd}"
 
 
 @contextlib.contextmanager
@@ -83,21 +76,15 @@ def _pinned_files(*blobs: bytes) -> Iterator[list[str]]:
     that the pair checked and the pair loaded are one snapshot even while a writer replaces the
     files. Anonymous memory files where Linux has them (keys never touch a disk), else a private
     temporary directory."""
-    fds = _memory_files(blobs)
-    if fds is not None:
+    with contextlib.ExitStack() as opened:
         try:
-            yield [f"/proc/self/fd/{fd}" for fd in fds]
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return
-    with tempfile.TemporaryDirectory(prefix="volcano-webhook-tls-") as tmp:
-        paths = []
-        for i, blob in enumerate(blobs):
-            path = os.path.join(tmp, str(i))
-            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
-                handle.write(blob)
-            paths.append(path)
+            paths = [_memory_file(opened, blob) for blob in blobs]
+        except (OSError, AttributeError):  # not Linux, or a seccomp profile without memfd_create
+            tmp = opened.enter_context(tempfile.TemporaryDirectory(prefix="volcano-webhook-tls-"))
+            paths = [os.path.join(tmp, str(i)) for i in range(len(blobs))]
+            for path, blob in zip(paths, blobs, strict=True):
+                with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
+                    handle.write(blob)
         yield paths
 
 
@@ -117,7 +104,7 @@ class CertReloader:
     :meth:`reload_now` — what the Secret's watch calls on each change — and, with an ``interval``,
     that often (files, whose changes nothing announces).
 
-    The poll runs on the server's loop (:meth:`start`, :meth:`stop`), and :meth:`reload_now` from
+    The poll runs on the server's loop (:meth:`poll`, :meth:`on_loop`), and :meth:`reload_now` from
     another thread is handed to it, because ``load_cert_chain`` replaces the certificate and then
     the key: on the loop, where handshakes start, none can start between the two. The client CA is
     loaded once (OpenSSL cannot remove a trust anchor from a context): rotating it needs a restart.
@@ -146,8 +133,6 @@ class CertReloader:
         self._failed: object = None  # what the last warning was about, so it is not repeated every tick
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self.reloads = 0
 
     @classmethod
     def from_files(cls, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str],
@@ -201,7 +186,6 @@ class CertReloader:
                 return False
             self._serve(pair, "reloaded")
             self._failed = None
-            self.reloads += 1
         return True
 
     def expiry_seconds(self) -> float:
@@ -218,26 +202,22 @@ class CertReloader:
                         self.origin, why)
         self._failed = about
 
-    async def run(self, interval: float) -> None:
-        """Look at ``read()`` every ``interval`` seconds until cancelled; an error is logged and the poll goes on."""
-        while True:
-            await asyncio.sleep(interval)
+    async def poll(self) -> None:
+        """Look at ``read()`` every ``interval`` seconds until cancelled (at once done without an
+        ``interval``); an error is logged and the poll goes on."""
+        while self.interval is not None:
+            await asyncio.sleep(self.interval)
             try:
                 self._reload()
             except Exception:
-                log.exception("TLS certificate poll failed; retrying in %ss", interval)
+                log.exception("TLS certificate poll failed; retrying in %ss", self.interval)
 
-    def start(self) -> None:
-        """Reload on the running loop from now on (call from inside it), polling with an ``interval``; idempotent."""
+    @contextlib.contextmanager
+    def on_loop(self) -> Iterator[None]:
+        """While the block runs, reloads are done on the running loop (enter from inside it); after,
+        the context keeps serving the last loaded certificate."""
         self._loop = asyncio.get_running_loop()
-        if self.interval is not None and (self._task is None or self._task.done()):
-            self._task = self._loop.create_task(self.run(self.interval), name="tls-cert-reloader")
-
-    async def stop(self) -> None:
-        """Stop polling; the context keeps serving the last loaded certificate."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._loop = None
+        try:
+            yield
+        finally:
+            self._loop = None

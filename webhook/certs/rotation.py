@@ -21,12 +21,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from .issue import (
-    CA_DAYS,
-    CA_RENEW_BEFORE,
-    RENEW_BEFORE,
-    SERVING_DAYS,
+    DEFAULT_POLICY,
     CertBundle,
-    RenewBefore,
+    Policy,
     bundle_is_good,
     ca_is_usable,
     describe,
@@ -37,10 +34,6 @@ from .issue import (
     needs_renewal,
     split_pems,
 )
-
-# How long a CA is trusted by every client before it signs, and a retired one after the last
-# certificate it signed was replaced: far beyond an API server's seconds and a kubelet's minutes.
-OVERLAP = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -70,20 +63,6 @@ class Authority:
             return "none" if pair is None else describe(pair.cert)
 
         return f"Authority(current={about(self.current)}, next={about(self.next)}, retired=[{', '.join(map(describe, self.retired))}])"
-
-
-@dataclass(frozen=True)
-class Policy:
-    """When things are due, and how long they live. Injected whole by tests."""
-
-    renew_before: RenewBefore = RENEW_BEFORE
-    ca_renew_before: RenewBefore = CA_RENEW_BEFORE
-    overlap: timedelta = OVERLAP
-    serving_days: int = SERVING_DAYS
-    ca_days: int = CA_DAYS
-
-
-DEFAULT_POLICY = Policy()
 
 
 @dataclass(frozen=True)
@@ -172,7 +151,7 @@ def plan(
 
     # The current CA is valid now, so its own window (timedelta(0)) changes nothing.
     serving_kept = serving is not None and bundle_is_good(replace(serving, ca_cert=current.cert), dns_names, ips,
-                                                          policy.renew_before, at, timedelta(0))
+                                                          replace(policy, ca_renew_before=timedelta(0)), at)
     if serving_kept:
         assert serving is not None
         cert, key = serving.cert, serving.key

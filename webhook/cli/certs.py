@@ -43,21 +43,19 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from volcano_job_webhook.certs.issue import CA_RENEW_BEFORE, RENEW_BEFORE
+    from volcano_job_webhook.certs.issue import Policy
 
-    renew_before = args.renew_before or RENEW_BEFORE
-    ca_renew_before = args.ca_renew_before or CA_RENEW_BEFORE
+    windows = {"renew_before": args.renew_before, "ca_renew_before": args.ca_renew_before}
+    policy = Policy(**{name: window for name, window in windows.items() if window is not None})
     if args.secret is None:
         from volcano_job_webhook.certs.files import ensure_certs
 
         if args.patch_webhook:
             raise CommandError("--patch-webhook needs --secret NAMESPACE/NAME")
-        paths = ensure_certs(args.certs_dir, args.service_name, args.service_namespace,
-                             renew_before=renew_before, ca_renew_before=ca_renew_before)
+        paths = ensure_certs(args.certs_dir, args.service_name, args.service_namespace, policy=policy)
         print(f"{'created' if paths.created else 'kept'}: {paths.cert}; CA bundle: {paths.ca_cert}")
         return 0
     from volcano_job_webhook.certs.cluster import CertsError, sync
-    from volcano_job_webhook.certs.rotation import Policy
     from volcano_job_webhook.kube.rest import api_client
 
     namespace, sep, name = args.secret.partition("/")
@@ -68,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     api = api_client(args.kubeconfig)
     try:
         result = sync(api, namespace, name, args.ca_secret, args.service_name, args.service_namespace,
-                      webhook=args.patch_webhook, policy=Policy(renew_before=renew_before, ca_renew_before=ca_renew_before))
+                      webhook=args.patch_webhook, policy=policy)
     except CertsError as exc:
         raise CommandError(str(exc)) from None
     for change in result.outcome.changes:

@@ -32,18 +32,14 @@ def load_job(source: str) -> Job:
     return job
 
 
-def pod_task(job: Job, task: str | None) -> str:
-    """``--task``, or the job's one task when it has one (an Indexed Job's)."""
-    if task is not None:
-        return task
-    if len(job.tasks) == 1:
-        return job.tasks[0].name
-    raise CommandError(f"give --task: the job has {len(job.tasks)} tasks ({', '.join(t.name for t in job.tasks)})")
-
-
-def build_pod(job: Job, task_name: str, index: int) -> dict[str, Any]:
-    """Pod ``index`` of the task as its controller builds it; an index the task has no Pod for is
-    refused (the plugins would number a Pod that never exists: ``RANK=100`` beside ``WORLD_SIZE=4``)."""
+def build_pod(job: Job, task_name: str | None, index: int) -> dict[str, Any]:
+    """Pod ``index`` of the task (``--task``, or the job's one task when it has one: an Indexed Job's) as
+    its controller builds it; an index the task has no Pod for is refused (the plugins would number a
+    Pod that never exists: ``RANK=100`` beside ``WORLD_SIZE=4``)."""
+    if task_name is None:
+        if len(job.tasks) != 1:
+            raise CommandError(f"give --task: the job has {len(job.tasks)} tasks ({', '.join(t.name for t in job.tasks)})")
+        task_name = job.tasks[0].name
     task = job.task(task_name)
     if task is not None and not 0 <= index < task.replicas:
         where = f"job {job.key}: task {task.name}: --index {index}"

@@ -16,7 +16,6 @@ from .inputs import (
     load_job,
     load_pod,
     names,
-    pod_task,
     say,
     view_of,
     warn,
@@ -47,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError("give a POD file or --task and --index, not both")
         pod = load_pod(args.pod)
     elif args.task is not None or args.index is not None or len(job.tasks) == 1:
-        pod = build_pod(job, pod_task(job, args.task), args.index or 0)
+        pod = build_pod(job, args.task, args.index or 0)
     else:
         raise CommandError("give a POD file, or --task (and --index) to build the Pod as its controller does")
     view = view_of(args, job)

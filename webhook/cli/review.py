@@ -16,7 +16,6 @@ from .inputs import (
     emit,
     load_job,
     names,
-    pod_task,
     say,
     warn,
     who_runs,
@@ -38,7 +37,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
-    pod = build_pod(job, pod_task(job, args.task), args.index)
+    pod = build_pod(job, args.task, args.index)
     # Whatever the view, the Pod exists once Volcano's controller created it: its plugins are built
     # as it builds them (Go's flag parsing, problems logged), so only ours can refuse, as the webhook does.
     prepared = load_settings(args.config).chain(on_cluster=True).prepare(job)

@@ -94,7 +94,6 @@ class Informer(Generic[R]):
         # By namespace, the version a watch resumes at: the last its events or list brought ("" or
         # none: list first).
         self._versions: dict[str, str] = {}
-        self.relists = 0
         # False from a failed list or watch until the next one succeeds: the API server is away.
         self.connected = False
         # False while a list answers 404: the kind is not served (None: not listed yet).
@@ -253,7 +252,6 @@ class Informer(Generic[R]):
             for kind, record in events:
                 self._emit(kind, record)
         self._drop_all(namespace, seen)
-        self.relists += 1
         return listed_rv
 
     def _pages(self, namespace: str) -> Iterator[tuple[list[R], str]]:

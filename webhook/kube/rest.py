@@ -5,6 +5,7 @@ checks what this relies on."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -128,8 +129,12 @@ class Rest:
         return orjson.loads(response.data)
 
     def get(self, resource: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._unless_gone("GET", _path(resource, namespace, name))
+
+    def _unless_gone(self, method: str, path: str, body: Any = None) -> Any:
+        """The answer, or None for a 404 (an object not there, or already gone)."""
         try:
-            return self.call("GET", _path(resource, namespace, name))
+            return self.call(method, path, body=body)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -148,13 +153,7 @@ class Rest:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         if uid:
             body["preconditions"] = {"uid": uid}
-        try:
-            answer: dict[str, Any] = self.call("DELETE", _path(resource, namespace, name), body=body)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return answer
+        return self._unless_gone("DELETE", _path(resource, namespace, name), body)
 
     def create(self, resource: Kind, namespace: str, obj: dict[str, Any], field_manager: str | None = None) -> dict[str, Any]:
         """POST: 409 AlreadyExists when an object of that name is there, whoever made it."""
@@ -189,18 +188,10 @@ class Stream:
         self.cancelled = False
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        pending = b""
         try:
-            for chunk in self.response.stream(64 * 1024, decode_content=True):
-                pending += chunk
-                if b"\n" not in chunk:
-                    continue
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield orjson.loads(line)
-            if pending.strip():
-                yield orjson.loads(pending)
+            for line in self.response:  # urllib3's own line split of what it streams, as it comes
+                if line.strip():
+                    yield orjson.loads(line)
         except Exception:
             if not self.cancelled:
                 raise
@@ -215,16 +206,11 @@ class Stream:
             connection = getattr(self.response, "connection", None)
             sock = getattr(connection, "sock", None)
             if sock is not None:
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
-        with self._lock:
-            try:
-                self.response.close()
-                # Give the pool its slot back (the closed connection is replaced on next use).
-                self.response.release_conn()
-            except Exception:
-                pass
+        with self._lock, contextlib.suppress(Exception):
+            self.response.close()
+            # Give the pool its slot back (the closed connection is replaced on next use).
+            self.response.release_conn()

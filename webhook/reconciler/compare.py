@@ -60,14 +60,9 @@ def desired_paths(obj: Any, path: Path = ()) -> set[Path]:
     return {path} - IDENTITY
 
 
-def _fields_paths(fields: dict[str, Any], path: Path) -> set[Path]:
-    children = {k[2:]: v for k, v in fields.items() if k.startswith("f:")}
-    if not children:
-        return {path}
-    out: set[Path] = set()
-    for key, value in children.items():
-        out |= _fields_paths(value or {}, (*path, key))
-    return out
+def _fields_tree(fields: dict[str, Any]) -> dict[str, Any]:
+    """A ``fieldsV1`` tree as the object whose fields it lists (its ``f:`` keys), for :func:`desired_paths`."""
+    return {k[2:]: _fields_tree(v or {}) for k, v in fields.items() if k.startswith("f:")}
 
 
 # Our update entry (the POST that made the object) also holds fields the server defaulted (a Service's
@@ -85,14 +80,12 @@ def our_fields(managed_fields: list[dict[str, Any]], manager: str) -> frozenset[
             continue
         fields = entry.get("fieldsV1") or {}
         if entry.get("operation") == "Apply":
-            paths |= _fields_paths(fields, ()) - {()}
+            paths |= desired_paths(_fields_tree(fields)) - {()}
             continue
         for path in UPDATE_MAPS:
-            node: Any = fields
-            for key in path:
-                node = node.get(f"f:{key}") if isinstance(node, dict) else None
+            node = _at(fields, tuple(f"f:{key}" for key in path))
             if node:
-                paths |= _fields_paths(node, path) - {path}
+                paths |= desired_paths(_fields_tree(node), path) - {path}
     ours = frozenset(paths)
     return _interned.setdefault(ours, ours)
 

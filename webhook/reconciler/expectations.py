@@ -74,9 +74,7 @@ class Expectations:
         if not idents:
             return
         with self._lock:
-            held = self._workloads.get(workload)
-            if held is None:
-                held = self._workloads[workload] = _Workload(0.0)
+            held = self._workloads.setdefault(workload, _Workload(0.0))
             held.deadline = self.clock() + self.timeout
             for ident in idents:
                 held.wanted[ident], held.seen[ident] = _SENDING, set()

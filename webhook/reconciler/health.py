@@ -4,6 +4,7 @@ connection has a deadline (``header_timeout_seconds``) and only so many are serv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -42,10 +43,8 @@ class _Server(ThreadingHTTPServer):
 
 
 def _cut(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 class HealthServer:

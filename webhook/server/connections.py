@@ -313,26 +313,17 @@ def accepting(guard: ConnectionGuard, sockets: Collection[socket.socket], contex
         del loop.create_server  # the instance attribute: the loop's own method again
 
 
-class MemoryTrimmer:
+async def trim_memory(guard: ConnectionGuard, interval: float = 5.0, after_connections: int = 128) -> None:
     """Every ``interval`` seconds, the heap handed back to the OS (:func:`~volcano_job_webhook.memory.trim`,
     in a thread) once ``after_connections`` connections were let go since the last trim:
     bench/fuzz.py's slow attack, RSS back within 20 MB (without it: +157 MB, the peak kept)."""
-
-    def __init__(self, guard: ConnectionGuard, interval: float = 5.0, after_connections: int = 128) -> None:
-        self.guard = guard
-        self.interval = interval
-        self.after_connections = after_connections
-        self._gone = 0
-
-    async def step(self) -> None:
-        if self.guard.gone - self._gone >= self.after_connections:
-            self._gone = self.guard.gone
+    trimmed = 0
+    while True:
+        await asyncio.sleep(interval)
+        if guard.gone - trimmed < after_connections:
+            continue
+        trimmed = guard.gone
+        try:
             await asyncio.to_thread(trim)
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.step()
-            except Exception:  # a failed trim must not stop the server
-                log.exception("memory trim failed")
+        except Exception:  # a failed trim must not stop the server
+            log.exception("memory trim failed")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import socket
 import time
@@ -18,7 +19,7 @@ import uvicorn
 
 from volcano_job_webhook.certs.reload import CertReloader
 
-from .connections import ConnectionGuard, ConnectionLimits, MemoryTrimmer, accepting
+from .connections import ConnectionGuard, ConnectionLimits, accepting, trim_memory
 
 log = logging.getLogger(__name__)
 
@@ -130,11 +131,10 @@ class HTTPSServer(uvicorn.Server):
         config = self.config
         self.sockets = listen(config.host, config.port, config.backlog, self.guard.limits.receive_buffer_bytes)
         log.info("serving HTTPS on %s", ", ".join(f"https://{_address(host, port)}" for host, port, *_ in self.addresses))
-        self.reloader.start()
         loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(factory()) for factory in self.background]
+        tasks = [loop.create_task(factory()) for factory in (self.reloader.poll, *self.background)]
         try:
-            with accepting(self.guard, self.sockets, self.reloader.context):
+            with self.reloader.on_loop(), accepting(self.guard, self.sockets, self.reloader.context):
                 await super().serve(sockets=self.sockets)
         finally:
             for task in tasks:
@@ -142,7 +142,6 @@ class HTTPSServer(uvicorn.Server):
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await self.reloader.stop()
             for sock in self.sockets:
                 sock.close()
 
@@ -166,7 +165,7 @@ def build_server(
 ) -> HTTPSServer:
     """A configured, not yet started, HTTPS-only uvicorn server for ``app`` over ``reloader``'s context,
     clients bounded by a :class:`~.connections.ConnectionGuard` of ``limits`` (serve's defaults when None), the heap
-    trimmed after them (:class:`~.connections.MemoryTrimmer`); TLS and the HTTP protocol are set here only (their
+    trimmed after them (:func:`~.connections.trim_memory`); TLS and the HTTP protocol are set here only (their
     uvicorn keywords are refused)."""
     ours = sorted(k for k in uvicorn_kwargs if k.startswith("ssl_") or k in ("http", "ws", "timeout_keep_alive"))
     if ours:
@@ -184,5 +183,5 @@ def build_server(
         log_config=log_config,
         **uvicorn_kwargs,
     )
-    return HTTPSServer(config, reloader, guard, [*background, MemoryTrimmer(guard).run], drain_seconds)
+    return HTTPSServer(config, reloader, guard, [*background, functools.partial(trim_memory, guard)], drain_seconds)
 

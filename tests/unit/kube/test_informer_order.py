@@ -42,8 +42,10 @@ class ScriptedRest:
         self.items: list[dict[str, Any]] = []
         self.listed = "list"
         self.events: list[dict[str, Any]] = []
+        self.lists = 0
 
     def call(self, method: str, path: str, query: Any = None, timeout: float | None = None) -> dict[str, Any]:
+        self.lists += 1
         return {"metadata": {"resourceVersion": self.listed}, "items": list(self.items)}
 
     def watch(self, path: str, query: Any, timeout: float) -> Stream:
@@ -113,4 +115,4 @@ def test_the_first_list_is_listed_and_a_relist_reports_what_changed_and_what_wen
     rest.items = [config_map("a", "a2"), config_map("c", "c1")]
     cache._list("", first=False)
     assert sorted(seen) == [("ADDED", "c1"), ("DELETED", "b1"), ("MODIFIED", "a2")]
-    assert (cached(cache, "a"), cached(cache, "b"), cached(cache, "c")) == ("a2", None, "c1") and cache.relists == 3
+    assert (cached(cache, "a"), cached(cache, "b"), cached(cache, "c")) == ("a2", None, "c1") and rest.lists == 3

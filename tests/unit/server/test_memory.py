@@ -4,13 +4,14 @@ what they made frozen) and the heap handed back to the OS after clients leave
 
 from __future__ import annotations
 
+import asyncio
 import gc
 
 import pytest
 
 from tests.helpers.envtest import wait_until
 from volcano_job_webhook import memory
-from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, MemoryTrimmer
+from volcano_job_webhook.server.connections import ConnectionGuard, ConnectionLimits, trim_memory
 
 pytestmark = pytest.mark.anyio
 
@@ -21,17 +22,26 @@ async def test_the_trimmer_trims_after_connections_go_and_not_on_a_quiet_server(
     calls = []
     monkeypatch.setattr(server_memory, "trim", lambda: calls.append(1) or True)
     guard = ConnectionGuard(ConnectionLimits())
-    trimmer = MemoryTrimmer(guard, after_connections=10)
-    await trimmer.step()
-    assert calls == [], "nothing happened: nothing to give back"
-    guard.gone += 10
-    await trimmer.step()
-    assert calls == [1]
-    await trimmer.step()
-    assert calls == [1], "counted from the last trim"
-    guard.gone += 10
-    await trimmer.step()
-    assert calls == [1, 1]
+
+    async def until(done, what):
+        for _ in range(500):
+            if done():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    trimmer = asyncio.get_running_loop().create_task(trim_memory(guard, interval=0.01, after_connections=10))
+    try:
+        await asyncio.sleep(0.1)
+        assert calls == [], "nothing happened: nothing to give back"
+        guard.gone += 10
+        await until(lambda: calls == [1], "a trim")
+        await asyncio.sleep(0.1)
+        assert calls == [1], "counted from the last trim"
+        guard.gone += 10
+        await until(lambda: calls == [1, 1], "a second trim")
+    finally:
+        trimmer.cancel()
 
 
 def test_the_collector_is_off_until_the_load_settles_then_what_it_made_is_frozen():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -24,6 +25,8 @@ JOB_SUFFIXES = (".yaml", ".yml", ".json")
 # A look that re-reads only files this small (a few milliseconds of parsing) is waited for by a lookup.
 SMALL_BYTES = 16 * 1024
 Signature = dict[Path, tuple[int, int]]
+# A file's jobs, and why it holds none ("" when it holds some).
+Loaded = tuple[dict[WorkloadKey, dict[str, Any]], str]
 
 
 class DirectoryJobSource:
@@ -45,13 +48,12 @@ class DirectoryJobSource:
         self._checked = float("-inf")
         # Owned by the worker thread; the event loop reads only ``_jobs``, replaced whole.
         self._signature: Signature = {}
-        self._by_file: dict[Path, dict[WorkloadKey, dict[str, Any]]] = {}
+        self._by_file: dict[Path, Loaded] = {}  # each file's last good load
         self._skipped: dict[Path, tuple[int, int]] = {}
         # Why a file that parsed gives the table nothing (or less than it holds): said once each.
-        self._empty: dict[Path, str] = {}
         self._said: dict[Path, str] = {}
         self._jobs: dict[WorkloadKey, dict[str, Any]] = {}
-        self._ready = False
+        self.ready = False  # JobSource.ready: the first load is done
         self._stopped = False
 
     def start(self) -> None:
@@ -61,10 +63,6 @@ class DirectoryJobSource:
     def stop(self) -> None:
         self._stopped = True
         self._worker.shutdown(wait=False, cancel_futures=True)
-
-    @property
-    def ready(self) -> bool:
-        return self._ready
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -77,10 +75,8 @@ class DirectoryJobSource:
         look, small = self._schedule()
         job = self._jobs.get((kind, namespace, name))
         if look is not None and not look.done() and (job is None or small):
-            try:
+            with contextlib.suppress(TimeoutError, concurrent.futures.CancelledError):
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(look)), self.miss_wait)
-            except (TimeoutError, concurrent.futures.CancelledError):
-                pass
             job = self._jobs.get((kind, namespace, name))
         return job
 
@@ -99,7 +95,7 @@ class DirectoryJobSource:
         except OSError as exc:
             log.error("cannot list jobs directory %s: %s", self.directory, exc)
             return None, False
-        if signature == self._signature and self._ready and not force:
+        if signature == self._signature and self.ready and not force:
             return None, False
         small = all(sig[1] <= SMALL_BYTES for path, sig in signature.items() if self._signature.get(path) != sig)
         try:
@@ -110,9 +106,9 @@ class DirectoryJobSource:
 
     def refresh(self, signature: Signature) -> bool:
         """Re-read the files whose ``signature`` changed, in the worker; True when the Jobs may have changed."""
-        if signature == self._signature and self._ready:
+        if signature == self._signature and self.ready:
             return False
-        by_file = {path: jobs for path, jobs in self._by_file.items() if path in signature}
+        by_file = {path: loaded for path, loaded in self._by_file.items() if path in signature}
         for path, sig in signature.items():
             if self._signature.get(path) != sig or path not in by_file:
                 loaded = self._load(path, sig)
@@ -125,24 +121,24 @@ class DirectoryJobSource:
         notes: dict[Path, str] = {}
         # In name order, the first file holding a job keeps it: the same table whatever order files changed in.
         for path in sorted(by_file):
+            held, why = by_file[path]
             duplicates: list[tuple[WorkloadKey, Path]] = []
-            for key, doc in by_file[path].items():
+            for key, doc in held.items():
                 if key in origin:
                     duplicates.append((key, origin[key]))
                 else:
                     jobs[key], origin[key] = doc, path
             if duplicates:
-                notes[path] = _duplicates(path, duplicates, whole=len(duplicates) == len(by_file[path]))
-            elif path in self._empty and not by_file[path]:
-                notes[path] = f"jobs file skipped: {path}: {self._empty[path]}"
+                notes[path] = _duplicates(path, duplicates, whole=len(duplicates) == len(held))
+            elif why:
+                notes[path] = f"jobs file skipped: {path}: {why}"
         for path, note in notes.items():
             if self._said.get(path) != note:
                 log.warning("%s", note)
         self._said = notes
-        self._empty = {path: why for path, why in self._empty.items() if path in signature}
         self._signature, self._by_file = signature, by_file
         self._jobs = jobs  # one assignment: readers see the old table or the new one
-        self._ready = True
+        self.ready = True
         skipped = len(signature.keys() - set(origin.values()))
         log.info("loaded %d job%s from %s (%d file%s skipped)", len(jobs), "" if len(jobs) == 1 else "s",
                  self.directory, skipped, "" if skipped == 1 else "s")
@@ -161,7 +157,7 @@ class DirectoryJobSource:
             signature[path] = (st.st_mtime_ns, st.st_size)
         return signature
 
-    def _load(self, path: Path, sig: tuple[int, int]) -> dict[WorkloadKey, dict[str, Any]] | None:
+    def _load(self, path: Path, sig: tuple[int, int]) -> Loaded | None:
         try:
             docs = parse_documents(read_text(str(path), self.max_file_bytes), str(path))
         except DocumentError as exc:
@@ -185,12 +181,9 @@ class DirectoryJobSource:
                 found = doc.get("kind") if isinstance(doc, dict) else None
                 others.append(found[:60] if isinstance(found, str) and found
                               else "an object without kind" if isinstance(doc, dict) else f"a {type(doc).__name__}")
-        if jobs:
-            self._empty.pop(path, None)
-        else:
-            self._empty[path] = (f"holds no {_WORKLOAD_TITLES} (found: {', '.join(dict.fromkeys(others))})"
-                                 if others else "holds no document")
-        return jobs
+        if jobs or not others:
+            return jobs, "" if jobs else "holds no document"
+        return jobs, f"holds no {_WORKLOAD_TITLES} (found: {', '.join(dict.fromkeys(others))})"
 
 
 _WORKLOAD_TITLES = f"{', '.join(kind.title for kind in WORKLOADS[:-1])} or {WORKLOADS[-1].title}"

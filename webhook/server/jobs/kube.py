@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -13,7 +14,7 @@ from kubernetes import client
 from volcano_job_webhook.kube.informer import Informer
 from volcano_job_webhook.kube.records import JobRecord
 from volcano_job_webhook.kube.rest import Rest
-from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, WORKLOADS, Kind, ObjectKey
+from volcano_job_webhook.plugins.kinds import VOLCANO_JOB, WORKLOADS, Kind
 
 from . import NamespaceNotWatched, WorkloadKey
 
@@ -36,8 +37,9 @@ class KubeJobSource:
         self.watched = frozenset(ns for ns in self.informer.namespaces if ns)  # empty: every namespace
         self._fetched: OrderedDict[WorkloadKey, tuple[float, dict[str, Any] | None]] = OrderedDict()
         self._inflight: dict[WorkloadKey, asyncio.Future[dict[str, Any] | None]] = {}
-        self.max_decoded = max_decoded
-        self._decoded_jobs: OrderedDict[ObjectKey, tuple[JobRecord, dict[str, Any]]] = OrderedDict()
+        # A held Job as a dict, decoded once per version (a record is one version) while its Pods come
+        # in; the most recently used few are kept.
+        self._decoded: Callable[[JobRecord], dict[str, Any]] = functools.lru_cache(max_decoded)(JobRecord.object)
 
     def start(self) -> None:
         self.informer.start()
@@ -85,35 +87,20 @@ class KubeJobSource:
             task.add_done_callback(lambda done: self._finished(key, done))
         return await asyncio.shield(task)
 
-    def _decoded(self, record: JobRecord) -> dict[str, Any]:
-        """The record as a dict, decoded once per version while its Pods come in (the most recently
-        used few are kept)."""
-        held = self._decoded_jobs.get(record.key)
-        if held is not None and held[0] is record:
-            self._decoded_jobs.move_to_end(record.key)
-            return held[1]
-        job = record.object()
-        self._decoded_jobs[record.key] = (record, job)
-        if len(self._decoded_jobs) > self.max_decoded:
-            self._decoded_jobs.popitem(last=False)
-        return job
-
     def _finished(self, key: WorkloadKey, task: asyncio.Task[dict[str, Any] | None]) -> None:
         self._inflight.pop(key, None)
         if not task.cancelled():
             task.exception()  # retrieved here too: every requester may have gone
 
     async def _fetch(self, key: WorkloadKey) -> dict[str, Any] | None:
-        job = await asyncio.to_thread(self.rest.get, *key)  # None: 404
-        self._remember(key, job)
-        return job
-
-    def _remember(self, key: WorkloadKey, job: dict[str, Any] | None) -> None:
+        """The GET, its answer (None: 404) remembered for its ttl."""
+        job = await asyncio.to_thread(self.rest.get, *key)
         ttl = self.lookup_ttl if job is not None else self.not_found_ttl
         if ttl <= 0:
             self._fetched.pop(key, None)
-            return
+            return job
         self._fetched[key] = (time.monotonic() + ttl, job)
         self._fetched.move_to_end(key)
         while len(self._fetched) > self.max_fetched:
             self._fetched.popitem(last=False)
+        return job
