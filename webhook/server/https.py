@@ -63,27 +63,17 @@ def listen(host: str, port: int, backlog: int, receive_buffer: int) -> list[sock
     return sockets
 
 
-# Paths the kubelet and the scrapers call: their calls do not say the API server still sends here.
-_NOT_ADMISSION = frozenset({"/healthz", "/readyz", "/metrics"})
-# The longest drain however long admission calls keep coming: within the chart's 30 s grace period
-# with its 5 s preStop and uvicorn's 10 s graceful shutdown.
-DRAIN_LIMIT = 12.0
-
-
 class Draining:
     """ASGI wrapper: once :attr:`draining`, every response says ``Connection: close``, so the API server
     stops reusing its connections to a leaving replica rather than meet one closed under its request
-    (an EOF it does not retry: a refused Pod); :attr:`last_admission` says when the API server last
-    sent one here (kube-proxy still routing to the replica: it must not stop yet)."""
+    (an EOF it does not retry: a refused Pod)."""
 
     def __init__(self, app: Any) -> None:
-        self.app, self.draining, self.last_admission = app, False, 0.0
+        self.app, self.draining = app, False
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if not self.draining or scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if scope["path"] not in _NOT_ADMISSION:
-            self.last_admission = time.monotonic()
 
         async def closing(message: Any) -> None:
             if message["type"] == "http.response.start":
@@ -106,23 +96,19 @@ class HTTPSServer(uvicorn.Server):
         self.background = background
         self.sockets: list[socket.socket] = []
         self.drain_seconds = drain_seconds
-        self._drain_from: float | None = None
+        self._exit_at: float | None = None
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        """The first SIGTERM/SIGINT drains (:class:`Draining`) until no admission call has come for
-        ``drain_seconds`` (at most :data:`DRAIN_LIMIT`), then stops as uvicorn does."""
-        if self._drain_from is None and self.drain_seconds > 0 and isinstance(self.config.app, Draining):
+        """The first SIGTERM/SIGINT drains for ``drain_seconds`` (:class:`Draining`), then stops as uvicorn does."""
+        if self._exit_at is None and self.drain_seconds > 0 and isinstance(self.config.app, Draining):
             self.config.app.draining = True
-            self._drain_from = time.monotonic()
+            self._exit_at = time.monotonic() + self.drain_seconds
             return
         super().handle_exit(sig, frame)
 
     async def on_tick(self, counter: int) -> bool:
-        if self._drain_from is not None and isinstance(self.config.app, Draining):
-            now = time.monotonic()
-            quiet_since = max(self._drain_from, self.config.app.last_admission)
-            if now - quiet_since >= self.drain_seconds or now - self._drain_from >= DRAIN_LIMIT:
-                self.should_exit = True
+        if self._exit_at is not None and time.monotonic() >= self._exit_at:
+            self.should_exit = True
         return await super().on_tick(counter)
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
