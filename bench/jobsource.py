@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from tests.helpers.jobs import alias_bomb_yaml, jobs_yaml, many_jobs_yaml, minimal_job  # noqa: E402
+from tests.helpers.jobs import alias_bomb_yaml, jobs_yaml, loaded, many_jobs_yaml, minimal_job  # noqa: E402
 from volcano_job_webhook.server.jobs import DirectoryJobSource  # noqa: E402
 
 LOAD_TARGET, LOOKUP_TARGET = 1.0, 0.1
@@ -40,7 +40,7 @@ async def load_hostile_directory(directory: Path) -> float:
     source = DirectoryJobSource(directory, interval=0, max_file_bytes=4096)
     started = time.monotonic()
     source.start()
-    await source.loaded()
+    await loaded(source)
     took = time.monotonic() - started
     assert len(source) == 1, "only the good job is taken"
     source.stop()
@@ -51,7 +51,7 @@ async def lookups_during_a_re_read(directory: Path) -> list[float]:
     (directory / "a.yaml").write_text(jobs_yaml(minimal_job("a")))
     source = DirectoryJobSource(directory, interval=0)
     source.start()
-    await source.loaded()
+    await loaded(source)
     (directory / "bulk.yaml").write_text(many_jobs_yaml(2000))
     took = []
     while True:
@@ -62,7 +62,7 @@ async def lookups_during_a_re_read(directory: Path) -> list[float]:
         if source._look is None or source._look.done():
             break
         await asyncio.sleep(0.01)
-    await source.loaded()
+    await loaded(source)
     source.stop()
     return took
 
