@@ -97,7 +97,6 @@ def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, serv
     registrar = Registrar(manager, Rest(api), templates, ns, tls, config["registration_owner"], certificates=certificates)
     # No kube-proxy here: the Service read through the reconciler's identity is all the probe needs of RBAC.
     probed = mock.patch.object(registration, "routed", lambda found, port: bool(found and found["spec"]["clusterIP"]))
-    probed.start()
     manager.start()
     manager.lead()
     serving = ServingSecret(serve_api, ns, tls)  # serve's watch of its certificate
@@ -107,6 +106,7 @@ def register_as_the_install(admin: client.ApiClient, api: client.ApiClient, serv
         assert found is not None
         return found
 
+    probed.start()  # from here on, as the finally stops it
     try:
         wait_until(lambda: registrar.registered == {(t["kind"], t["metadata"]["name"]) for t in templates}, 20, "both registered")
         first = wait_until(lambda: serving.pair, 10, "serve's certificate, watched through the API")

@@ -83,6 +83,12 @@ def webhook_pods_ready(cluster: Cluster) -> int:
     return sum(map(ready, webhook_pods(cluster)))
 
 
+def run_commands(cluster: Cluster, commands: list[list[str]]) -> None:
+    """kubectl and helm command lines, in order, through the cluster's tools."""
+    for command in commands:
+        (cluster.helm if command[0] == "helm" else cluster.kubectl)(*command[1:])
+
+
 @contextlib.contextmanager
 def kube_proxy_paused(cluster: Cluster) -> Iterator[Callable[[], None]]:
     """kube-proxy stopped (SIGSTOP) until the call this yields, or the end: the rules it made stay,
@@ -105,9 +111,7 @@ def install_window(cluster: Cluster, figures: Figures, prefix: str, install: lis
     after it resumes, the Pods are wired."""
     marks = {}
     with PodStream(cluster, job, prefix) as stream, kube_proxy_paused(cluster) if lagging_proxy else contextlib.nullcontext() as resume:
-        for command in install:
-            tool = cluster.helm if command[0] == "helm" else cluster.kubectl
-            tool(*command[1:])
+        run_commands(cluster, install)
         marks["installed"] = time.monotonic()
 
         def watch() -> bool:
@@ -130,9 +134,7 @@ def install_window(cluster: Cluster, figures: Figures, prefix: str, install: lis
             resume()
             marks["proxy_resumed"] = time.monotonic()
             wait_until(lambda: watch() and "registered" in marks, 30, "the registration once kube-proxy runs", interval=0.1)
-            end = marks["registered"] + AFTER_AVAILABLE
-            while time.monotonic() < end:
-                time.sleep(0.1)
+            time.sleep(max(0.0, marks["registered"] + AFTER_AVAILABLE - time.monotonic()))
         stream.stop()
     for name, at in marks.items():
         figures[f"{prefix}_{name}_s"] = at - stream.started
@@ -210,9 +212,7 @@ def uninstall_under_pods(cluster: Cluster, figures: Figures, prefix: str, comman
     with PodStream(cluster, job, prefix) as stream:
         time.sleep(1.0)
         begun = time.monotonic()
-        for command in commands:
-            tool = cluster.helm if command[0] == "helm" else cluster.kubectl
-            tool(*command[1:])
+        run_commands(cluster, commands)
         wait_until(lambda: not leftovers(cluster), 120, "nothing of the install left", interval=0.2,
                    log=lambda: "left: " + ", ".join(leftovers(cluster)))
         figures[f"{prefix}_clean_s"] = time.monotonic() - begun
@@ -230,8 +230,7 @@ def removed_on_failure(cluster: Cluster, commands: list[list[str]]) -> Iterator[
     try:
         yield
     except BaseException:
-        for command in commands:
-            (cluster.helm if command[0] == "helm" else cluster.kubectl)(*command[1:])
+        run_commands(cluster, commands)
         wait_until(lambda: not leftovers(cluster), 120, "nothing of the failed install left")
         raise
 
