@@ -99,8 +99,8 @@ class WebhookSettings(BaseSettings):
     # What one client can hold (webhook/server/connections.py); docs/install.md, "Limits".
     header_timeout_seconds: float = Field(10.0, gt=0, description="time for a request's headers, from connection or first byte")
     body_timeout_seconds: float = Field(10.0, gt=0, description="time for a request's body, from its headers")
-    idle_timeout_seconds: float = Field(30.0, gt=0, description="an idle keep-alive connection is closed after this")
-    drain_seconds: float = Field(3.0, ge=0, description="after SIGTERM, requests are answered this long with Connection: close before the server stops")
+    idle_timeout_seconds: float = Field(100.0, gt=0, description="an idle keep-alive connection is closed after this (keep it past the API server's 90 s)")
+    drain_seconds: float = Field(3.0, ge=0, description="after SIGTERM, requests are answered with Connection: close at least this long, then until no connection is open")
     tls_handshake_timeout_seconds: float = Field(10.0, gt=0, description="time for the TLS handshake (and TLS shutdown)")
     max_connections: int = Field(1024, ge=1, description="open connections; past it the longest-waiting one is closed")
     max_tls_handshakes: int = Field(16, ge=1, description="TLS handshakes under way at once; more connections wait to be accepted")

@@ -341,3 +341,43 @@ def test_after_sigterm_each_answer_closes_its_connection_until_the_server_stops(
         assert status_of(reply) == 200 and b"connection: close" in reply.lower()
     thread.join(5)
     assert not thread.is_alive(), "still serving 5 s after a drain of 1 s"
+
+
+def test_after_the_drain_a_kept_alive_connection_is_left_to_its_client(certs: Path) -> None:
+    """Past ``drain_seconds`` the server keeps an idle kept-alive connection open, and answers a
+    request on it (with ``Connection: close``), stopping once it is gone: closing it would race the API
+    server writing a Pod's review onto it (an EOF a POST is not retried on: a refused Pod)."""
+    app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain())
+    server = build_server(app, "127.0.0.1", 0, files(certs), log_level="warning", drain_seconds=0.5)
+    request = b"GET /healthz HTTP/1.1\r\nHost: webhook\r\n\r\n"
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 10, "the server to start", interval=0.01)
+    with tls(server.addresses[0][1]) as kept:
+        kept.sendall(request)
+        assert status_of(read_response(kept)) == 200
+        server.handle_exit(signal.SIGTERM, None)
+        time.sleep(1.5)
+        assert thread.is_alive(), "stopped with a connection its client still keeps"
+        kept.sendall(request)
+        reply = read_all(kept)
+        assert status_of(reply) == 200 and b"connection: close" in reply.lower()
+    thread.join(5)
+    assert not thread.is_alive(), "still serving 5 s after its last connection closed"
+
+
+def test_a_drain_ends_at_the_idle_timeout_of_a_connection_never_used_again(certs: Path) -> None:
+    """A client that neither uses nor closes its connection holds the drain no longer than the idle
+    timeout, which closes it."""
+    app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain())
+    server = build_server(app, "127.0.0.1", 0, files(certs), limits=LIMITS, log_level="warning", drain_seconds=0.1)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 10, "the server to start", interval=0.01)
+    with tls(server.addresses[0][1]) as kept:
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: webhook\r\n\r\n")
+        assert status_of(read_response(kept)) == 200
+        server.handle_exit(signal.SIGTERM, None)
+        assert read_all(kept, timeout=5.0) == b"", "the idle connection was not closed at its idle timeout"
+    thread.join(5)
+    assert not thread.is_alive(), "still serving 5 s after the idle timeout closed its last connection"

@@ -55,6 +55,7 @@ from tests.on_node.conftest import (
     Cluster,
     Figures,
     PodStream,
+    cut_drains_short,
     deployment_available,
     figures_fixture,
     registrations,
@@ -186,7 +187,7 @@ def rolling_restart(cluster: Cluster, figures: Figures, prefix: str, job: dict[s
             pods = webhook_pods(cluster)
             return len(pods) == 2 and all(map(ready, pods))
 
-        wait_until(only_new, 60, "the old webhook Pods gone", interval=0.5)
+        wait_until(only_new, 150, "the old webhook Pods gone (drained: the API server closes what it keeps within 90 s)", interval=0.5)
         time.sleep(AFTER_AVAILABLE)
     stream.record(figures, prefix)
     assert not stream.failures(), stream.failures()[:5]
@@ -213,6 +214,7 @@ def uninstall_under_pods(cluster: Cluster, figures: Figures, prefix: str, comman
         time.sleep(1.0)
         begun = time.monotonic()
         run_commands(cluster, commands)
+        cut_drains_short(cluster)
         wait_until(lambda: not leftovers(cluster), 120, "nothing of the install left", interval=0.2,
                    log=lambda: "left: " + ", ".join(leftovers(cluster)))
         figures[f"{prefix}_clean_s"] = time.monotonic() - begun

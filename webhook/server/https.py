@@ -65,8 +65,8 @@ def listen(host: str, port: int, backlog: int, receive_buffer: int) -> list[sock
 
 class Draining:
     """ASGI wrapper: once :attr:`draining`, every response says ``Connection: close``, so the API server
-    stops reusing its connections to a leaving replica rather than meet one closed under its request
-    (an EOF it does not retry: a refused Pod)."""
+    stops reusing its connections to a leaving replica; the server closes none of them itself
+    (:meth:`HTTPSServer.on_tick`)."""
 
     def __init__(self, app: Any) -> None:
         self.app, self.draining = app, False
@@ -96,18 +96,23 @@ class HTTPSServer(uvicorn.Server):
         self.background = background
         self.sockets: list[socket.socket] = []
         self.drain_seconds = drain_seconds
-        self._exit_at: float | None = None
+        self._drained_at: float | None = None
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        """The first SIGTERM/SIGINT drains for ``drain_seconds`` (:class:`Draining`), then stops as uvicorn does."""
-        if self._exit_at is None and self.drain_seconds > 0 and isinstance(self.config.app, Draining):
+        """The first SIGTERM/SIGINT drains (:class:`Draining`) for at least ``drain_seconds``, then until
+        no connection is open; a second stops as uvicorn does."""
+        if self._drained_at is None and self.drain_seconds > 0 and isinstance(self.config.app, Draining):
             self.config.app.draining = True
-            self._exit_at = time.monotonic() + self.drain_seconds
+            self._drained_at = time.monotonic() + self.drain_seconds
             return
         super().handle_exit(sig, frame)
 
     async def on_tick(self, counter: int) -> bool:
-        if self._exit_at is not None and time.monotonic() >= self._exit_at:
+        # uvicorn's shutdown closes idle connections, and one closed as the API server writes a Pod's
+        # review onto it is an EOF that a POST is not retried on: a refused Pod (kubernetes#127335). So
+        # the drain waits for each connection's client to close it, or to use it once more (answered
+        # with Connection: close); the idle timeout, longer than client-go's 90 s, bounds the wait.
+        if self._drained_at is not None and time.monotonic() >= self._drained_at and not self.guard.open and not self.guard.handshakes:
             self.should_exit = True
         return await super().on_tick(counter)
 
