@@ -320,23 +320,31 @@ def test_uvicorn_asks_its_listeners_only_what_ours_has():
     assert not missing, changed(f"uvicorn now uses server.{', server.'.join(missing)} of a listener", "GuardedListener")
 
 
-def test_after_sigterm_each_answer_closes_its_connection_until_the_server_stops(certs: Path) -> None:
-    """The first SIGTERM drains: the server goes on answering, each answer with ``Connection: close``
-    (so the API server does not reuse a connection the server is about to close under it), and
-    stops ``drain_seconds`` later."""
+def draining(certs: Path, drain_seconds: float, limits: ConnectionLimits | None = None) -> tuple[HTTPSServer, threading.Thread]:
+    """A server with a drain of ``drain_seconds``, started in a thread (SIGTERM is ``handle_exit``)."""
     app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain())
-    server = build_server(app, "127.0.0.1", 0, files(certs), log_level="warning", drain_seconds=1.0)
-    request = b"GET /healthz HTTP/1.1\r\nHost: webhook\r\n\r\n"
+    server = build_server(app, "127.0.0.1", 0, files(certs), limits=limits, log_level="warning", drain_seconds=drain_seconds)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_until(lambda: server.started, 10, "the server to start", interval=0.01)
+    return server, thread
+
+
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: webhook\r\n\r\n"
+
+
+def test_after_sigterm_each_answer_closes_its_connection_until_the_server_stops(certs: Path) -> None:
+    """The first SIGTERM drains: the server goes on answering, each answer with ``Connection: close``
+    (so the API server stops reusing its connections to a leaving replica), and stops
+    ``drain_seconds`` later when no connection is open."""
+    server, thread = draining(certs, 1.0)
     port = server.addresses[0][1]
     with tls(port) as before:
-        before.sendall(request)
+        before.sendall(HEALTHZ)
         assert b"connection: close" not in read_response(before).lower()
     server.handle_exit(signal.SIGTERM, None)
     with tls(port) as during:
-        during.sendall(request)
+        during.sendall(HEALTHZ)
         reply = read_response(during)
         assert status_of(reply) == 200 and b"connection: close" in reply.lower()
     thread.join(5)
@@ -347,19 +355,14 @@ def test_after_the_drain_a_kept_alive_connection_is_left_to_its_client(certs: Pa
     """Past ``drain_seconds`` the server keeps an idle kept-alive connection open, and answers a
     request on it (with ``Connection: close``), stopping once it is gone: closing it would race the API
     server writing a Pod's review onto it (an EOF a POST is not retried on: a refused Pod)."""
-    app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain())
-    server = build_server(app, "127.0.0.1", 0, files(certs), log_level="warning", drain_seconds=0.5)
-    request = b"GET /healthz HTTP/1.1\r\nHost: webhook\r\n\r\n"
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, 10, "the server to start", interval=0.01)
+    server, thread = draining(certs, 0.5)
     with tls(server.addresses[0][1]) as kept:
-        kept.sendall(request)
+        kept.sendall(HEALTHZ)
         assert status_of(read_response(kept)) == 200
         server.handle_exit(signal.SIGTERM, None)
         time.sleep(1.5)
         assert thread.is_alive(), "stopped with a connection its client still keeps"
-        kept.sendall(request)
+        kept.sendall(HEALTHZ)
         reply = read_all(kept)
         assert status_of(reply) == 200 and b"connection: close" in reply.lower()
     thread.join(5)
@@ -369,13 +372,9 @@ def test_after_the_drain_a_kept_alive_connection_is_left_to_its_client(certs: Pa
 def test_a_drain_ends_at_the_idle_timeout_of_a_connection_never_used_again(certs: Path) -> None:
     """A client that neither uses nor closes its connection holds the drain no longer than the idle
     timeout, which closes it."""
-    app = create_app(DirectoryJobSource(EXAMPLES / "jobs"), Chain())
-    server = build_server(app, "127.0.0.1", 0, files(certs), limits=LIMITS, log_level="warning", drain_seconds=0.1)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, 10, "the server to start", interval=0.01)
+    server, thread = draining(certs, 0.1, LIMITS)
     with tls(server.addresses[0][1]) as kept:
-        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: webhook\r\n\r\n")
+        kept.sendall(HEALTHZ)
         assert status_of(read_response(kept)) == 200
         server.handle_exit(signal.SIGTERM, None)
         assert read_all(kept, timeout=5.0) == b"", "the idle connection was not closed at its idle timeout"
