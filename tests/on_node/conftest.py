@@ -212,10 +212,11 @@ def uninstall(cluster: Cluster) -> None:
 
 
 def cut_drains_short(cluster: Cluster) -> None:
-    """Once the registrations are gone, the release's Pods deleted with a 1 s grace: the webhook's
-    drain would wait up to 90 s for the API server to close connections it no longer uses."""
+    """Once the registrations are gone (nothing calls the webhook), the release's Pods removed at once:
+    their drain would wait up to 90 s for the API server to close connections it no longer uses, and
+    the kubelet does not shorten the grace of a Pod it is already stopping (so ``--force``)."""
     wait_until(lambda: set(registrations(cluster).values()) == {None}, 60, "the webhook registrations deleted", interval=0.5)
-    cluster.kubectl("-n", NAMESPACE, "delete", "pods", "--all", "--grace-period=1", "--wait=false", "--ignore-not-found")
+    cluster.kubectl("-n", NAMESPACE, "delete", "pods", "--all", "--force", "--grace-period=0", "--wait=false", "--ignore-not-found")
 
 
 def window_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
