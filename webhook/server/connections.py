@@ -43,9 +43,7 @@ class ConnectionLimits:
     # (uvicorn has no header or body timeout, asyncio's handshake timeout is 60 s).
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 10.0
-    # Past client-go's 90 s (the API server's IdleConnTimeout), so the API server closes a kept-alive
-    # connection first: one the server closes may meet a Pod's review already on its way (an EOF, a refused Pod).
-    idle_timeout_seconds: float = 100.0
+    idle_timeout_seconds: float = 100.0  # past the API server's 90 s, so it closes first (https.py, on_tick)
     tls_handshake_timeout_seconds: float = 10.0
     shutdown_timeout: float = 2.0  # TLS close_notify; a closing connection counts until it is gone
     # bench/fuzz.py's slow attack (2,000 connections, more than this): RSS < 256 MB, and back within

@@ -108,10 +108,9 @@ class HTTPSServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     async def on_tick(self, counter: int) -> bool:
-        # uvicorn's shutdown closes idle connections, and one closed as the API server writes a Pod's
-        # review onto it is an EOF that a POST is not retried on: a refused Pod (kubernetes#127335). So
-        # the drain waits for each connection's client to close it, or to use it once more (answered
-        # with Connection: close); the idle timeout, longer than client-go's 90 s, bounds the wait.
+        # uvicorn's shutdown closes idle connections: one closed as the API server writes a Pod's review
+        # onto it is an EOF no POST is retried on, a refused Pod (kubernetes#127335). So wait for the
+        # clients to close them; the idle timeout, past client-go's 90 s, bounds the wait.
         if self._drained_at is not None and time.monotonic() >= self._drained_at and not self.guard.open and not self.guard.handshakes:
             self.should_exit = True
         return await super().on_tick(counter)
