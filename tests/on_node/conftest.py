@@ -206,17 +206,24 @@ def uninstall(cluster: Cluster) -> None:
     try:
         cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=120s", timeout=150)
     finally:
-        cut_drains_short(cluster)
+        unregistered(cluster)
         cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
         wait_until(lambda: not read(cluster.admin, "v1", "Namespace", NAMESPACE), 180, f"namespace {NAMESPACE} deleted", interval=0.5)
 
 
-def cut_drains_short(cluster: Cluster) -> None:
-    """Once the registrations are gone (nothing calls the webhook), the release's Pods removed at once:
-    their drain would wait up to 90 s for the API server to close connections it no longer uses, and
-    the kubelet does not shorten the grace of a Pod it is already stopping (so ``--force``)."""
+def cut_drains_short(cluster: Cluster, *selector: str) -> None:
+    """The release's Pods (``selector``: kubectl's, default all) removed at once, once nothing creates a
+    Pod the webhook would be asked about: their drain would wait up to 90 s for the API server to close
+    connections it no longer uses, and the kubelet does not shorten the grace of a Pod it is already
+    stopping (so ``--force``)."""
+    cluster.kubectl("-n", NAMESPACE, "delete", "pods", *(selector or ["--all"]), "--force", "--grace-period=0", "--wait=false", "--ignore-not-found")
+
+
+def unregistered(cluster: Cluster) -> None:
+    """The webhook registrations gone (the garbage collector's, with their owner), then the release's
+    Pods removed at once (:func:`cut_drains_short`): nothing calls the webhook any more."""
     wait_until(lambda: set(registrations(cluster).values()) == {None}, 60, "the webhook registrations deleted", interval=0.5)
-    cluster.kubectl("-n", NAMESPACE, "delete", "pods", "--all", "--force", "--grace-period=0", "--wait=false", "--ignore-not-found")
+    cut_drains_short(cluster)
 
 
 def window_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:

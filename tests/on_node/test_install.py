@@ -55,10 +55,10 @@ from tests.on_node.conftest import (
     Cluster,
     Figures,
     PodStream,
-    cut_drains_short,
     deployment_available,
     figures_fixture,
     registrations,
+    unregistered,
     window_job,
 )
 
@@ -214,7 +214,7 @@ def uninstall_under_pods(cluster: Cluster, figures: Figures, prefix: str, comman
         time.sleep(1.0)
         begun = time.monotonic()
         run_commands(cluster, commands)
-        cut_drains_short(cluster)
+        unregistered(cluster)
         wait_until(lambda: not leftovers(cluster), 120, "nothing of the install left", interval=0.2,
                    log=lambda: "left: " + ", ".join(leftovers(cluster)))
         figures[f"{prefix}_clean_s"] = time.monotonic() - begun

@@ -81,6 +81,7 @@ from tests.on_node.conftest import (
     Cluster,
     Figures,
     PodStream,
+    cut_drains_short,
     figures_fixture,
     install,
     registrations,
@@ -500,9 +501,7 @@ def test_prometheus_scrapes_both_processes_dashboard_and_an_alert(cluster: Clust
             # The alert: no webhook replica, the registration in place (the reconciler never withdraws it).
             begun = time.monotonic()
             cluster.kubectl("-n", NAMESPACE, "scale", f"deployment/{DEPLOYMENT}", "--replicas=0")
-            # Their drain cut short (the API server would keep its idle connections 90 s; the kubelet does not
-            # shorten a grace once it stops a Pod, so --force): no Pod is made meanwhile.
-            cluster.kubectl("-n", NAMESPACE, "delete", "pods", "-l", "app.kubernetes.io/component=webhook", "--force", "--grace-period=0", "--wait=false")
+            cut_drains_short(cluster, "-l", "app.kubernetes.io/component=webhook")  # no Pod is made meanwhile
             wait_until(lambda: ALERT in prometheus.alerts("firing"), 120, f"{ALERT} firing", interval=0.5,
                        log=lambda: str(prometheus.api("alerts")))
             figures["alert_firing_s"] = time.monotonic() - begun
