@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -209,17 +210,19 @@ def test_once_registered_it_is_kept_and_never_withdrawn(cluster: FakeApiServer, 
         wait_until(lambda: bundles(cluster) == {base64.b64encode(CA + CA).decode()}, 10, "the renewed CA in every webhook")
 
 
-def test_nothing_is_registered_by_a_standby_or_while_the_install_is_deleted(cluster: FakeApiServer, webhook: socket.socket) -> None:
+def test_nothing_is_registered_by_a_standby_or_while_the_install_is_deleted(cluster: FakeApiServer, webhook: socket.socket, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="volcano_job_webhook")
     secret(cluster)
     serve(cluster)
     webhook.listen()
-    with registering(cluster, webhook, leading=False) as (manager, _):
+    with registering(cluster, webhook, leading=False) as (manager, registrar):
         time.sleep(0.3)
         assert registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS), "a standby registers nothing"
         cluster.delete_object("clusterroles.rbac.authorization.k8s.io", OWNER)
-        time.sleep(0.3)
+        # Waited for, not slept on: a leader that has not yet seen the delete rightly registers.
+        wait_until(lambda: not registrar.owner.items(), 10, "the owner's delete in the registrar's cache")
         manager.lead()
-        time.sleep(0.5)
+        wait_until(lambda: "registering nothing" in caplog.text, 10, "the leader's look at the registrations")
         assert registered(cluster) == dict.fromkeys(WEBHOOK_CONFIGURATIONS), "nothing once the owner is gone"
 
 

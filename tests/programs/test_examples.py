@@ -171,6 +171,16 @@ def children(pid: int) -> list[int]:
         return []
 
 
+def catches_sigterm(pid: int) -> bool:
+    """Whether ``pid`` handles SIGTERM: its bit in SigCgt of /proc/PID/status."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(caught >> (signal.SIGTERM - 1) & 1)
+
+
 @pytest.mark.parametrize("shell", ["dash", "busybox"])
 @pytest.mark.parametrize(("where", "script"), FOREVER, ids=[where for where, _ in FOREVER])
 def test_a_peer_that_runs_until_stopped_ends_at_sigterm(where: str, script: str, shell: str, tmp_path: Path) -> None:
@@ -199,10 +209,13 @@ def test_a_peer_that_runs_until_stopped_ends_at_sigterm(where: str, script: str,
             while not (pid1 := children(unshare.pid)):
                 assert time.monotonic() < deadline, f"{where}: the script did not start"
                 time.sleep(0.02)
-            time.sleep(0.5)  # for the script to get as far as its sshd or its sleep
+            # The signal is sent once PID 1 handles it (a trap, or sshd after exec), not after a
+            # guess of how long that takes; a script that never does fails the same way, 10 s later.
+            while not catches_sigterm(pid1[0]) and time.monotonic() < deadline:
+                time.sleep(0.02)
             os.kill(pid1[0], signal.SIGTERM)
             try:
-                unshare.wait(timeout=3)
+                unshare.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pytest.fail(f"{where}: under {shell}, PID 1 ignored SIGTERM: {script!r}")
         finally:
