@@ -8,6 +8,7 @@ import asyncio
 import base64
 import copy
 import json
+import types
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -22,6 +23,7 @@ from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.podgen import make_pod
 from volcano_job_webhook.server.admission import admission_review
 from volcano_job_webhook.server.app import create_app
+from volcano_job_webhook.server.jobs import kube as jobs_kube
 from volcano_job_webhook.server.jobs.kube import KubeJobSource
 
 pytestmark = pytest.mark.anyio
@@ -186,9 +188,12 @@ async def test_a_pod_of_a_job_created_again_under_the_same_name_is_wired_from_th
             assert "is not the Pod's owner" in gone["warnings"][0]
 
 
-async def test_a_fetched_job_is_forgotten_after_the_ttl_and_never_enters_the_informer():
+async def test_a_fetched_job_is_forgotten_after_the_ttl_and_never_enters_the_informer(monkeypatch):
+    clock = types.SimpleNamespace(monotonic=lambda: now)  # the TTL's clock, moved by the test alone
+    now = 1000.0
+    monkeypatch.setattr(jobs_kube, "time", clock)
     with FakeApiServer() as server:
-        source = KubeJobSource(server.api_client(), lookup_ttl=0.3)
+        source = KubeJobSource(server.api_client(), lookup_ttl=60)
         async with serving(source) as c:
             source.informer.stop()  # no watch from now on: only live GETs see the cluster
             stored = create(server, "ray")
@@ -197,8 +202,9 @@ async def test_a_fetched_job_is_forgotten_after_the_ttl_and_never_enters_the_inf
             assert source.informer.get("default", "ray-demo") is None, "a live GET's answer stays out of the informer"
             client.CustomObjectsApi(server.api_client()).delete_namespaced_custom_object(
                 "batch.volcano.sh", "v1alpha1", "default", "jobs", stored["metadata"]["name"])
+            now += 59
             assert "patch" in (await c.post("/mutate", json=review)).json()["response"], "reused within the TTL"
-            await asyncio.sleep(0.4)
+            now += 1
             gone = (await c.post("/mutate", json=review)).json()["response"]
             assert "patch" not in gone and gone["warnings"][0].endswith("not found: Pod not wired by its plugins")
             assert len(job_gets(server)) == 2, "two live GETs: the first, and the one after the TTL"
