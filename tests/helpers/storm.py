@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -960,6 +960,17 @@ class Storm:
         for part, seconds in (("to_bound", watch.between(watch.first_seen, watch.bound)), ("bound_to_started", watch.between(watch.bound, watch.running))):
             for q in (50, 99):
                 f[f"startup_{part}_p{q}_s"] = percentile(seconds, q / 100)
+        # Whether Pods held in init slow the others of their own hollow node (the kubelet) or every Pod
+        # (the rest of the cluster): bound → started of the Pods that run, by how many their node holds.
+        holding = Counter(watch.pods[uid].node for uid in watch.in_init if uid in watch.pods)
+        beside: dict[int, list[float]] = defaultdict(list)
+        for uid, at in watch.running.items():
+            if uid not in watch.in_init and uid in watch.bound and (record := watch.pods.get(uid)) is not None:
+                beside[holding[record.node]].append(at - watch.bound[uid])
+        per_node = Counter(watch.pods[uid].node for uid in watch.running if uid in watch.pods)
+        f["pods_a_node_min_median_max"] = (min(per_node.values()), percentile(per_node.values(), 0.5), max(per_node.values())) if per_node else None
+        f["bound_to_started_p50_p99_s_by_pods_in_init_on_the_node"] = {
+            k: (round(percentile(v, 0.5) or 0, 2), round(percentile(v, 0.99) or 0, 2), len(v)) for k, v in sorted(beside.items())}
         by_set: dict[str, list[float]] = defaultdict(list)
         for uid, at in watch.running.items():
             record, seen = watch.pods.get(uid), watch.first_seen.get(uid)
