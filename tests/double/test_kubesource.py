@@ -189,8 +189,8 @@ async def test_a_pod_of_a_job_created_again_under_the_same_name_is_wired_from_th
 
 
 async def test_a_fetched_job_is_forgotten_after_the_ttl_and_never_enters_the_informer(monkeypatch):
-    clock = types.SimpleNamespace(monotonic=lambda: now)  # the TTL's clock, moved by the test alone
     now = 1000.0
+    clock = types.SimpleNamespace(monotonic=lambda: now)  # the TTL's clock, moved by the test alone
     monkeypatch.setattr(jobs_kube, "time", clock)
     with FakeApiServer() as server:
         source = KubeJobSource(server.api_client(), lookup_ttl=60)

@@ -170,6 +170,11 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def p50_p99_count(groups: Mapping[Any, list[float]]) -> dict[Any, tuple[float, float, int]]:
+    """Each group's p50 and p99 (rounded to 10 ms) and its size, by key in order."""
+    return {k: (round(percentile(v, 0.5) or 0, 2), round(percentile(v, 0.99) or 0, 2), len(v)) for k, v in sorted(groups.items())}
+
+
 def rate(times: Iterable[float]) -> float | None:
     """Events a second between the first and the last of ``times`` (None for fewer than two, or all at once)."""
     ordered = sorted(times)
@@ -969,16 +974,14 @@ class Storm:
                 beside[holding[record.node]].append(at - watch.bound[uid])
         per_node = Counter(watch.pods[uid].node for uid in watch.running if uid in watch.pods)
         f["pods_a_node_min_median_max"] = (min(per_node.values()), percentile(per_node.values(), 0.5), max(per_node.values())) if per_node else None
-        f["bound_to_started_p50_p99_s_by_pods_in_init_on_the_node"] = {
-            k: (round(percentile(v, 0.5) or 0, 2), round(percentile(v, 0.99) or 0, 2), len(v)) for k, v in sorted(beside.items())}
+        f["bound_to_started_p50_p99_s_by_pods_in_init_on_the_node"] = p50_p99_count(beside)
         by_set: dict[str, list[float]] = defaultdict(list)
         for uid, at in watch.running.items():
             record, seen = watch.pods.get(uid), watch.first_seen.get(uid)
             if record is not None and seen is not None and record.job.startswith("storm-"):
                 key = plugin_set_of(int(record.job.removeprefix("storm-")), self.plugin_sets) + (" (held in init)" if uid in watch.in_init else "")
                 by_set[key].append(at - seen)
-        f["startup_p50_p99_s_by_plugin_set"] = {k: (round(percentile(v, 0.5) or 0, 2), round(percentile(v, 0.99) or 0, 2), len(v))
-                                                for k, v in sorted(by_set.items())}
+        f["startup_p50_p99_s_by_plugin_set"] = p50_p99_count(by_set)
         created = list(watch.first_seen.values())
         f["pod_creation_rate_s"] = rate(created)
         f["pod_creation_peak_10s_rate_s"] = peak_rate(created, 10.0)
