@@ -54,6 +54,27 @@ def containers(pod: Obj, *, init: bool = False) -> list[Obj]:
     return found if isinstance(found, list) else []
 
 
+# An init container's requests count only as their largest, so the first container's are never more
+# than the Pod asks for already; without any, the Pod would lose Guaranteed QoS, fail a namespace's
+# quota ("must specify limits.cpu") or LimitRange minimum, and be scored by the scheduler at its
+# non-zero default (100m, 200 MB). Extended resources (GPUs) stay the application's.
+SIZING_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+def sized_as_first_container(pod: Obj) -> Obj:
+    """``{"resources": ...}`` for an init container we add: the Pod's first container's requests and
+    limits of cpu, memory and ephemeral-storage; empty where it has none."""
+    found = containers(pod)
+    resources = found[0].get("resources") if found and isinstance(found[0], dict) else None
+    sized: Obj = {}
+    for kind in ("requests", "limits"):
+        values = resources.get(kind) if isinstance(resources, dict) else None
+        kept = {k: v for k, v in values.items() if k in SIZING_RESOURCES} if isinstance(values, dict) else {}
+        if kept:
+            sized[kind] = kept
+    return {"resources": sized} if sized else {}
+
+
 def ensure_env(container: Obj, name: str, value: str | None = None, value_from: Obj | None = None) -> None:
     """Give ``container`` the variable ``name`` (see :func:`ensure_envs`)."""
     ensure_envs(container, [(name, value, value_from)])

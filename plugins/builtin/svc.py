@@ -48,7 +48,7 @@ from ..helpers import (
     template_containers,
 )
 from ..kinds import CONFIG_MAP, SERVICE
-from ..pod import Obj, ensure_envs, ensure_mount, ensure_volume, spec
+from ..pod import Obj, ensure_envs, ensure_mount, ensure_volume, sized_as_first_container, spec
 from . import netpolicy
 from .pytorch import wait_image
 
@@ -404,7 +404,8 @@ class SvcPlugin(Plugin):
                 ensure_envs(container, env)
             reject(self, f"{where}.volumeMounts", ensure_mount(container, dict(mount)))
         if self._plan.generated:  # first, so that the template's own init containers see /etc/volcano filled
-            add_init_container(self, ctx.pod, self.init_container(), _NAME_TAKEN, first=True, same=_same_container)
+            wanted = {**self.init_container(), **sized_as_first_container(ctx.pod)}
+            add_init_container(self, ctx.pod, wanted, _NAME_TAKEN, first=True, same=_same_container)
 
     def hosts_data(self) -> dict[str, str]:
         """The ConfigMap data Volcano's ``GenerateHosts`` builds, per task in ``spec.tasks`` order,

@@ -16,6 +16,7 @@ from ..budget import ARG_LIMIT_TEXT, ENV_STRING_LIMIT
 from ..flags import Flag
 from ..helpers import add_init_container, host_names, host_suffix, name_taken, peer_options, plugin_error, plugin_warning, require_task
 from ..job import Task
+from ..pod import sized_as_first_container
 from .pytorch import WAIT_CONTAINER as PYTORCH_WAIT
 from .pytorch import PytorchPlugin, wait_image
 from .svc import SvcPlugin
@@ -207,4 +208,5 @@ class WaitforPlugin(Plugin):
         if not any(t.name == ctx.task.name for t in self.waiters):
             return
         ctx.names_hosts(self.name)  # in its script
-        add_init_container(self, ctx.pod, {"name": WAIT_CONTAINER, "image": self.image, "command": ["sh", "-c", self.script]}, _NAME_TAKEN)
+        wanted = {"name": WAIT_CONTAINER, "image": self.image, "command": ["sh", "-c", self.script], **sized_as_first_container(ctx.pod)}
+        add_init_container(self, ctx.pod, wanted, _NAME_TAKEN)

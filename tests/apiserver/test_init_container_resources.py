@@ -1,0 +1,67 @@
+"""The init containers we add (waitfor's ``wait-for-tasks``, svc's ``volcano-svc-hosts``) behind a
+real kube-apiserver, in a namespace as a shared cluster sets one up: a LimitRange with a minimum
+per container and a ResourceQuota on cpu and memory (its usage kept by kube-controller-manager's
+quota controller). A Pod whose containers ask for what the LimitRange and quota want is created
+with its init container, and keeps its QoS class (``Guaranteed``: every container's limits equal
+its requests), which the API server computes.
+
+Skipped unless ``KUBEBUILDER_ASSETS`` holds kube-apiserver, etcd and kube-controller-manager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as kube_client
+from kubernetes.client.rest import ApiException
+
+from tests.helpers.envtest import EnvTest, Process, controller_manager, create, new_namespace, read, status_message, wait_until
+from tests.helpers.jobs import volcano_job
+from volcano_job_webhook.plugins import Chain, Job
+from volcano_job_webhook.plugins.podgen import make_pod
+
+RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
+CASES = {
+    # plugins, tasks, the task whose Pod is made, the init container it gets
+    "waitfor": ({"waitfor": ["--tasks=worker"]}, [("master", 1), ("worker", 2)], "master", "wait-for-tasks"),
+    "svc past the ConfigMap's limit": ({"svc": []}, [("w", 80_000)], "w", "volcano-svc-hosts"),
+}
+
+
+@pytest.fixture(scope="module")
+def quota_controller(envtest: EnvTest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    with controller_manager(envtest, tmp_path_factory.mktemp("kcm"), ("resourcequota-controller",)) as process:
+        yield process
+
+
+@pytest.fixture
+def limited_namespace(kube_admin: kube_client.ApiClient, quota_controller: Process) -> str:
+    """A namespace with a LimitRange minimum per container and a quota on cpu and memory, counted."""
+    namespace = new_namespace(kube_admin)
+    create(kube_admin, {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "limits", "namespace": namespace},
+                        "spec": {"limits": [{"type": "Container", "min": {"cpu": "10m", "memory": "4Mi"}}]}})
+    hard = {"requests.cpu": "4", "requests.memory": "4Gi", "limits.cpu": "4", "limits.memory": "4Gi"}
+    create(kube_admin, {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "quota", "namespace": namespace},
+                        "spec": {"hard": hard}})
+    wait_until(lambda: ((read(kube_admin, "v1", "ResourceQuota", "quota", namespace) or {}).get("status") or {}).get("used"),
+               30, "the quota controller to count the namespace's usage")
+    return namespace
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_pod_with_our_init_container_is_admitted_and_keeps_its_qos_class(
+        case: str, kube_admin: kube_client.ApiClient, limited_namespace: str) -> None:
+    plugins, tasks, task, init = CASES[case]
+    job = Job.from_object(volcano_job("sized", plugins=plugins, tasks=tasks, namespace=limited_namespace, uid="u-1",
+                                      pod={"containers": [{"name": "main", "image": "x:1", "resources": RESOURCES}]}))
+    pod: dict[str, Any] = Chain().mutate(job, make_pod(job, task, 0)).pod
+    pod["metadata"].pop("ownerReferences", None)  # no Job here to own it
+    assert init in [c["name"] for c in pod["spec"]["initContainers"]]
+    try:
+        created = create(kube_admin, pod)
+    except ApiException as exc:
+        pytest.fail(f"refused: {status_message(exc)}")
+    assert [c["name"] for c in created["spec"]["initContainers"]] == [init]
+    assert created["status"]["qosClass"] == "Guaranteed"
