@@ -225,8 +225,8 @@ def storm_job(name: str, plugin_set: str, namespace: str, pods: int = PODS_PER_J
     Pod on a hollow node (their label and taint), gang-scheduled by vc-scheduler. The container asks
     for a sliver of CPU and memory, so that vc-scheduler's allocate (not its best-effort backfill)
     places it, as it places real jobs. ``held``: a ``waitfor`` job's master gets an init container of
-    its own, which a hollow node never ends, as it never ends the one ``waitfor`` adds (the product's
-    hold, without the product)."""
+    its own, sized as its container and never ended by a hollow node, as ``waitfor``'s is (the
+    product's hold, without the product)."""
     plugins, annotation = PLUGIN_SETS[plugin_set]
     job = volcano_job(name, namespace=namespace, tasks=[("master", 1), ("worker", pods - 1)], plugins=plugins,
                       annotation=annotation, image="busybox:1.36.1", schedulerName="volcano", minAvailable=pods, queue="default")
@@ -238,7 +238,8 @@ def storm_job(name: str, plugin_set: str, namespace: str, pods: int = PODS_PER_J
                                      resources={"requests": {"cpu": "1m", "memory": "1Mi"}})
     if held and plugin_set == "waitfor":
         master = job["spec"]["tasks"][0]["template"]["spec"]
-        master["initContainers"] = [{"name": "held", "image": "busybox:1.36.1", "command": ["sleep", "infinity"]}]
+        master["initContainers"] = [{"name": "held", "image": "busybox:1.36.1", "command": ["sleep", "infinity"],
+                                     "resources": master["containers"][0]["resources"]}]
     job["metadata"].setdefault("labels", {})["vjw-storm/plugin-set"] = plugin_set
     return job
 
