@@ -3,7 +3,8 @@ real kube-apiserver, in a namespace as a shared cluster sets one up: a LimitRang
 per container and a ResourceQuota on cpu and memory (its usage kept by kube-controller-manager's
 quota controller). A Pod whose containers ask for what the LimitRange and quota want is created
 with its init container, and keeps its QoS class (``Guaranteed``: every container's limits equal
-its requests), which the API server computes.
+its requests), which the API server computes. pytorch's ``wait-for-master``, kept as Volcano makes it
+(no resources), is refused there as it is under Volcano.
 
 Skipped unless ``KUBEBUILDER_ASSETS`` holds kube-apiserver, etcd and kube-controller-manager.
 """
@@ -65,3 +66,16 @@ def test_a_pod_with_our_init_container_is_admitted_and_keeps_its_qos_class(
         pytest.fail(f"refused: {status_message(exc)}")
     assert [c["name"] for c in created["spec"]["initContainers"]] == [init]
     assert created["status"]["qosClass"] == "Guaranteed"
+
+
+def test_pytorchs_wait_for_master_is_refused_there_as_under_volcano(kube_admin: kube_client.ApiClient, limited_namespace: str) -> None:
+    """Volcano's own init container asks for nothing, and we keep it so (volcano-behaviour.md, quirk 22)."""
+    job = Job.from_object(volcano_job("pt", plugins={"pytorch": ["--master=master", "--worker=worker", "--wait-master-enabled=true"]},
+                                      namespace=limited_namespace, uid="u-1",
+                                      pod={"containers": [{"name": "main", "image": "x:1", "resources": RESOURCES}]}))
+    pod: dict[str, Any] = Chain().mutate(job, make_pod(job, "worker", 0)).pod
+    pod["metadata"].pop("ownerReferences", None)
+    with pytest.raises(ApiException) as info:
+        create(kube_admin, pod)
+    assert info.value.status == 403
+    assert "must specify limits.cpu for: wait-for-master" in status_message(info.value)
