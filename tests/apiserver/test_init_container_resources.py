@@ -19,16 +19,11 @@ from kubernetes import client as kube_client
 from kubernetes.client.rest import ApiException
 
 from tests.helpers.envtest import EnvTest, Process, controller_manager, create, new_namespace, read, status_message, wait_until
-from tests.helpers.jobs import volcano_job
+from tests.helpers.jobs import INIT_CONTAINER_CASES, volcano_job
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.podgen import make_pod
 
 RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
-CASES = {
-    # plugins, tasks, the task whose Pod is made, the init container it gets
-    "waitfor": ({"waitfor": ["--tasks=worker"]}, [("master", 1), ("worker", 2)], "master", "wait-for-tasks"),
-    "svc past the ConfigMap's limit": ({"svc": []}, [("w", 80_000)], "w", "volcano-svc-hosts"),
-}
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +46,20 @@ def limited_namespace(kube_admin: kube_client.ApiClient, quota_controller: Proce
     return namespace
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_a_pod_with_our_init_container_is_admitted_and_keeps_its_qos_class(
-        case: str, kube_admin: kube_client.ApiClient, limited_namespace: str) -> None:
-    plugins, tasks, task, init = CASES[case]
-    job = Job.from_object(volcano_job("sized", plugins=plugins, tasks=tasks, namespace=limited_namespace, uid="u-1",
+def guaranteed_pod(namespace: str, plugins: dict[str, list[str]], tasks: list[tuple[str, int]], task: str) -> dict[str, Any]:
+    """Pod 0 of ``task`` in a job whose containers are Guaranteed, as the chain wires it, owned by nothing."""
+    job = Job.from_object(volcano_job("sized", plugins=plugins, tasks=tasks, namespace=namespace, uid="u-1",
                                       pod={"containers": [{"name": "main", "image": "x:1", "resources": RESOURCES}]}))
     pod: dict[str, Any] = Chain().mutate(job, make_pod(job, task, 0)).pod
     pod["metadata"].pop("ownerReferences", None)  # no Job here to own it
+    return pod
+
+
+@pytest.mark.parametrize("case", INIT_CONTAINER_CASES)
+def test_a_pod_with_our_init_container_is_admitted_and_keeps_its_qos_class(
+        case: str, kube_admin: kube_client.ApiClient, limited_namespace: str) -> None:
+    plugins, tasks, task, init = INIT_CONTAINER_CASES[case]
+    pod = guaranteed_pod(limited_namespace, plugins, tasks, task)
     assert init in [c["name"] for c in pod["spec"]["initContainers"]]
     try:
         created = create(kube_admin, pod)
@@ -70,11 +71,8 @@ def test_a_pod_with_our_init_container_is_admitted_and_keeps_its_qos_class(
 
 def test_pytorchs_wait_for_master_is_refused_there_as_under_volcano(kube_admin: kube_client.ApiClient, limited_namespace: str) -> None:
     """Volcano's own init container asks for nothing, and we keep it so (volcano-behaviour.md, quirk 22)."""
-    job = Job.from_object(volcano_job("pt", plugins={"pytorch": ["--master=master", "--worker=worker", "--wait-master-enabled=true"]},
-                                      namespace=limited_namespace, uid="u-1",
-                                      pod={"containers": [{"name": "main", "image": "x:1", "resources": RESOURCES}]}))
-    pod: dict[str, Any] = Chain().mutate(job, make_pod(job, "worker", 0)).pod
-    pod["metadata"].pop("ownerReferences", None)
+    pytorch = {"pytorch": ["--master=master", "--worker=worker", "--wait-master-enabled=true"]}
+    pod = guaranteed_pod(limited_namespace, pytorch, [("master", 1), ("worker", 2)], "worker")
     with pytest.raises(ApiException) as info:
         create(kube_admin, pod)
     assert info.value.status == 403

@@ -20,6 +20,13 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 Obj = dict[str, Any]
 TaskSpec = tuple[str, int] | tuple[str, int, Mapping[str, Any]] | Mapping[str, Any]
 
+# The init containers our plugins add, each with a job whose Pod gets it: plugins, tasks, the task
+# whose Pod is made, the init container's name (docs/volcano-behaviour.md#our-init-containers-resources).
+INIT_CONTAINER_CASES = {
+    "waitfor": ({"waitfor": ["--tasks=worker"]}, [("master", 1), ("worker", 2)], "master", "wait-for-tasks"),
+    "svc past the ConfigMap's limit": ({"svc": []}, [("w", 80_000)], "w", "volcano-svc-hosts"),
+}
+
 
 def task(name: str, replicas: int = 1, *, image: str = IMAGE, container: str = "main", pod: Mapping[str, Any] | None = None,
          template: Mapping[str, Any] | None = None, **fields: Any) -> Obj:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.jobs import volcano_job
+from tests.helpers.jobs import INIT_CONTAINER_CASES, volcano_job
 from volcano_job_webhook.plugins import Chain, Job
 from volcano_job_webhook.plugins.podgen import make_pod
 
@@ -17,28 +17,23 @@ FIRST = {"requests": {"cpu": "2", "memory": "1Gi", "ephemeral-storage": "1Gi", "
          "limits": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"}}
 SIDECAR = {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "50m", "memory": "32Mi"}}
 SIZED = {"requests": {"cpu": "2", "memory": "1Gi", "ephemeral-storage": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
-CASES = {
-    # plugins, tasks, the task whose Pod is made, the init container it gets
-    "waitfor": ({"waitfor": ["--tasks=worker"]}, [("master", 1), ("worker", 2)], "master", "wait-for-tasks"),
-    "svc past the ConfigMap's limit": ({"svc": []}, [("w", 80_000)], "w", "volcano-svc-hosts"),
-}
 
 
 def init_container(case: str, containers: list[dict[str, Any]]) -> dict[str, Any]:
-    plugins, tasks, task, name = CASES[case]
+    plugins, tasks, task, name = INIT_CONTAINER_CASES[case]
     job = Job.from_object(volcano_job("sized", plugins=plugins, tasks=tasks, uid="u-1", pod={"containers": containers}))
     pod = Chain().mutate(job, make_pod(job, task, 0)).pod
     found: dict[str, Any] = next(c for c in pod["spec"]["initContainers"] if c["name"] == name)
     return found
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", INIT_CONTAINER_CASES)
 def test_sized_as_the_first_container_without_extended_resources(case: str) -> None:
     containers = [{"name": "main", "image": "x:1", "resources": FIRST}, {"name": "side", "image": "x:1", "resources": SIDECAR}]
     assert init_container(case, containers)["resources"] == SIZED
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", INIT_CONTAINER_CASES)
 def test_no_resources_where_the_first_container_has_none(case: str) -> None:
     containers = [{"name": "main", "image": "x:1"}, {"name": "side", "image": "x:1", "resources": SIDECAR}]
     assert "resources" not in init_container(case, containers)
