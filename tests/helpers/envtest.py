@@ -78,11 +78,28 @@ def find_assets(environ: Mapping[str, str] = os.environ) -> Path | None:
     return None
 
 
+_EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_PORTS_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    """A loopback port nobody listens on right now (the caller binds it soon after)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nobody has bound right now, on any address, and not given before in this process (the
+    caller binds it soon after). It is below the kernel's ephemeral range and NodePorts' 30000: a
+    port the kernel picks is one it also gives outgoing connections, and one took a hollow kubelet's
+    meanwhile, "bind: address already in use" (bench/storm.py, fifty kubelets connecting)."""
+    low = int(_EPHEMERAL_PORTS.read_text().split()[0]) if _EPHEMERAL_PORTS.exists() else 32768
+    candidates = range(max(1025, low // 2), min(low, 30000))
+    for port in secrets.SystemRandom().sample(candidates, min(len(candidates), 256)):
+        if port in _PORTS_GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
+        return port
+    raise RuntimeError(f"no free port in {candidates.start}-{candidates.stop - 1}")
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 import time
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.envtest import Process
+from tests.helpers.envtest import Process, free_port
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
@@ -26,3 +27,17 @@ def test_a_process_started_from_a_thread_outlives_the_thread(tmp_path: Path) -> 
     finally:
         started[0].popen.kill()
         started[0].popen.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/sys/net/ipv4/ip_local_port_range").exists(), reason="Linux's ephemeral port range")
+def test_a_free_port_is_one_no_outgoing_connection_can_take() -> None:
+    """A port the kernel handed out as free is one it also hands to outgoing connections: a hollow
+    kubelet's listener on one failed with "bind: address already in use" while fifty others were
+    connecting to the API server (bench/storm.py). free_port() picks below the ephemeral range, a
+    different port each call, free on every address."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == len(ports)
+    assert all(1024 < port < low for port in ports)
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", ports[-1]))
