@@ -6,7 +6,8 @@ On the one-node cluster of tests/on_node (tests/helpers/node.py: real API server
 manager, scheduler, kubelet, containerd, kube-proxy, CoreDNS) with a whole Volcano (its scheduler,
 controllers and admission, registered as its chart registers it; its admission placed in cgroups like
 our webhook's Pod, see :data:`POD_LIKE`), ``--hollow`` hollow nodes (kubemark, tests/helpers/hollow.py,
-at the lowest CPU priority: they stand for other machines) take the jobs' Pods. Storms one after the
+standing for other machines: at the lowest CPU priority, or ``--priority own-core`` on a core of their
+own) take the jobs' Pods. Storms one after the
 other (``--runs``), each on an empty cluster (the previous storm's namespace deleted, the hollow nodes
 started afresh, the machine let settle), each ``--jobs`` Volcano Jobs of 8 Pods at ``--rate`` jobs a
 second with the example jobs' plugin sets (tests/helpers/storm.py):
@@ -421,7 +422,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1000, help="Volcano Jobs of 8 Pods a storm")
     parser.add_argument("--rate", type=float, default=10.0, help="jobs submitted a second")
     parser.add_argument("--runs", default="with,placebo,without,faults", help="which storms, in order")
-    parser.add_argument("--priority", choices=PRIORITIES, default="nice", help="the hollow nodes' CPU priority")
+    parser.add_argument("--priority", choices=PRIORITIES, default="nice", help="the hollow nodes' CPU priority, or own-core: the last core theirs")
     parser.add_argument("--sets", default=",".join(PLUGIN_SETS), help="the plugin sets the jobs take in turn")
     parser.add_argument("--volcano-admission-as-a-pod", action=argparse.BooleanOptionalAction, default=True,
                         help="run vc-webhook-manager in cgroups like our webhook's Pod's (its request and limit)")

@@ -6,7 +6,10 @@ the storm lands on the real node.
 
 Hollow nodes stand for other machines, so they run at the lowest priority (``nice 19`` by default,
 or ``SCHED_IDLE``): on two cores they would otherwise take CPU from the control plane and from the
-webhook the storm measures, which on a real cluster they never share a core with.
+webhook the storm measures, which on a real cluster they never share a core with. At the lowest
+priority they get only what the rest leaves, so every CPU-second anyone else spends is theirs lost;
+``own-core`` gives them the machine's last core instead, at normal priority (the kernel's balancer
+then moves the rest to the other cores): the other way round, nothing of the rest reaches them.
 
 Each runs in a mount namespace of its own whose ``/tmp`` is a directory of :attr:`HollowNodes.workdir`:
 the hollow kubelet writes its root directory, volumes and its fake runtime's socket under ``/tmp``,
@@ -35,7 +38,7 @@ LABEL = ("vjw-storm/hollow", "true")
 TAINT = f"{LABEL[0]}={LABEL[1]}:NoSchedule"
 NODE_SELECTOR = {LABEL[0]: LABEL[1]}
 TOLERATION = {"key": LABEL[0], "operator": "Equal", "value": LABEL[1], "effect": "NoSchedule"}
-PRIORITIES = ("nice", "idle", "normal")
+PRIORITIES = ("nice", "idle", "normal", "own-core")
 BATCH = 10  # hollow nodes started at once: fifty together can outrun the API server's registrations
 
 
@@ -69,7 +72,10 @@ def self_contained(kubeconfig: Path) -> dict[str, Any]:
 
 
 def priority_prefix(priority: str) -> list[str]:
-    """The command that starts a process at ``priority``: ``nice`` (19), ``idle`` (SCHED_IDLE), ``normal``."""
+    """The command that starts a process at ``priority``: ``nice`` (19), ``idle`` (SCHED_IDLE), ``normal``,
+    ``own-core`` (normal, on the last core only)."""
+    if priority == "own-core":
+        return ["taskset", "-c", str((os.cpu_count() or 1) - 1)]
     if priority == "nice":
         return ["nice", "-n", "19"]
     if priority == "idle":
