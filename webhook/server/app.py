@@ -120,8 +120,10 @@ def create_app(
         finally:
             source.stop()
 
-    # No Swagger UI or ReDoc: /openapi.json is the document, and every route is matched in turn.
-    api = FastAPI(title="volcano-job-webhook", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    # No Swagger UI or ReDoc: /openapi.json is the document, and every route is matched in turn. No
+    # OpenTelemetry: /metrics is the telemetry, and FastAPI asks three global providers every request.
+    api = FastAPI(title="volcano-job-webhook", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  telemetry={"tracing": False, "metrics": False, "logs": False})
     api.state.metrics = metrics
     # The body is read by read_review, not by FastAPI: the model documents it, the response's model holds it.
     review_body = {"requestBody": {"required": True, "content": {

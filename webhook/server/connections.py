@@ -131,9 +131,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.reading_headers = True
         self.message_started = False
         self.deadline: asyncio.TimerHandle | None = None
+        self.timers: asyncio.AbstractEventLoop
         self.deadline_reason = ""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        # Kept: get_running_loop() makes a getpid() system call, and every request arms two deadlines.
+        self.timers = asyncio.get_running_loop()
         super().connection_made(transport)
         self.guard.admit(self)
         self._arm(self.guard.limits.header_timeout_seconds, "header-timeout", "request headers not received in time")
@@ -204,7 +207,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _arm(self, seconds: float, reason: str, message: str) -> None:
         self._disarm()
-        self.deadline = asyncio.get_running_loop().call_later(seconds, self.abort, 408, reason, message)
+        self.deadline = self.timers.call_later(seconds, self.abort, 408, reason, message)
         self.deadline_reason = reason
 
     def _disarm(self) -> None:

@@ -168,6 +168,8 @@ def build_server(
         port=port,
         http=guard.protocol,
         ws="none",  # nothing here speaks WebSocket, and an upgraded connection would leave the guard
+        # The API server calls the webhook directly, never through a proxy: no X-Forwarded-* to read.
+        proxy_headers=False,
         timeout_keep_alive=guard.limits.idle_timeout_seconds,  # type: ignore[arg-type]
         ssl_context_factory=lambda config, default: reloader.context,
         log_config=log_config,

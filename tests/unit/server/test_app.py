@@ -225,3 +225,22 @@ async def test_the_admission_paths_are_routes_documented_from_the_review_model(c
         reply = await client.get(path)
         assert (reply.status_code, reply.headers["allow"]) == (405, "POST")
     assert {"/healthz", "/readyz", "/metrics"} <= set(document["paths"])
+
+
+async def test_an_admission_asks_no_opentelemetry_provider(client, monkeypatch):
+    """/metrics is the webhook's telemetry: FastAPI's OpenTelemetry hooks, on by default, asked three
+    global providers (and the environment) on every request: 6.5 of the app's 116 µs an admission."""
+    from opentelemetry import _logs, metrics, trace
+
+    asked: list[str] = []
+
+    def counted(name: str, own):
+        def provider():
+            asked.append(name)
+            return own()
+        return provider
+
+    for module, name in ((trace, "get_tracer_provider"), (metrics, "get_meter_provider"), (_logs, "get_logger_provider")):
+        monkeypatch.setattr(module, name, counted(name, getattr(module, name)))
+    await post(client, load(EXAMPLES / "admission" / "pytorch-pod.json"))
+    assert asked == []
