@@ -7,7 +7,8 @@ figures go to ``bench/results/latest.json`` and the chain's cost to ``bench/resu
    by ``wrk`` pinned to core 1, at concurrency 1, 16 and 64, for three Pods (env only; pytorch
    master + 2 workers; svc with 1,000 replicas per task), taking turns with ``/baseline`` (a
    FastAPI route that parses the review and answers allowed) in five rounds: each figure the median
-   round, its ratio the median of each round's ratio to the baseline;
+   round, its ratio the median of each round's ratio to the baseline, and the server's CPU time per
+   admission (read from /proc);
 2. the plugin chain in process: microseconds per Pod (chain and patch) for each plugin as replicas
    grow 1 to 10,000;
 3. resident memory of ``serve`` with 10,000 Jobs in its cache.
@@ -155,19 +156,31 @@ def start_server(jobs_dir: Path, certs_dir: Path, port: int, core: str | None) -
     return proc
 
 
-def run_wrk(url: str, body: Path, connections: int, seconds: int, core: str | None) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_wrk(url: str, body: Path, connections: int, seconds: int, core: str | None, server: int) -> dict[str, float]:
+    """wrk's figures, and the ``server`` process's CPU time per request (what an admission costs the
+    machine, which in a storm the API server and the nodes wait for)."""
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s", "-s", str(ROOT / "bench" / "post.lua"), url]
+    before = cpu_seconds(server)
     done = subprocess.run(pinned(cmd, core), capture_output=True, text=True, env={**os.environ, "BODY": str(body)}, check=True)
+    spent = cpu_seconds(server) - before
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            row = json.loads(line[len("RESULT "):])
+            row["cpu_us"] = spent / max(row["requests"], 1) * 1e6
+            return row
     raise RuntimeError(f"wrk printed no result:\n{done.stdout}\n{done.stderr}")
 
 
 def median_run(rows: list[dict[str, float]], baseline: list[dict[str, float]]) -> dict[str, float]:
     """The median of each figure over the rounds, errors summed; ``ratio``, the median of each
     round's rate over the baseline's in the same round."""
-    out = {key: statistics.median(row[key] for row in rows) for key in ("rps", "p50_ms", "p99_ms", "p999_ms")}
+    out = {key: statistics.median(row[key] for row in rows) for key in ("rps", "p50_ms", "p99_ms", "p999_ms", "cpu_us")}
     out["ratio"] = statistics.median(row["rps"] / base["rps"] for row, base in zip(rows, baseline, strict=True))
     out["errors"] = sum(row["errors"] for row in rows)
     return out
@@ -201,7 +214,7 @@ def load_figures(quick: bool) -> dict[str, Any]:
             rounds, seconds = (2, 1) if quick else (5, 2)
             figures: dict[str, Any] = {}
             for connections in (1, 16, 64):
-                run_wrk(f"https://127.0.0.1:{port}/baseline", reviews["pytorch"], connections, 1, client_core)  # warm-up
+                run_wrk(f"https://127.0.0.1:{port}/baseline", reviews["pytorch"], connections, 1, client_core, proc.pid)  # warm-up
                 # The cases take turns with the baseline, round after round, so that a machine that
                 # speeds up or slows down meanwhile weighs on every case alike.
                 runs: dict[str, list[dict[str, float]]] = {}
@@ -209,7 +222,7 @@ def load_figures(quick: bool) -> dict[str, Any]:
                     for label, route, body in (("baseline", "baseline", reviews["pytorch"]),
                                               *((label, "mutate", body) for label, body in reviews.items())):
                         runs.setdefault(label, []).append(run_wrk(
-                            f"https://127.0.0.1:{port}/{route}", body, connections, seconds, client_core))
+                            f"https://127.0.0.1:{port}/{route}", body, connections, seconds, client_core, proc.pid))
                 for label, rows in runs.items():
                     figures[f"{label}/c{connections}"] = median_run(rows, runs["baseline"])
         finally:
@@ -252,13 +265,13 @@ def mark(ok: bool) -> str:
 
 def report(figures: dict[str, Any], costs: dict[str, dict[int, float]], rss: float, plotted: bool) -> tuple[str, dict[str, Any]]:
     lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}", ""]
-    lines.append("| case | conc. | admissions/s | × baseline | p50 ms | p99 ms | p99.9 ms | errors |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("| case | conc. | admissions/s | × baseline | p50 ms | p99 ms | p99.9 ms | server CPU µs | errors |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for key, row in figures.items():
         label, conc = key.split("/")
         lines.append(
             f"| {label} | {conc[1:]} | {row['rps']:,.0f} | {row['ratio']:.2f} | {row['p50_ms']:.2f} | "
-            f"{row['p99_ms']:.2f} | {row['p999_ms']:.2f} | {row['errors']} |"
+            f"{row['p99_ms']:.2f} | {row['p999_ms']:.2f} | {row['cpu_us']:.0f} | {row['errors']} |"
         )
     lines += ["", "| plugins | " + " | ".join(f"{r:,} replicas" for r in REPLICAS) + " |", "|---" * (len(REPLICAS) + 1) + "|"]
     for label, row in costs.items():
