@@ -9,7 +9,7 @@ or ``SCHED_IDLE``): on two cores they would otherwise take CPU from the control 
 webhook the storm measures, which on a real cluster they never share a core with. At the lowest
 priority they get only what the rest leaves, so every CPU-second anyone else spends is theirs lost;
 ``own-core`` gives them the machine's last core instead, at normal priority (the kernel's balancer
-then moves the rest to the other cores): the other way round, nothing of the rest reaches them.
+then keeps the rest mostly on the other cores): the other way round, little of the rest reaches them.
 
 Each runs in a mount namespace of its own whose ``/tmp`` is a directory of :attr:`HollowNodes.workdir`:
 the hollow kubelet writes its root directory, volumes and its fake runtime's socket under ``/tmp``,
