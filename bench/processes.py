@@ -1,12 +1,20 @@
-"""What the benchmarks that start a server share: pinning a process to a core, waiting until it serves."""
+"""What the benchmarks that start a server share: pinning a process to a core, waiting until it serves,
+reading the CPU time it spent."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import ssl
 import time
 import urllib.request
 from pathlib import Path
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` so far, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pinned(cmd: list[str], core: str | None) -> list[str]:

@@ -43,6 +43,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from processes import cpu_seconds  # noqa: E402
+
 from tests.helpers.envtest import WEBHOOK_USER, EnvTest, Process, find_assets, free_port, new_namespace, start_product, wait_until  # noqa: E402
 from volcano_job_webhook.kube.informer import Informer  # noqa: E402
 from volcano_job_webhook.kube.rest import Rest, widen_pool  # noqa: E402
@@ -176,8 +178,7 @@ class Reconciler:
         return float("nan")
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.process.popen.pid)
 
     def sigterm(self) -> float:
         sent = time.monotonic()

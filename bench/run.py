@@ -32,7 +32,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from processes import pinned, wait_ready  # noqa: E402
+from processes import cpu_seconds, pinned, wait_ready  # noqa: E402
 
 from volcano_job_webhook.certs import ensure_certs  # noqa: E402
 from volcano_job_webhook.plugins import Chain, Job, PluginError  # noqa: E402
@@ -154,12 +154,6 @@ def start_server(jobs_dir: Path, certs_dir: Path, port: int, core: str | None) -
     cmd = [sys.executable, str(ROOT / "bench" / "server.py"), str(jobs_dir), str(certs_dir), str(port)]
     proc = subprocess.Popen(pinned(cmd, core), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return proc
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_wrk(url: str, body: Path, connections: int, seconds: int, core: str | None, server: int) -> dict[str, float]:

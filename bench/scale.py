@@ -53,7 +53,7 @@ from typing import Any, Protocol
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from processes import pinned  # noqa: E402
+from processes import cpu_seconds, pinned  # noqa: E402
 from run import run_wrk  # noqa: E402
 from scalejobs import NAMESPACES, PLUGINS, make_job, name_of, namespace_of, owned_objects, product_chain  # noqa: E402
 
@@ -125,12 +125,6 @@ def core_busy(core: str | None) -> float:
     return float("nan")
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds of a process, all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
-
-
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -139,15 +133,15 @@ def children_cpu() -> float:
 def loaded(url: str, review: Path, connections: int, seconds: int, serve_pid: int, others: list[int]) -> Obj:
     """A wrk run, with the share of each core that went to processes other than serve (core 0), wrk
     and the API server (core 1): what the machine's other users took from the measured ones."""
-    before = (core_busy(SERVE_CORE), core_busy(CLIENT_CORE), process_cpu(serve_pid), children_cpu(),
-              sum(process_cpu(pid) for pid in others), time.monotonic())
+    before = (core_busy(SERVE_CORE), core_busy(CLIENT_CORE), cpu_seconds(serve_pid), children_cpu(),
+              sum(cpu_seconds(pid) for pid in others), time.monotonic())
     row = run_wrk(url, review, connections, seconds, CLIENT_CORE)
     elapsed = time.monotonic() - before[5]
-    row["serve_cpu"] = (process_cpu(serve_pid) - before[2]) / elapsed
+    row["serve_cpu"] = (cpu_seconds(serve_pid) - before[2]) / elapsed
     if TWO_CORES:
-        row["others_core0"] = max(0.0, core_busy(SERVE_CORE) - before[0] - (process_cpu(serve_pid) - before[2])) / elapsed
+        row["others_core0"] = max(0.0, core_busy(SERVE_CORE) - before[0] - (cpu_seconds(serve_pid) - before[2])) / elapsed
         row["others_core1"] = max(0.0, core_busy(CLIENT_CORE) - before[1] - (children_cpu() - before[3])
-                                  - (sum(process_cpu(pid) for pid in others) - before[4])) / elapsed
+                                  - (sum(cpu_seconds(pid) for pid in others) - before[4])) / elapsed
     row["load_average"] = os.getloadavg()[0]
     return row
 
