@@ -194,6 +194,7 @@ def table(results: dict[str, StormResult]) -> list[str]:
         ("… created → bound to a node p50, s", "startup_to_bound_p50_s", 2), ("… p99, s", "startup_to_bound_p99_s", 2),
         ("… bound → started p50, s", "startup_bound_to_started_p50_s", 2), ("… p99, s", "startup_bound_to_started_p99_s", 2),
         ("hollow nodes waiting for a CPU, s (all)", "host_hollow-nodes_waiting_seconds", 0),
+        ("API server requests (storm.json: by verb and resource)", "api_requests", 0),
         ("Volcano's Pod creation rate, Pods/s", "pod_creation_rate_s", 1), ("… its busiest 10 s, Pods/s", "pod_creation_peak_10s_rate_s", 1),
         ("our Pod webhook: calls", "admission_ours_calls", 0), ("… p50, ms", "admission_ours_p50_ms", 1), ("… p99, ms", "admission_ours_p99_ms", 0),
         ("… p99 in its worst 10 s, ms", "admission_ours_peak_window_p99_ms", 0),

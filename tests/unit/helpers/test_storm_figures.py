@@ -11,6 +11,7 @@ import pytest
 from tests.helpers.storm import (
     ADMISSION_HISTOGRAM,
     REJECTIONS,
+    api_requests,
     buckets,
     histogram_quantile,
     increase,
@@ -153,3 +154,16 @@ def test_wiring_leaves_out_what_the_api_server_adds() -> None:
     assert wiring(made) == wiring(stored)
     stored["spec"]["containers"][0]["env"][1]["value"] = "3"
     assert wiring(made) != wiring(stored)
+
+
+def test_api_requests_add_up_codes_and_clients_by_verb_and_resource_the_most_first() -> None:
+    text = "\n".join([
+        'apiserver_request_total{code="201",component="apiserver",resource="pods",subresource="",verb="POST"} 5',
+        'apiserver_request_total{code="200",component="apiserver",resource="pods",subresource="status",verb="PATCH"} 7',
+        'apiserver_request_total{code="409",component="apiserver",resource="pods",subresource="status",verb="PATCH"} 2',
+        'apiserver_request_total{code="200",component="apiserver",resource="configmaps",verb="GET"} 1',
+        'apiserver_request_total_other{resource="pods",verb="GET"} 100',
+    ])
+    before = parse_metrics(text.replace("} 5", "} 1").replace("} 7", "} 0"), ("apiserver_request_total",))
+    after = parse_metrics(text, ("apiserver_request_total",))
+    assert list(api_requests(increase([before, after])).items()) == [("PATCH pods status", 7.0), ("POST pods", 4.0)]
