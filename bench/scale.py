@@ -135,7 +135,7 @@ def loaded(url: str, review: Path, connections: int, seconds: int, serve_pid: in
     and the API server (core 1): what the machine's other users took from the measured ones."""
     before = (core_busy(SERVE_CORE), core_busy(CLIENT_CORE), cpu_seconds(serve_pid), children_cpu(),
               sum(cpu_seconds(pid) for pid in others), time.monotonic())
-    row = run_wrk(url, review, connections, seconds, CLIENT_CORE)
+    row = run_wrk(url, review, connections, seconds, CLIENT_CORE, serve_pid)
     elapsed = time.monotonic() - before[5]
     row["serve_cpu"] = (cpu_seconds(serve_pid) - before[2]) / elapsed
     if TWO_CORES:
@@ -378,7 +378,7 @@ def measure_serve(backend: Backend, workdir: Path, jobs: int, review: Path | Non
         if not (answer.get("allowed") and answer.get("patch")) or answer.get("warnings"):
             raise SystemExit(f"/mutate did not wire the Pod from the cache: {answer}")
         url = f"https://127.0.0.1:{port}/mutate"
-        run_wrk(url, review, 1, 5, CLIENT_CORE)  # warm-up: connections, the prepared job
+        run_wrk(url, review, 1, 5, CLIENT_CORE, pid)  # warm-up: connections, the prepared job
         mark = backend.mark()
         out["latency"] = {f"c{c}": loaded(url, review, c, seconds, pid, backend.pids) for c in (1, 16)}
         out["latency_requests"] = backend.requests(mark)
